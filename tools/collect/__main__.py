@@ -1,0 +1,157 @@
+"""python -m tools.collect COMMAND: make towns and routes, drive routes and record them, inspect a dataset.
+
+Commands:
+  town      generate an OpenDRIVE grid town with SUMO
+  routes    write leaderboard 2.0 route files for a town (one route per file, folders by scenario type)
+  run       one route run: drive a route once and record it under ROOT (the unit a SLURM task runs)
+  collect   every route file under a folder times K repetitions, in N local worker processes
+  progress  a table per scenario type: total, finished, failed, running, pending, failure rate
+  clean-failed  list failed and unfinished route runs; delete them with --yes
+  show      one picture of a recorded frame: camera, semantics, depth, LiDAR, BEV, boxes
+
+`python -m tools.collect COMMAND --help` explains each one.
+"""
+
+from __future__ import annotations
+
+import fire
+
+from tools.dataset.errors import run_cli
+
+
+def town(out: str, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: float = 100.0) -> None:
+    """Generate a grid town as OpenDRIVE with SUMO's netgenerate and netconvert.
+
+    Args:
+        out: the OpenDRIVE file to write (*.xodr).
+        grid: junctions per side, COLSxROWS (2 to 30 each).
+        seed: random seed of netgenerate.
+        lanes: lanes per direction (1 to 4).
+        block: distance between junctions, metres.
+    """
+    from pathlib import Path
+
+    from tools.collect.town import Town, make_town
+
+    path = make_town(Path(out), grid=str(grid), seed=int(seed), lanes=int(lanes), block=float(block))
+    t = Town(path)
+    xmin, ymin, xmax, ymax = t.bounds
+    print(f"town {path}: {len(t.lanes)} lanes, {xmax - xmin:.0f} x {ymax - ymin:.0f} m; SUMO network {t.net}")
+
+
+def routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
+           max_length: float = 700.0) -> None:
+    """Write `count` leaderboard 2.0 route files for a town, one route per file, in folders by scenario type.
+
+    The town is copied to OUT/towns/, where `run` and `collect` look for it by default.
+
+    Args:
+        town: an OpenDRIVE file (*.xodr).
+        count: number of routes.
+        out: folder to write OUT/<ScenarioType>/<town>_<NNNN>.xml into.
+        seed: random seed of the route sampler.
+        min_length: shortest route, metres.
+        max_length: longest route, metres.
+    """
+    from tools.collect.routes import generate_routes
+
+    generate_routes(town=town, count=count, out=out, seed=seed, min_length=min_length, max_length=max_length)
+
+
+def run(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,
+        route_id: str | None = None, attempt: int | None = None, force: bool = False, **settings) -> None:
+    """Drive one route once (one repetition) in the embedded world and record it under ROOT.
+
+    Skips a run that already finished (unless --force); refuses one that is running elsewhere;
+    discards and redoes a failed or crashed one. Exits 0 when a result file was written, whether
+    the route succeeded or failed; non-zero when the run itself crashed.
+
+    Args:
+        route: a leaderboard 2.0 route XML file.
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        repetition: repetition index K; the world is seeded from (route, K).
+        towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above the route file).
+        route_id: which route of the file (default: the only one).
+        attempt: attempt number already claimed by a caller (tools.collect collect); else claimed here.
+        force: redo a run that already finished.
+        settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40.
+    """
+    from tools.collect.run import run_route
+
+    run_route(route=route, root=root, repetition=repetition, towns=towns, route_id=route_id,
+              attempt=attempt, force=force, settings=settings)
+
+
+def collect(routes_dir: str, root: str | None = None, towns: str | None = None, workers: int = 1,
+            repetitions: int = 1, max_attempts: int = 3, **settings) -> None:
+    """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes.
+
+    Rerunning skips finished route runs and retries failed or crashed ones until --max-attempts
+    attempts (counted on disk). A progress bar shows runs done; a summary ends the run.
+
+    Args:
+        routes_dir: folder searched recursively for route files (*.xml).
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        towns: folder of OpenDRIVE towns (default: ROUTES_DIR/towns).
+        workers: parallel worker processes.
+        repetitions: runs of each route (K), seeded differently.
+        max_attempts: attempts per route run before it is left failed.
+        settings: collection settings passed to every run, e.g. --vehicles=40.
+    """
+    from tools.collect.local import collect_local
+
+    collect_local(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
+                  max_attempts=max_attempts, settings=settings)
+
+
+def progress(root: str | None = None) -> None:
+    """Print a table per scenario type: total, finished, failed, running, pending, failure rate.
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+    """
+    from tools.collect.progress import print_progress
+
+    print_progress(root)
+
+
+def clean_failed(root: str | None = None, yes: bool = False) -> None:
+    """List failed and unfinished (crashed) route runs; delete their data, result and logs with --yes.
+
+    Runs still in progress are never touched.
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        yes: actually delete (default: only list).
+    """
+    from tools.collect.progress import clean_failed_runs
+
+    clean_failed_runs(root, yes=yes)
+
+
+def show(path: str, frame: int = 0, out: str | None = None) -> None:
+    """One picture of a recorded frame: camera, semantics, depth, LiDAR from above, BEV raster, boxes.
+
+    Args:
+        path: a route-run folder, its frames/ folder, or a frame file.
+        frame: frame index within the run (ignored for a frame file).
+        out: PNG to write (default: <run>/frame-<I>.png... in the current folder: frame-<I>.png).
+    """
+    from tools.collect.show import show_frame
+
+    show_frame(path=path, frame=frame, out=out)
+
+
+COMMANDS = {
+    "town": town,
+    "routes": routes,
+    "run": run,
+    "collect": collect,
+    "progress": progress,
+    "clean-failed": clean_failed,
+    "clean_failed": clean_failed,
+    "show": show,
+}
+
+if __name__ == "__main__":
+    run_cli("collect", lambda: fire.Fire(COMMANDS, name="python -m tools.collect"))

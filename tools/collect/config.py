@@ -1,0 +1,77 @@
+"""Collection settings: one frozen dataclass, written into every run's run.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.dataset.errors import ToolError
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    world: str = "sim"  # "sim": the embedded world (SUMO + carla.Map + our renderer)
+    vehicles: int = 40  # background vehicles kept in the town
+    sim_hz: int = 20  # simulation ticks per simulated second
+    record_every: int = 5  # record one frame every N ticks (20 Hz / 5 = 4 Hz)
+    seed: int = 0  # added to the seed derived from (route, repetition)
+    blocked_after: float = 90.0  # seconds with the ego standing still before "Agent got blocked"
+    max_deviation: float = 30.0  # metres from the route before "Agent deviated from the route"
+    timeout_base: float = 60.0  # route time budget: base seconds + length / timeout_speed
+    timeout_speed: float = 2.0  # m/s
+    route_ahead: int = 20  # route points stored per frame (every 2 m ahead of the ego)
+    rig: str = ""  # JSON file of a sensor rig (tools.collect.render.RigConfig); default rig when empty
+
+    def __post_init__(self) -> None:
+        checks = {
+            "world": self.world in ("sim",),
+            "vehicles": 0 <= self.vehicles <= 2000,
+            "sim_hz": 1 <= self.sim_hz <= 200,
+            "record_every": 1 <= self.record_every <= 1000,
+            "blocked_after": self.blocked_after > 0,
+            "max_deviation": self.max_deviation > 0,
+            "timeout_base": self.timeout_base >= 0,
+            "timeout_speed": self.timeout_speed > 0,
+            "route_ahead": 1 <= self.route_ahead <= 500,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                hint = " (only the embedded world 'sim' exists so far)" if name == "world" else ""
+                raise ToolError(f"--{name.replace('_', '-')}={getattr(self, name)!r} is out of range{hint}")
+
+    @classmethod
+    def from_flags(cls, flags: dict[str, Any]) -> CollectSettings:
+        """Build from --key=value flags; an unknown key is an error naming the near matches."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for raw, value in flags.items():
+            key = raw.replace("-", "_")
+            if key not in fields:
+                near = difflib.get_close_matches(key, fields, n=3)
+                hint = f"; did you mean {', '.join('--' + n for n in near)}?" if near else ""
+                raise ToolError(f"unknown setting --{raw}{hint} (settings: {', '.join(sorted(fields))})")
+            kind = type(fields[key].default)
+            try:
+                values[key] = kind(value) if kind is not bool else bool(value)
+            except (TypeError, ValueError):
+                raise ToolError(f"--{raw}={value!r}: expected a {kind.__name__}") from None
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def load_rig(self):
+        from tools.collect.render import RigConfig
+
+        if not self.rig:
+            return RigConfig()
+        try:
+            return RigConfig.from_dict(json.loads(Path(self.rig).read_text()))
+        except OSError as e:
+            raise ToolError(f"--rig {self.rig}: cannot read ({e.strerror})") from None
+        except ValueError as e:
+            raise ToolError(f"--rig {self.rig}: {e}") from None

@@ -1,0 +1,241 @@
+"""Route semantics from a `carla.Map`: dense route, high-level commands and target points.
+
+Only `carla.Map` and `carla.Waypoint` are used, so the same code serves the embedded world (a map built
+offline from OpenDRIVE text) and a CARLA server (`world.get_map()`).
+
+Commands use the values of CARLA's agents.navigation RoadOption, as the leaderboard does:
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class RoadOption(enum.IntEnum):
+    VOID = -1
+    LEFT = 1
+    RIGHT = 2
+    STRAIGHT = 3
+    LANEFOLLOW = 4
+    CHANGELANELEFT = 5
+    CHANGELANERIGHT = 6
+
+
+#: Heading change through a junction (degrees) above which it is a turn, not straight on.
+TURN_DEGREES = 30.0
+#: Distance between target points on straight road, metres (as the leaderboard's downsampling).
+TARGET_SPACING = 50.0
+#: Extra cost of a lane change in the route search, metres.
+LANE_CHANGE_COST = 20.0
+
+
+def _key(loc) -> tuple[int, int]:
+    return (round(loc.x * 2), round(loc.y * 2))  # 0.5 m grid: joins segment ends that touch
+
+
+def _yaw_delta(a: float, b: float) -> float:
+    return (b - a + 180.0) % 360.0 - 180.0
+
+
+def turn_option(entry_yaw: float, exit_yaw: float) -> RoadOption:
+    """LEFT, RIGHT or STRAIGHT through a junction. CARLA's yaw grows clockwise seen from above."""
+    d = _yaw_delta(entry_yaw, exit_yaw)
+    if d > TURN_DEGREES:
+        return RoadOption.RIGHT
+    if d < -TURN_DEGREES:
+        return RoadOption.LEFT
+    return RoadOption.STRAIGHT
+
+
+@dataclass
+class DenseRoute:
+    """A route sampled every `spacing` metres, in CARLA's frame."""
+
+    xy: np.ndarray  # (M, 2)
+    yaw: np.ndarray  # (M,) degrees
+    option: np.ndarray  # (M,) RoadOption of each point
+    s: np.ndarray  # (M,) distance from the start, metres
+    junction: np.ndarray  # (M,) bool, inside a junction
+
+    @property
+    def length(self) -> float:
+        return float(self.s[-1])
+
+    def target_indices(self) -> np.ndarray:
+        """Indices of the coarse route (target points): the first point of every change of command,
+        the last point before it, and one point at least every TARGET_SPACING metres."""
+        keep = [0]
+        for i in range(1, len(self.option)):
+            if self.option[i] != self.option[i - 1]:
+                if keep[-1] != i - 1:
+                    keep.append(i - 1)
+                keep.append(i)
+            elif self.s[i] - self.s[keep[-1]] >= TARGET_SPACING:
+                keep.append(i)
+        if keep[-1] != len(self.option) - 1:
+            keep.append(len(self.option) - 1)
+        return np.array(keep, dtype=np.int64)
+
+    def to_dict(self) -> dict:
+        return {
+            "xy": np.round(self.xy, 3).tolist(),
+            "yaw": np.round(self.yaw, 3).tolist(),
+            "option": self.option.astype(int).tolist(),
+            "junction": self.junction.astype(bool).tolist(),
+        }
+
+
+class NoRoute(ValueError):
+    pass
+
+
+class RoutePlanner:
+    """Shortest paths on the lane graph of a carla.Map (like CARLA's GlobalRoutePlanner)."""
+
+    def __init__(self, cmap, spacing: float = 1.0):
+        self.map = cmap
+        self.spacing = spacing
+        self.segments: list[list] = []  # waypoints of each lane segment, entry to exit
+        self._by_lane: dict[tuple[int, int, int], list[int]] = {}
+        self._out: dict[tuple[int, int], list[tuple[float, int, int | None]]] = {}
+        for entry, exit_ in cmap.get_topology():
+            path = [entry] + entry.next_until_lane_end(spacing)
+            if _key(path[-1].transform.location) != _key(exit_.transform.location):
+                path.append(exit_)
+            self.segments.append(path)
+        for i, path in enumerate(self.segments):
+            w = path[0]
+            self._by_lane.setdefault((w.road_id, w.section_id, w.lane_id), []).append(i)
+            self._out.setdefault(_key(w.transform.location), []).append((self._length(path), i, None))
+        # Lane changes: from a segment's entry to the parallel segment's exit, where lines allow it.
+        for i, path in enumerate(self.segments):
+            w = path[0]
+            if w.is_junction:
+                continue
+            for side, neighbour in (("Left", w.get_left_lane()), ("Right", w.get_right_lane())):
+                if neighbour is None or str(neighbour.lane_type) != "Driving" or neighbour.lane_id * w.lane_id <= 0:
+                    continue
+                if side not in str(w.lane_change) and str(w.lane_change) != "Both":
+                    continue
+                for j in self._by_lane.get((neighbour.road_id, neighbour.section_id, neighbour.lane_id), []):
+                    cost = self._length(path) + LANE_CHANGE_COST
+                    self._out[_key(w.transform.location)].append((cost, j, i))
+
+    @staticmethod
+    def _length(path) -> float:
+        pts = np.array([[w.transform.location.x, w.transform.location.y] for w in path])
+        return float(np.linalg.norm(np.diff(pts, axis=0), axis=1).sum()) if len(pts) > 1 else 0.0
+
+    def _segment_of(self, wp) -> tuple[int, int]:
+        """(segment, index within it) of the waypoint nearest to `wp` on its lane."""
+        best = (math.inf, -1, -1)
+        loc = wp.transform.location
+        for i in self._by_lane.get((wp.road_id, wp.section_id, wp.lane_id), []):
+            pts = np.array([[w.transform.location.x, w.transform.location.y] for w in self.segments[i]])
+            d = np.hypot(pts[:, 0] - loc.x, pts[:, 1] - loc.y)
+            k = int(d.argmin())
+            if d[k] < best[0]:
+                best = (float(d[k]), i, k)
+        if best[1] < 0:
+            raise NoRoute(f"no lane segment for road {wp.road_id} lane {wp.lane_id}")
+        return best[1], best[2]
+
+    def _search(self, start_seg: int, goal_seg: int) -> list[tuple[int, int | None]]:
+        """Segments from the end of start_seg to the start of goal_seg: [(segment, lane-change-from)]."""
+        start = _key(self.segments[start_seg][-1].transform.location)
+        goal = _key(self.segments[goal_seg][0].transform.location)
+        goal_xy = self.segments[goal_seg][0].transform.location
+        dist = {start: 0.0}
+        prev: dict[tuple[int, int], tuple[tuple[int, int], int, int | None]] = {}
+        heap = [(0.0, 0.0, start)]
+        while heap:
+            _, d, node = heapq.heappop(heap)
+            if node == goal:
+                break
+            if d > dist.get(node, math.inf):
+                continue
+            for cost, seg, lc in self._out.get(node, []):
+                nxt = _key(self.segments[seg][-1].transform.location)
+                nd = d + cost
+                if nd < dist.get(nxt, math.inf):
+                    dist[nxt] = nd
+                    prev[nxt] = (node, seg, lc)
+                    loc = self.segments[seg][-1].transform.location
+                    h = math.hypot(loc.x - goal_xy.x, loc.y - goal_xy.y)
+                    heapq.heappush(heap, (nd + h, nd, nxt))
+        if goal != start and goal not in prev:
+            raise NoRoute("the waypoints are not connected by the lane graph")
+        chain = []
+        node = goal
+        while node != start:
+            node, seg, lc = prev[node]
+            chain.append((seg, lc))
+        return chain[::-1]
+
+    def trace(self, points: np.ndarray) -> DenseRoute:
+        """Dense route through the (N, 2|3) route waypoints (CARLA frame), every `spacing` metres."""
+        import carla
+
+        wps = []
+        for p in np.asarray(points, dtype=float):
+            w = self.map.get_waypoint(carla.Location(float(p[0]), float(p[1]), 0.0), project_to_road=True,
+                                      lane_type=carla.LaneType.Driving)
+            wps.append(w)
+        items: list[tuple[object, RoadOption]] = []
+        for a, b in zip(wps[:-1], wps[1:], strict=True):
+            sa, ka = self._segment_of(a)
+            sb, kb = self._segment_of(b)
+            if sa == sb and kb >= ka:
+                items += self._with_options(self.segments[sa][ka : kb + 1])
+                continue
+            items += self._with_options(self.segments[sa][ka:])
+            for seg, lc in self._search(sa, sb):
+                if lc is None:
+                    items += self._with_options(self.segments[seg])
+                    if seg == sb:
+                        pass
+                else:
+                    own, other = self.segments[lc], self.segments[seg]
+                    half = len(own) // 2
+                    opt = self._change_option(own[0], other[0])
+                    items += [(w, RoadOption.LANEFOLLOW) for w in own[:half]]
+                    items += [(w, opt) for w in other[half : half + 1]]
+                    items += [(w, RoadOption.LANEFOLLOW) for w in other[half + 1 :]]
+            items += self._with_options(self.segments[sb][: kb + 1])
+        return self._densify(items)
+
+    @staticmethod
+    def _change_option(own, other) -> RoadOption:
+        left = own.get_left_lane()
+        if left is not None and left.lane_id == other.lane_id and left.road_id == other.road_id:
+            return RoadOption.CHANGELANELEFT
+        return RoadOption.CHANGELANERIGHT
+
+    @staticmethod
+    def _with_options(path) -> list[tuple[object, RoadOption]]:
+        if not path:
+            return []
+        if path[0].is_junction:
+            opt = turn_option(path[0].transform.rotation.yaw, path[-1].transform.rotation.yaw)
+            return [(w, opt) for w in path]
+        return [(w, RoadOption.LANEFOLLOW) for w in path]
+
+    def _densify(self, items) -> DenseRoute:
+        xy, yaw, opt, junction = [], [], [], []
+        for w, o in items:
+            loc = w.transform.location
+            if xy and math.hypot(loc.x - xy[-1][0], loc.y - xy[-1][1]) < 0.05:
+                continue  # the joint of two segments
+            xy.append((loc.x, loc.y))
+            yaw.append(w.transform.rotation.yaw)
+            opt.append(int(o))
+            junction.append(w.is_junction)
+        xy_a = np.array(xy, dtype=np.float64)
+        s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(xy_a, axis=0), axis=1))])
+        return DenseRoute(xy=xy_a, yaw=np.array(yaw), option=np.array(opt, dtype=np.int64), s=s,
+                          junction=np.array(junction, dtype=bool))

@@ -1,0 +1,302 @@
+"""Leaderboard 2.0 route files: read and check them, and generate them for a town.
+
+    <routes>
+      <route id="0" town="town">
+        <weathers><weather route_percentage="0" cloudiness="..." .../></weathers>   (optional)
+        <waypoints><position x="..." y="..." z="..."/> ...</waypoints>
+        <scenarios><scenario name="..." type="..."><trigger_point x y z yaw/></scenario></scenarios>
+      </route>
+    </routes>
+
+Coordinates are CARLA's world frame. A route's run is filed under the type of its first scenario.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from tools.dataset import atomic
+from tools.dataset.errors import ToolError
+
+#: Route run folder for a route without scenarios.
+NO_SCENARIO = "NoScenario"
+#: A route waypoint farther than this from the nearest driving lane centre is off the road network.
+MAX_OFF_ROAD_M = 5.0
+TOWN_SUFFIX = ".xodr"
+TOWNS_FOLDER = "towns"
+
+
+class RouteError(ToolError):
+    pass
+
+
+@dataclass
+class Route:
+    id: str
+    town: str
+    waypoints: np.ndarray  # (N, 3), CARLA frame
+    scenarios: list[dict] = field(default_factory=list)  # {"name", "type", "trigger": [x, y, z, yaw]}
+    weathers: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def scenario(self) -> str:
+        """The scenario-type folder of this route's runs."""
+        return self.scenarios[0]["type"] if self.scenarios else NO_SCENARIO
+
+
+def _floats(el: ET.Element, names: tuple[str, ...], where: str) -> list[float]:
+    try:
+        return [float(el.attrib[n]) for n in names]
+    except KeyError as e:
+        raise RouteError(f"{where}: <{el.tag}> lacks attribute {e.args[0]}") from None
+    except ValueError:
+        raise RouteError(f"{where}: <{el.tag}> has a non-numeric coordinate {dict(el.attrib)}") from None
+
+
+def read_routes(path: Path) -> list[Route]:
+    """Parse a route file. Any problem is a RouteError naming the file and the reason."""
+    path = Path(path)
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        raise RouteError(f"{path}: malformed route XML ({e})") from None
+    except OSError as e:
+        raise RouteError(f"{path}: cannot read ({e.strerror})") from None
+    if root.tag != "routes":
+        raise RouteError(f"{path}: not a route file (root element <{root.tag}>, expected <routes>)")
+    routes = []
+    for el in root.findall("route"):
+        rid, town = el.get("id"), el.get("town")
+        if not rid or not town:
+            raise RouteError(f"{path}: a <route> lacks its id or town attribute")
+        where = f"{path}: route {rid}"
+        wps = el.find("waypoints")
+        positions = [] if wps is None else wps.findall("position")
+        if len(positions) < 2:
+            raise RouteError(f"{where}: needs at least 2 <position> waypoints, has {len(positions)}")
+        waypoints = np.array([_floats(p, ("x", "y", "z"), where) for p in positions], dtype=np.float64)
+        scenarios = []
+        for sc in el.findall("scenarios/scenario"):
+            if not sc.get("type") or not sc.get("name"):
+                raise RouteError(f"{where}: a <scenario> lacks its name or type")
+            tp = sc.find("trigger_point")
+            trigger = _floats(tp, ("x", "y", "z", "yaw"), where) if tp is not None else []
+            scenarios.append({"name": sc.get("name"), "type": sc.get("type"), "trigger": trigger})
+        weathers = []
+        for w in el.findall("weathers/weather"):
+            try:
+                weathers.append({k: float(v) for k, v in w.attrib.items()})
+            except ValueError:
+                raise RouteError(f"{where}: a <weather> has a non-numeric value {dict(w.attrib)}") from None
+        routes.append(Route(rid, town, waypoints, scenarios, weathers))
+    if not routes:
+        raise RouteError(f"{path}: no <route> in the file")
+    if len({r.id for r in routes}) != len(routes):
+        raise RouteError(f"{path}: two routes share an id")
+    return routes
+
+
+def write_route(path: Path, route: Route) -> None:
+    root = ET.Element("routes")
+    el = ET.SubElement(root, "route", id=route.id, town=route.town)
+    if route.weathers:
+        ws = ET.SubElement(el, "weathers")
+        for w in route.weathers:
+            ET.SubElement(ws, "weather", {k: f"{v:g}" for k, v in w.items()})
+    wps = ET.SubElement(el, "waypoints")
+    for x, y, z in route.waypoints:
+        ET.SubElement(wps, "position", x=f"{x:.1f}", y=f"{y:.1f}", z=f"{z:.1f}")
+    scs = ET.SubElement(el, "scenarios")
+    for sc in route.scenarios:
+        s = ET.SubElement(scs, "scenario", name=sc["name"], type=sc["type"])
+        x, y, z, yaw = sc["trigger"]
+        ET.SubElement(s, "trigger_point", x=f"{x:.1f}", y=f"{y:.1f}", z=f"{z:.1f}", yaw=f"{yaw:.1f}")
+    ET.indent(root)
+    atomic.write_bytes(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
+
+
+# ----------------------------------------------------------------------------- towns of routes
+
+
+def find_towns_dir(route_file: Path, towns: str | Path | None) -> Path:
+    """--towns when given, else the nearest towns/ folder at or above the route file's folder."""
+    if towns is not None and str(towns) != "":
+        d = Path(towns)
+        if not d.is_dir():
+            raise RouteError(f"--towns {towns}: not a folder")
+        return d
+    for parent in Path(route_file).absolute().parents:
+        if (parent / TOWNS_FOLDER).is_dir():
+            return parent / TOWNS_FOLDER
+    raise RouteError(f"{route_file}: no {TOWNS_FOLDER}/ folder above it; pass --towns DIR")
+
+
+def town_file(route_file: Path, route: Route, towns_dir: Path) -> Path:
+    path = towns_dir / f"{route.town}{TOWN_SUFFIX}"
+    if not path.is_file():
+        raise RouteError(f"{route_file}: route {route.id} names town '{route.town}', but {path} does not exist")
+    return path
+
+
+def check_routes(entries: list[tuple[Path, Route]], towns_dir: Path | None) -> None:
+    """Every route's town exists and every waypoint lies on the town's road network."""
+    import carla
+
+    from tools.collect.town import Town
+
+    maps: dict[Path, object] = {}
+    for path, route in entries:
+        xodr = town_file(path, route, towns_dir or find_towns_dir(path, None))
+        if xodr not in maps:
+            maps[xodr] = Town(xodr).carla_map
+        cmap = maps[xodr]
+        for i, (x, y, z) in enumerate(route.waypoints):
+            w = cmap.get_waypoint(carla.Location(float(x), float(y), float(z)), project_to_road=True,
+                                  lane_type=carla.LaneType.Driving)
+            d = math.inf if w is None else math.hypot(w.transform.location.x - x, w.transform.location.y - y)
+            if d > MAX_OFF_ROAD_M:
+                raise RouteError(f"{path}: route {route.id} waypoint {i} ({x:.1f}, {y:.1f}) is {d:.1f} m from "
+                                 f"the nearest driving lane of town '{route.town}' (at most {MAX_OFF_ROAD_M} m)")
+
+
+# ----------------------------------------------------------------------------- generation
+
+_WEATHERS = [  # a few leaderboard-style presets: sun altitude, clouds, rain, fog
+    {"route_percentage": 0, "cloudiness": 5, "precipitation": 0, "fog_density": 0, "sun_altitude_angle": 60},
+    {"route_percentage": 0, "cloudiness": 60, "precipitation": 0, "fog_density": 10, "sun_altitude_angle": 30},
+    {"route_percentage": 0, "cloudiness": 90, "precipitation": 60, "fog_density": 20, "sun_altitude_angle": 45},
+    {"route_percentage": 0, "cloudiness": 20, "precipitation": 0, "fog_density": 5, "sun_altitude_angle": 10},
+]
+
+
+def _signalized_junctions(town) -> set[int]:
+    """carla junction ids that the SUMO network controls with traffic lights."""
+    import sumolib
+
+    net = sumolib.net.readNet(str(town.net))
+    lights = [town.sumo_to_carla(np.array(n.getCoord()[:2])) for n in net.getNodes() if "traffic_light" in n.getType()]
+    out = set()
+    if not lights:
+        return out
+    lights_a = np.array(lights)
+    for entry, _ in town.carla_map.get_topology():
+        if entry.is_junction:
+            c = entry.get_junction().bounding_box.location
+            if np.hypot(lights_a[:, 0] - c.x, lights_a[:, 1] - c.y).min() < 25.0:
+                out.add(entry.get_junction().id)
+    return out
+
+
+def _random_walk(rng: random.Random, start, length: float, step: float = 2.0):
+    """Follow lanes from `start` for `length` metres, choosing randomly at every fork."""
+    path, travelled = [start], 0.0
+    while travelled < length:
+        nxt = path[-1].next(step)
+        if not nxt:
+            break
+        path.append(rng.choice(nxt))
+        travelled += step
+    return path
+
+
+def _revisits(wps, radius: float = 5.0) -> bool:
+    """True when a walk passes the same place twice (a loop round a block)."""
+    xy = np.array([[w.transform.location.x, w.transform.location.y] for w in wps])
+    d = np.hypot(xy[:, None, 0] - xy[None, :, 0], xy[:, None, 1] - xy[None, :, 1])
+    return bool((d[np.triu_indices(len(xy), k=1)] < radius).any())
+
+
+def _scenario_of(path, signalized: set[int], town_name: str) -> tuple[dict, list[tuple]]:
+    """The first junction of a walk decides the route's scenario type; junction exits become waypoints."""
+    from tools.collect.planner import RoadOption, turn_option
+
+    first = None
+    exits = []
+    i = 0
+    while i < len(path):
+        if path[i].is_junction:
+            j = i
+            while j < len(path) and path[j].is_junction:
+                j += 1
+            entry_wp = path[max(i - 1, 0)]
+            exit_wp = path[min(j, len(path) - 1)]
+            if first is None:
+                opt = turn_option(entry_wp.transform.rotation.yaw, exit_wp.transform.rotation.yaw)
+                kind = "Signalized" if path[i].get_junction().id in signalized else "NonSignalized"
+                turn = {RoadOption.LEFT: "LeftTurn", RoadOption.RIGHT: "RightTurn"}.get(opt, "Straight")
+                trig = path[max(i - 10, 0)].transform
+                first = {
+                    "name": f"{kind}Junction{turn}_1",
+                    "type": f"{kind}Junction{turn}",
+                    "trigger": [trig.location.x, trig.location.y, 0.0, trig.rotation.yaw],
+                }
+            exits.append(exit_wp)
+            i = j
+        else:
+            i += 1
+    return first, exits
+
+
+def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
+                    max_length: float = 700.0) -> list[Path]:
+    from tools.collect.town import Town
+
+    try:
+        count = int(count)
+        min_length, max_length = float(min_length), float(max_length)
+    except (TypeError, ValueError):
+        raise RouteError("--count, --min-length and --max-length must be numbers") from None
+    if count < 1:
+        raise RouteError(f"--count {count}: must be at least 1")
+    if not 20.0 <= min_length <= max_length:
+        raise RouteError(f"--min-length {min_length} / --max-length {max_length}: need 20 <= min <= max")
+    t = Town(Path(town))
+    out_dir = Path(out)
+    towns_dir = out_dir / TOWNS_FOLDER
+    towns_dir.mkdir(parents=True, exist_ok=True)
+    target = towns_dir / f"{t.name}{TOWN_SUFFIX}"
+    if target.resolve() != t.xodr.resolve():
+        shutil.copyfile(t.xodr, target)
+    rng = random.Random(int(seed))
+    starts = [w for w in t.carla_map.generate_waypoints(5.0) if not w.is_junction]
+    signalized = _signalized_junctions(t)
+    written = []
+    with tqdm(total=count, desc="routes", unit="route") as bar:
+        tries = 0
+        while len(written) < count:
+            tries += 1
+            if tries > 50 * count:
+                raise RouteError(f"town {town}: cannot find routes of {min_length:.0f}-{max_length:.0f} m with a "
+                                 "junction; lower --min-length")
+            length = rng.uniform(min_length, max_length)
+            walk = _random_walk(rng, rng.choice(starts), length)
+            if len(walk) * 2.0 < min_length:
+                continue
+            scenario, exits = _scenario_of(walk, signalized, t.name)
+            if scenario is None:
+                continue
+            pts = [walk[0]] + exits + [walk[-1]]
+            if walk[-1].is_junction or _revisits(pts):
+                continue
+            waypoints = np.array([[w.transform.location.x, w.transform.location.y, 0.0] for w in pts])
+            keep = np.concatenate([[True], np.linalg.norm(np.diff(waypoints, axis=0), axis=1) > 1.0])
+            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints[keep], scenarios=[scenario],
+                          weathers=[rng.choice(_WEATHERS)])
+            path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
+            write_route(path, route)
+            written.append(path)
+            bar.update()
+    by_type: dict[str, int] = {}
+    for p in written:
+        by_type[p.parent.name] = by_type.get(p.parent.name, 0) + 1
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items()))
+    print(f"wrote {len(written)} routes to {out_dir} ({summary}); town copied to {target}")
+    return written

@@ -1,0 +1,301 @@
+"""One route run: drive a route once in the embedded world and record it, frame by frame.
+
+Order of writes, so that a run killed at any point never looks complete:
+  1. discard what an earlier failed attempt left; write run.json
+  2. per recorded frame: frames/<index>.msgpack (atomic); a heartbeat every simulated second
+  3. at the end: the result file, whose existence is what makes the run finished or failed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from tools.collect.config import CollectSettings
+from tools.collect.planner import DenseRoute, RoadOption, RoutePlanner
+from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
+from tools.collect.town import Town
+from tools.dataset import atomic, frames, results
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey, resolve_root
+
+log = logging.getLogger("collect.run")
+
+#: A target point is passed (and the next one becomes the target) this close to the ego, metres.
+TARGET_REACHED_M = 7.5
+#: Route points stored per frame are this far apart, metres.
+ROUTE_AHEAD_SPACING_M = 2.0
+#: Actors stored as boxes within this distance of the ego, metres.
+BOX_RADIUS_M = 60.0
+#: The ego that ends within this distance of the route's end has completed it, metres.
+ARRIVAL_TOLERANCE_M = 10.0
+
+
+def derive_seed(route_stem: str, route_id: str, repetition: int, offset: int) -> int:
+    """The world's seed, from (route, repetition): identical runs for identical inputs."""
+    digest = hashlib.sha256(f"{route_stem}/{route_id}/{repetition}/{offset}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def check_root_writable(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f"{atomic.TMP_PREFIX}probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ToolError(f"--root {root}: not writable ({e.strerror or e}); choose another --root") from None
+
+
+def select_route(route_file: Path, route_id: str | None) -> Route:
+    found = read_routes(route_file)
+    if route_id is None:
+        if len(found) > 1:
+            ids = ", ".join(r.id for r in found)
+            raise ToolError(f"{route_file}: holds {len(found)} routes ({ids}); pick one with --route-id")
+        return found[0]
+    for r in found:
+        if r.id == str(route_id):
+            return r
+    raise ToolError(f"--route-id {route_id}: not in {route_file} (ids: {', '.join(r.id for r in found)})")
+
+
+class Referee:
+    """Route progress and infractions, as the leaderboard's criteria judge them."""
+
+    def __init__(self, route: DenseRoute, settings: CollectSettings):
+        self.route = route
+        self.settings = settings
+        self.index = 0
+        self.still_since: float | None = None
+        self.infractions: dict[str, list[str]] = {k: [] for k in results.INFRACTION_KEYS}
+        self._collided: set[str] = set()
+        self.status: str | None = None  # set when the run must end with a failure
+        self.budget = settings.timeout_base + route.length / settings.timeout_speed
+
+    @property
+    def completion(self) -> float:
+        return 100.0 * float(self.route.s[self.index]) / max(self.route.length, 1e-6)
+
+    def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
+        # Progress: nearest route point within a window ahead of the last one (monotonic).
+        s0 = self.route.s[self.index]
+        hi = int(np.searchsorted(self.route.s, s0 + 30.0)) + 1
+        window = self.route.xy[self.index : hi]
+        d = np.hypot(window[:, 0] - xy[0], window[:, 1] - xy[1])
+        k = int(d.argmin())
+        self.index += k
+        if d[k] > self.settings.max_deviation:
+            self.infractions["route_dev"].append(f"Agent deviated from the route at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+            self.status = results.FAILED_DEVIATED
+        for other in events.collisions:
+            if other not in self._collided:
+                self._collided.add(other)
+                self.infractions["collisions_vehicle"].append(
+                    f"Agent collided against object with type=vehicle and id={other} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+        if events.ran_red_light:
+            self.infractions["red_light"].append(
+                f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+        if speed > 0.1:
+            self.still_since = None
+        elif self.still_since is None:
+            self.still_since = t
+        if events.teleported or (self.still_since is not None and t - self.still_since > self.settings.blocked_after):
+            self.infractions["vehicle_blocked"].append(f"Agent got blocked at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+            self.status = results.FAILED_BLOCKED
+        if t > self.budget:
+            self.infractions["route_timeout"].append("Route timeout.")
+            self.status = results.FAILED
+
+    def final_status(self) -> str:
+        if self.status:
+            return self.status
+        if self.completion < 100.0 - 1e-6:
+            return results.FAILED
+        return results.COMPLETED if any(self.infractions.values()) else results.PERFECT
+
+
+def _targets(route: DenseRoute, coarse: np.ndarray, index: int, xy: np.ndarray) -> tuple[int, int]:
+    """Positions in `coarse` of the current and the next target point."""
+    k = int(np.searchsorted(coarse, index, side="right"))
+    while k < len(coarse) - 1 and math.dist(route.xy[coarse[k]], xy) < TARGET_REACHED_M:
+        k += 1
+    k = min(k, len(coarse) - 1)
+    return k, min(k + 1, len(coarse) - 1)
+
+
+def to_ego(ego, pts: np.ndarray) -> np.ndarray:
+    """World (CARLA frame) points (N, 2) into the ego frame: x forward, y right."""
+    c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
+    d = np.asarray(pts, dtype=np.float64) - (ego.x, ego.y)
+    return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], axis=1)
+
+
+def measurements(world, snap, route: DenseRoute, coarse: np.ndarray, referee: Referee, frame_index: int,
+                 tick: int, ahead: int, weather: dict) -> dict:
+    ego = snap.ego
+    st = world.ego_state()
+    xy = np.array([ego.x, ego.y])
+    k, k2 = _targets(route, coarse, referee.index, xy)
+    tp, tp_next = route.xy[coarse[k]], route.xy[coarse[k2]]
+    s_ahead = route.s[referee.index] + ROUTE_AHEAD_SPACING_M * np.arange(ahead)
+    route_ahead = np.stack([np.interp(s_ahead, route.s, route.xy[:, 0]), np.interp(s_ahead, route.s, route.xy[:, 1])], 1)
+    light, leader = st["light"], st["leader"]
+    light_hazard = bool(light and light["state"] in ("red", "yellow") and light["distance"] < 25.0)
+    vehicle_hazard = bool(leader and leader["gap"] < max(8.0, 2.0 * st["speed"] + 4.0))
+    heading = -math.radians(ego.yaw)  # OpenDRIVE frame: counter-clockwise from +x
+    r3 = lambda v: round(float(v), 3)  # noqa: E731
+    return {
+        "frame": frame_index,
+        "tick": tick,
+        "time": r3(snap.time),
+        "ego": {"x": r3(ego.x), "y": r3(ego.y), "z": r3(ego.z), "yaw": r3(ego.yaw), "speed": r3(st["speed"]),
+                "extent": [ego.length, ego.width, ego.height]},
+        "ego_opendrive": {"x": r3(ego.x), "y": r3(-ego.y), "heading": round(heading, 5)},
+        "speed": r3(st["speed"]),
+        "acceleration": r3(st["acceleration"]),
+        "target_speed": r3(st["target_speed"]),
+        "speed_limit": r3(st["speed_limit"]),
+        "command": int(route.option[coarse[k]]),
+        "next_command": int(route.option[coarse[k2]]),
+        "command_name": RoadOption(int(route.option[coarse[k]])).name,
+        "target_point": [r3(tp[0]), r3(tp[1])],
+        "target_point_next": [r3(tp_next[0]), r3(tp_next[1])],
+        "target_point_ego": [r3(v) for v in to_ego(ego, tp[None])[0]],
+        "route": np.round(route_ahead, 3).tolist(),
+        "route_index": referee.index,
+        "route_completion": r3(referee.completion),
+        "junction": bool(route.junction[referee.index]),
+        "lane": st["lane"],
+        "light": light,
+        "leader": leader,
+        "light_hazard": light_hazard,
+        "vehicle_hazard": vehicle_hazard,
+        "weather": weather,
+    }
+
+
+def boxes(snap) -> list[dict]:
+    ego = snap.ego
+    near = [a for a in snap.actors if math.hypot(a.x - ego.x, a.y - ego.y) < BOX_RADIUS_M]
+    out = []
+    if near:
+        rel = to_ego(ego, np.array([[a.x, a.y] for a in near]))
+        for a, (ex, ey) in zip(near, rel, strict=True):
+            d = a.to_dict()
+            d["center_ego"] = [round(float(ex), 3), round(float(ey), 3), round(a.z, 3)]
+            d["yaw_ego"] = round((a.yaw - ego.yaw + 180.0) % 360.0 - 180.0, 3)
+            out.append(d)
+    return out
+
+
+def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, seed: int,
+          attempt: int) -> results.RouteRecord:
+    """Simulate and record. Returns the record for the result file."""
+    from tools.collect.render import Renderer, Scene
+
+    from tools.collect.world import SumoWorld
+
+    started = time.time()
+    dense = RoutePlanner(town.carla_map).trace(route.waypoints)
+    coarse = dense.target_indices()
+    rig = settings.load_rig()
+    renderer = Renderer(Scene(town, seed=0), rig)
+    weather = route.weathers[0] if route.weathers else {}
+    atomic.write_json(layout.run_settings(key), {
+        "route": route.id, "town": town.name, "town_file": str(town.xodr), "scenario": route.scenario,
+        "repetition": key.name.rsplit("_rep", 1)[-1], "seed": seed, "attempt": attempt,
+        "host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": settings.to_dict(), "rig": rig.to_dict(), "route_length": round(dense.length, 3),
+        "dense_route": dense.to_dict(), "target_indices": coarse.tolist(), "format": frames.FRAME_FORMAT,
+    })
+    results.write_heartbeat(layout, key, 0)
+    world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
+    referee = Referee(dense, settings)
+    n_frames = 0
+    arrived = False
+    try:
+        while referee.status is None:
+            ev = world.step()
+            if ev.arrived:
+                arrived = True
+                break
+            ego_box = world.ego_box()
+            referee.update(world.time, np.array([ego_box.x, ego_box.y]), ego_box.speed, ev)
+            if world.tick % settings.sim_hz == 0:
+                results.write_heartbeat(layout, key, world.tick)
+            if world.tick % settings.record_every == 0 and referee.status is None:
+                snap = world.snapshot()
+                m = measurements(world, snap, dense, coarse, referee, n_frames, world.tick, settings.route_ahead,
+                                 weather)
+                frames.write_frame(layout.frame_path(key, n_frames), n_frames, m, boxes(snap), renderer.render(snap))
+                n_frames += 1
+    finally:
+        world.close()
+    if arrived and math.dist(dense.xy[-1], (ego_box.x, ego_box.y)) < ARRIVAL_TOLERANCE_M + ego_box.length:
+        referee.index = len(dense.s) - 1
+    record = results.RouteRecord(route_id=route.id, status=referee.final_status(), infractions=referee.infractions,
+                                 route_completion=referee.completion, route_length=dense.length,
+                                 duration_game=world.time, duration_system=time.time() - started)
+    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall)", key, record.status, n_frames,
+             record.route_completion, dense.length, world.time, record.duration_system)
+    return record
+
+
+def run_route(route: str, root: str | None, repetition: int, towns: str | None, route_id: str | None,
+              attempt: int | None, force: bool, settings: dict) -> RunKey:
+    """Check every argument, claim an attempt, drive, write the result. See `python -m tools.collect run`."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    cfg = CollectSettings.from_flags(settings)
+    route_path = Path(route)
+    if not route_path.is_file():
+        raise ToolError(f"--route {route}: no such route file")
+    try:
+        repetition = int(repetition)
+    except (TypeError, ValueError):
+        raise ToolError(f"--repetition {repetition!r}: expected an integer >= 0") from None
+    if repetition < 0:
+        raise ToolError(f"--repetition {repetition}: expected an integer >= 0")
+    r = select_route(route_path, None if route_id is None else str(route_id))
+    towns_dir = find_towns_dir(route_path, towns)
+    xodr = town_file(route_path, r, towns_dir)
+    check_routes([(route_path, r)], towns_dir)
+    layout = Layout(resolve_root(root))
+    check_root_writable(layout.root)
+    key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
+
+    state = results.run_state(layout, key)
+    if state is results.RunState.FINISHED and not force:
+        print(f"{key}: already finished; --force redoes it", file=sys.stderr)
+        return key
+    if state is results.RunState.RUNNING:
+        raise ToolError(f"{key}: running in another process ({layout.heartbeat(key)}); not touching it")
+    if attempt is None:
+        claimed = results.claim_attempt(layout, key)
+        if claimed is None:
+            raise ToolError(f"{key}: another process claimed this attempt; not touching it")
+        attempt, log_path = claimed
+        handler = logging.FileHandler(log_path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    results.discard_run(layout, key)
+
+    seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
+    log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
+    try:
+        record = drive(layout, key, r, Town(xodr), cfg, seed, int(attempt))
+    except Exception:
+        log.error("%s: crashed\n%s", key, traceback.format_exc())
+        results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+        raise SystemExit(1) from None
+    results.write_result(layout, key, record)
+    return key

@@ -1,0 +1,69 @@
+"""The world state handed from a world backend (embedded SUMO world, or CARLA) to the sensors.
+
+All positions are in CARLA's world frame: metres, x east, y = -y(OpenDRIVE) (left-handed), z up;
+yaw in degrees, positive turning from +x towards +y (a right turn seen from above). A vehicle's
+local frame is x forward, y right, z up, as in CARLA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Box:
+    """An oriented 3D box: an actor (vehicle) or a static structure."""
+
+    id: int  # stable within a run; 0 is the ego
+    cls: int  # semantic class (tools.dataset.semantics)
+    x: float  # centre of the box, world frame
+    y: float
+    z: float
+    yaw: float  # degrees
+    length: float  # full extents, metres
+    width: float
+    height: float
+    speed: float = 0.0  # m/s along the heading
+
+    def corners(self) -> np.ndarray:
+        """(8, 3) world coordinates of the corners."""
+        c, s = math.cos(math.radians(self.yaw)), math.sin(math.radians(self.yaw))
+        dx = np.array([1, 1, -1, -1, 1, 1, -1, -1]) * self.length / 2
+        dy = np.array([1, -1, -1, 1, 1, -1, -1, 1]) * self.width / 2
+        dz = np.array([-1, -1, -1, -1, 1, 1, 1, 1]) * self.height / 2
+        return np.stack([self.x + c * dx - s * dy, self.y + s * dx + c * dy, self.z + dz], axis=1)
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "class": int(self.cls),
+            "center": [round(self.x, 3), round(self.y, 3), round(self.z, 3)],
+            "yaw": round(self.yaw, 3),
+            "extent": [round(self.length, 3), round(self.width, 3), round(self.height, 3)],
+            "speed": round(self.speed, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Light:
+    """A traffic-light signal over one incoming lane: its stop line and current state."""
+
+    id: str  # "<tls id>:<link index>"
+    x: float  # centre of the stop line (end of the incoming lane), world frame
+    y: float
+    yaw: float  # driving direction of the incoming lane, degrees
+    width: float  # lane width, metres
+    state: str  # "red" | "yellow" | "green" | "off"
+
+
+@dataclass
+class Snapshot:
+    """Everything the sensors need at one recorded instant."""
+
+    time: float  # simulated seconds since the start of the run
+    ego: Box
+    actors: list[Box] = field(default_factory=list)  # other vehicles (not the ego)
+    lights: list[Light] = field(default_factory=list)

@@ -1,0 +1,207 @@
+"""Towns: OpenDRIVE files. Generate one with SUMO, load any one as a SUMO network and a carla.Map.
+
+The OpenDRIVE text is the single source of the road network: `carla.Map` reads it for road semantics
+and netconvert turns it into the SUMO network that drives the traffic (cached beside the file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tools.dataset import atomic
+from tools.dataset.errors import ToolError
+
+#: Bump when the netconvert options below change, so cached networks are rebuilt.
+_NET_OPTIONS = ["--offset.disable-normalization", "true", "--no-turnarounds", "true"]
+_NET_CACHE_VERSION = "1"
+
+
+class TownError(ToolError):
+    """A town that cannot be made or loaded; the message names the file and the reason."""
+
+
+def sumo_binary(name: str) -> str:
+    """Path of a SUMO binary: from the `eclipse-sumo` package, else from PATH."""
+    try:
+        import sumo  # the eclipse-sumo package
+
+        candidate = Path(sumo.SUMO_HOME) / "bin" / name
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise TownError(f"SUMO's {name} not found: install the eclipse-sumo package (make install)")
+    return found
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise TownError(f"{what} failed: {' | '.join(tail)}")
+
+
+def parse_grid(grid: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", str(grid))
+    if not m or not (2 <= int(m.group(1)) <= 30 and 2 <= int(m.group(2)) <= 30):
+        raise TownError(f"--grid {grid!r}: expected COLSxROWS with 2 to 30 each, e.g. 4x4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def make_town(out: Path, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: float = 100.0) -> Path:
+    """Generate a grid town (several lanes, traffic lights at junctions) as OpenDRIVE with SUMO."""
+    cols, rows = parse_grid(grid)
+    if not 1 <= lanes <= 4:
+        raise TownError(f"--lanes {lanes}: expected 1 to 4 lanes per direction")
+    if not 40.0 <= block <= 500.0:
+        raise TownError(f"--block {block}: expected a block length between 40 and 500 metres")
+    out = Path(out)
+    if out.suffix != ".xodr":
+        raise TownError(f"--out {out}: a town is an OpenDRIVE file, name it *.xodr")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="town-") as tmp:
+        net = Path(tmp) / "grid.net.xml"
+        xodr = Path(tmp) / "town.xodr"
+        _run(
+            [
+                sumo_binary("netgenerate"), "--grid", "--grid.x-number", str(cols), "--grid.y-number", str(rows),
+                "--grid.length", str(block), "--default.lanenumber", str(lanes), "--default.speed", "13.89",
+                "--tls.guess", "true", "--no-turnarounds", "true", "--seed", str(seed), "--no-warnings",
+                "-o", str(net),
+            ],
+            "netgenerate",
+        )
+        _run([sumo_binary("netconvert"), "-s", str(net), "--opendrive-output", str(xodr), "--no-warnings"],
+             "netconvert --opendrive-output")
+        atomic.write_bytes(out, xodr.read_bytes())
+    return out
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A SUMO lane in CARLA's frame, for the renderer and the world."""
+
+    id: str
+    edge: str
+    index: int  # 0 is the rightmost lane
+    lanes_in_edge: int
+    centerline: np.ndarray  # (N, 2)
+    width: float
+    internal: bool  # a lane inside a junction
+
+
+class Town:
+    """One OpenDRIVE town, with its SUMO network and carla.Map built from the same text."""
+
+    def __init__(self, xodr: Path):
+        self.xodr = Path(xodr)
+        if not self.xodr.is_file():
+            raise TownError(f"town file {self.xodr} does not exist")
+        self.text = self.xodr.read_text(errors="replace")
+        if "<OpenDRIVE" not in self.text[:5000]:
+            raise TownError(f"town file {self.xodr} is not OpenDRIVE (no <OpenDRIVE> element)")
+        self.name = self.xodr.stem
+        self.net = self._sumo_net()
+        self.offset = self._net_offset()
+
+    def _sumo_net(self) -> Path:
+        """The SUMO network for this OpenDRIVE text: cached beside it, keyed by the text's hash."""
+        digest = hashlib.sha256((self.text + _NET_CACHE_VERSION).encode()).hexdigest()[:12]
+        name = f".{self.name}.{digest}.net.xml"
+        candidates = [self.xodr.parent / name, Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                      / "drivekit" / "towns" / name]
+        for path in candidates:
+            if path.exists():
+                return path
+        for path in candidates:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f"{atomic.TMP_PREFIX}{os.getpid()}-{path.name}")
+                _run([sumo_binary("netconvert"), "--opendrive-files", str(self.xodr), *_NET_OPTIONS,
+                      "--no-warnings", "-o", str(tmp)], f"netconvert of {self.xodr}")
+                os.replace(tmp, path)
+                return path
+            except PermissionError:
+                continue
+        raise TownError(f"cannot write the SUMO network of {self.xodr}: no writable cache folder")
+
+    def _net_offset(self) -> tuple[float, float]:
+        with open(self.net) as f:
+            head = f.read(20000)
+        m = re.search(r'netOffset="([-\d.eE+]+),([-\d.eE+]+)"', head)
+        return (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
+
+    # ------------------------------------------------------------------ frames
+    def sumo_to_carla(self, xy: np.ndarray) -> np.ndarray:
+        """SUMO network coordinates (N, 2) to CARLA's frame: undo netOffset, negate y."""
+        xy = np.asarray(xy, dtype=np.float64)
+        out = np.empty_like(xy)
+        out[..., 0] = xy[..., 0] - self.offset[0]
+        out[..., 1] = -(xy[..., 1] - self.offset[1])
+        return out
+
+    def carla_to_sumo(self, xy: np.ndarray) -> np.ndarray:
+        xy = np.asarray(xy, dtype=np.float64)
+        out = np.empty_like(xy)
+        out[..., 0] = xy[..., 0] + self.offset[0]
+        out[..., 1] = -xy[..., 1] + self.offset[1]
+        return out
+
+    @staticmethod
+    def sumo_angle_to_yaw(angle: float) -> float:
+        """SUMO heading (degrees clockwise from north) to CARLA yaw (degrees), in (-180, 180]."""
+        yaw = (angle - 90.0) % 360.0
+        return yaw - 360.0 if yaw > 180.0 else yaw
+
+    # ------------------------------------------------------------------ parts
+    @cached_property
+    def carla_map(self):
+        import carla
+
+        return carla.Map(self.name, self.text)
+
+    @cached_property
+    def lanes(self) -> list[Lane]:
+        """Every vehicle lane of the SUMO network, in CARLA's frame."""
+        import sumolib
+
+        net = sumolib.net.readNet(str(self.net), withInternal=True)
+        lanes = []
+        for edge in net.getEdges(withInternal=True):
+            func = edge.getFunction()
+            if func not in ("", "normal", "internal"):
+                continue
+            n = len(edge.getLanes())
+            for lane in edge.getLanes():
+                if not lane.allows("passenger"):
+                    continue
+                lanes.append(
+                    Lane(
+                        id=lane.getID(),
+                        edge=edge.getID(),
+                        index=lane.getIndex(),
+                        lanes_in_edge=n,
+                        centerline=self.sumo_to_carla(np.array(lane.getShape(), dtype=np.float64)[:, :2]),
+                        width=float(lane.getWidth()),
+                        internal=func == "internal",
+                    )
+                )
+        return lanes
+
+    @cached_property
+    def bounds(self) -> tuple[float, float, float, float]:
+        """(xmin, ymin, xmax, ymax) of all lanes in CARLA's frame."""
+        pts = np.concatenate([lane.centerline for lane in self.lanes])
+        return (float(pts[:, 0].min()), float(pts[:, 1].min()), float(pts[:, 0].max()), float(pts[:, 1].max()))

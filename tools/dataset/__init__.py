@@ -1,0 +1,1 @@
+"""The on-disk contract shared by every stage: paths, schemas, readers and writers, atomic writes."""

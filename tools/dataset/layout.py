@@ -1,0 +1,140 @@
+"""The dataset root: where every file lives. The one place that names on-disk paths.
+
+    ROOT/
+      manifest.json                              format version, who/what/when collected it
+      data/<Scenario>/<run>/                     one folder per route run (route x repetition)
+          run.json                               settings of the run (seed, town, rig, attempt)
+          heartbeat.json                         host, pid and time, rewritten while the run is alive
+          frames/<index:05d>.msgpack             one file per recorded frame (tools.dataset.frames)
+      results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
+      logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
+      buckets/  cache/                           later stages
+
+See docs/dataset-format.md for the schemas.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.dataset.atomic import is_temporary
+
+DATASET_FORMAT = 1
+
+MANIFEST = "manifest.json"
+DATA = "data"
+RESULTS = "results"
+LOGS = "logs"
+BUCKETS = "buckets"
+CACHE = "cache"
+
+RUN_SETTINGS = "run.json"
+HEARTBEAT = "heartbeat.json"
+FRAMES = "frames"
+FRAME_NAME = "{index:05d}.msgpack"
+ATTEMPT_LOG = "attempt-{attempt:02d}.log"
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def resolve_root(root: str | os.PathLike | None = None) -> Path:
+    """`--root`, else `$DATA_ROOT`, else `./data`."""
+    if root is None or str(root) == "":
+        root = os.environ.get("DATA_ROOT") or "data"
+    return Path(root).expanduser().absolute()
+
+
+@dataclass(frozen=True, order=True)
+class RunKey:
+    """One route run: the scenario type it is filed under and its folder name."""
+
+    scenario: str
+    name: str
+
+    def __post_init__(self) -> None:
+        for part in (self.scenario, self.name):
+            if not _NAME_OK.match(part):
+                raise ValueError(f"invalid name for a dataset folder: {part!r} (use letters, digits, _ . -)")
+
+    @staticmethod
+    def for_route(scenario: str, route_stem: str, route_id: str, repetition: int) -> RunKey:
+        """The one naming rule of route runs: `<route file stem>_route<id>_rep<K>`."""
+        return RunKey(scenario, f"{route_stem}_route{route_id}_rep{repetition}")
+
+    def __str__(self) -> str:
+        return f"{self.scenario}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Path templates of one dataset root."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def buckets(self) -> Path:
+        return self.root / BUCKETS
+
+    @property
+    def cache(self) -> Path:
+        return self.root / CACHE
+
+    def run_dir(self, key: RunKey) -> Path:
+        return self.root / DATA / key.scenario / key.name
+
+    def frames_dir(self, key: RunKey) -> Path:
+        return self.run_dir(key) / FRAMES
+
+    def frame_path(self, key: RunKey, index: int) -> Path:
+        return self.frames_dir(key) / FRAME_NAME.format(index=index)
+
+    def run_settings(self, key: RunKey) -> Path:
+        return self.run_dir(key) / RUN_SETTINGS
+
+    def heartbeat(self, key: RunKey) -> Path:
+        return self.run_dir(key) / HEARTBEAT
+
+    def result_path(self, key: RunKey) -> Path:
+        return self.root / RESULTS / key.scenario / f"{key.name}.json"
+
+    def log_dir(self, key: RunKey) -> Path:
+        return self.root / LOGS / key.scenario / key.name
+
+    def attempt_log(self, key: RunKey, attempt: int) -> Path:
+        return self.log_dir(key) / ATTEMPT_LOG.format(attempt=attempt)
+
+    def attempt_logs(self, key: RunKey) -> list[Path]:
+        d = self.log_dir(key)
+        return sorted(d.glob("attempt-*.log")) if d.is_dir() else []
+
+    def frame_paths(self, key: RunKey) -> list[Path]:
+        d = self.frames_dir(key)
+        if not d.is_dir():
+            return []
+        return sorted(p for p in d.glob("*.msgpack") if not is_temporary(p))
+
+    def iter_runs(self) -> Iterator[RunKey]:
+        """Every route run that has anything on disk (a folder, a result or a log), sorted."""
+        keys: set[RunKey] = set()
+        for top, suffix in ((DATA, ""), (RESULTS, ".json"), (LOGS, "")):
+            base = self.root / top
+            if not base.is_dir():
+                continue
+            for scen in base.iterdir():
+                if not scen.is_dir() or is_temporary(scen):
+                    continue
+                for entry in scen.iterdir():
+                    if is_temporary(entry) or not entry.name.endswith(suffix):
+                        continue
+                    name = entry.name[: len(entry.name) - len(suffix)] if suffix else entry.name
+                    if _NAME_OK.match(name) and _NAME_OK.match(scen.name):
+                        keys.add(RunKey(scen.name, name))
+        yield from sorted(keys)
