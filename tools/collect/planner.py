@@ -186,7 +186,7 @@ class RoutePlanner:
             w = self.map.get_waypoint(carla.Location(float(p[0]), float(p[1]), 0.0), project_to_road=True,
                                       lane_type=carla.LaneType.Driving)
             wps.append(w)
-        items: list[tuple[object, RoadOption]] = []
+        items: list[tuple[float, float, float, int, bool]] = []
         for a, b in zip(wps[:-1], wps[1:], strict=True):
             sa, ka = self._segment_of(a)
             sb, kb = self._segment_of(b)
@@ -197,15 +197,8 @@ class RoutePlanner:
             for seg, lc in self._search(sa, sb):
                 if lc is None:
                     items += self._with_options(self.segments[seg])
-                    if seg == sb:
-                        pass
                 else:
-                    own, other = self.segments[lc], self.segments[seg]
-                    half = len(own) // 2
-                    opt = self._change_option(own[0], other[0])
-                    items += [(w, RoadOption.LANEFOLLOW) for w in own[:half]]
-                    items += [(w, opt) for w in other[half : half + 1]]
-                    items += [(w, RoadOption.LANEFOLLOW) for w in other[half + 1 :]]
+                    items += self._lane_change(self.segments[lc], self.segments[seg])
             items += self._with_options(self.segments[sb][: kb + 1])
         return self._densify(items)
 
@@ -217,24 +210,42 @@ class RoutePlanner:
         return RoadOption.CHANGELANERIGHT
 
     @staticmethod
-    def _with_options(path) -> list[tuple[object, RoadOption]]:
+    def _point(w, option: RoadOption) -> tuple[float, float, float, int, bool]:
+        t = w.transform
+        return (t.location.x, t.location.y, t.rotation.yaw, int(option), w.is_junction)
+
+    def _with_options(self, path) -> list[tuple[float, float, float, int, bool]]:
         if not path:
             return []
+        opt = RoadOption.LANEFOLLOW
         if path[0].is_junction:
             opt = turn_option(path[0].transform.rotation.yaw, path[-1].transform.rotation.yaw)
-            return [(w, opt) for w in path]
-        return [(w, RoadOption.LANEFOLLOW) for w in path]
+        return [self._point(w, opt) for w in path]
+
+    def _lane_change(self, own, other, blend: int = 10) -> list[tuple[float, float, float, int, bool]]:
+        """Drive `own` lane, then move over to the parallel `other` lane smoothly over `blend` metres."""
+        n = min(len(own), len(other))
+        start = max(0, n // 2 - blend // 2)
+        option = int(self._change_option(own[0], other[0]))
+        out = [self._point(w, RoadOption.LANEFOLLOW) for w in own[:start]]
+        for i in range(start, n):
+            a = min(1.0, (i - start + 1) / max(blend, 1))
+            po, pn = own[i].transform.location, other[i].transform.location
+            x, y = (1 - a) * po.x + a * pn.x, (1 - a) * po.y + a * pn.y
+            opt = option if i == start else int(RoadOption.LANEFOLLOW)
+            out.append((x, y, other[i].transform.rotation.yaw, opt, False))
+        out += [self._point(w, RoadOption.LANEFOLLOW) for w in other[n:]]
+        return out
 
     def _densify(self, items) -> DenseRoute:
         xy, yaw, opt, junction = [], [], [], []
-        for w, o in items:
-            loc = w.transform.location
-            if xy and math.hypot(loc.x - xy[-1][0], loc.y - xy[-1][1]) < 0.05:
+        for x, y, w_yaw, o, j in items:
+            if xy and math.hypot(x - xy[-1][0], y - xy[-1][1]) < 0.05:
                 continue  # the joint of two segments
-            xy.append((loc.x, loc.y))
-            yaw.append(w.transform.rotation.yaw)
-            opt.append(int(o))
-            junction.append(w.is_junction)
+            xy.append((x, y))
+            yaw.append(w_yaw)
+            opt.append(o)
+            junction.append(j)
         xy_a = np.array(xy, dtype=np.float64)
         s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(xy_a, axis=0), axis=1))])
         return DenseRoute(xy=xy_a, yaw=np.array(yaw), option=np.array(opt, dtype=np.int64), s=s,

@@ -27,6 +27,7 @@ from tools.collect.town import Town
 from tools.dataset import atomic, frames, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey, resolve_root
+from tools.dataset.manifest import read_manifest, update_manifest
 
 log = logging.getLogger("collect.run")
 
@@ -148,7 +149,7 @@ def measurements(world, snap, route: DenseRoute, coarse: np.ndarray, referee: Re
     k, k2 = _targets(route, coarse, referee.index, xy)
     tp, tp_next = route.xy[coarse[k]], route.xy[coarse[k2]]
     s_ahead = route.s[referee.index] + ROUTE_AHEAD_SPACING_M * np.arange(ahead)
-    route_ahead = np.stack([np.interp(s_ahead, route.s, route.xy[:, 0]), np.interp(s_ahead, route.s, route.xy[:, 1])], 1)
+    route_ahead = np.stack([np.interp(s_ahead, route.s, route.xy[:, i]) for i in (0, 1)], axis=1)
     light, leader = st["light"], st["leader"]
     light_hazard = bool(light and light["state"] in ("red", "yellow") and light["distance"] < 25.0)
     vehicle_hazard = bool(leader and leader["gap"] < max(8.0, 2.0 * st["speed"] + 4.0))
@@ -202,7 +203,6 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
           attempt: int) -> results.RouteRecord:
     """Simulate and record. Returns the record for the result file."""
     from tools.collect.render import Renderer, Scene
-
     from tools.collect.world import SumoWorld
 
     started = time.time()
@@ -272,6 +272,11 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     layout = Layout(resolve_root(root))
     check_root_writable(layout.root)
     key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
+    if attempt is None:  # run alone: record it in the manifest (collect has done so for its runs)
+        update_manifest(layout, {"command": "run", "settings": cfg.to_dict(), "argv": sys.argv[1:]},
+                        {str(key): {"route": str(route_path.absolute()), "route_id": r.id, "repetition": repetition}})
+    else:
+        read_manifest(layout)  # refuses a root of another format version
 
     state = results.run_state(layout, key)
     if state is results.RunState.FINISHED and not force:

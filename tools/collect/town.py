@@ -6,11 +6,13 @@ and netconvert turns it into the SUMO network that drives the traffic (cached be
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -51,6 +53,20 @@ def _run(cmd: list[str], what: str) -> None:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise TownError(f"{what} failed: {' | '.join(tail)}")
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (C++ libraries' own messages) for the duration of the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def parse_grid(grid: str) -> tuple[int, int]:
@@ -170,7 +186,9 @@ class Town:
     def carla_map(self):
         import carla
 
-        return carla.Map(self.name, self.text)
+        # libcarla warns on stderr about the missing georeference of SUMO's export; it is harmless.
+        with _quiet_stderr():
+            return carla.Map(self.name, self.text)
 
     @cached_property
     def lanes(self) -> list[Lane]:

@@ -1,0 +1,63 @@
+"""Speed of the embedded world with the default rig, on one core.
+
+Generates a 4x4 town and routes, drives them with `tools.collect run` in this process (pinned to one
+CPU core, one thread), and prints simulated seconds per wall second and recorded frames per second.
+The wall time includes everything a route run does: SUMO, rendering, encoding and writing frames.
+
+    .venv/bin/python benchmarks/bench_world.py [--routes 3]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--routes", type=int, default=3, help="routes to drive (default 3)")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+
+    from tools.collect.routes import generate_routes
+    from tools.collect.run import run_route
+    from tools.collect.town import make_town
+    from tools.dataset.layout import Layout
+
+    logging.disable(logging.INFO)
+    with tempfile.TemporaryDirectory(prefix="bench-world-") as tmp:
+        tmp = Path(tmp)
+        xodr = make_town(tmp / "towns" / "town.xodr", grid="4x4")
+        files = generate_routes(town=str(xodr), count=args.routes, out=str(tmp / "routes"), seed=7,
+                                min_length=300, max_length=500)
+        sim = wall = 0.0
+        n_frames = 0
+        for f in files:
+            run_route(route=str(f), root=str(tmp / "root"), repetition=0, towns=str(tmp / "routes" / "towns"),
+                      route_id=None, attempt=None, force=False, settings={})
+        layout = Layout(tmp / "root")
+        for key in layout.iter_runs():
+            meta = json.loads(layout.result_path(key).read_text())["_checkpoint"]["records"][0]["meta"]
+            sim += meta["duration_game"]
+            wall += meta["duration_system"]
+            n_frames += len(layout.frame_paths(key))
+        size = sum(p.stat().st_size for key in layout.iter_runs() for p in layout.frame_paths(key))
+    print(f"embedded world, default rig, 1 core: {len(files)} routes, {sim:.0f} s simulated in {wall:.1f} s wall")
+    print(f"  simulated seconds per wall second: {sim / wall:.1f}  (goal: 10 or more)")
+    print(f"  recorded frames per second:        {n_frames / wall:.1f}  ({n_frames} frames, "
+          f"{size / max(n_frames, 1) / 1024:.0f} KiB per frame)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

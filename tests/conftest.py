@@ -1,0 +1,46 @@
+"""Shared fixtures: a real town made with SUMO, and real route files for it (made once per session)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def run_tool(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300,
+             check: bool = False) -> subprocess.CompletedProcess:
+    """Run a command as a user would (argument list, no shell); text output."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(list(args), cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def town_dir(tmp_path_factory) -> Path:
+    """A routes folder with a 3x3 grid town in towns/town.xodr."""
+    d = tmp_path_factory.mktemp("routes")
+    run_tool(PYTHON, "-m", "tools.collect", "town", "--out", str(d / "towns" / "town.xodr"), "--grid", "3x3",
+             check=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def town_xodr(town_dir) -> Path:
+    return town_dir / "towns" / "town.xodr"
+
+
+@pytest.fixture(scope="session")
+def short_routes(tmp_path_factory, town_xodr) -> Path:
+    """A folder with 2 short routes (150 to 250 m) and the town in towns/."""
+    d = tmp_path_factory.mktemp("short-routes")
+    run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "2", "--out", str(d),
+             "--min-length", "150", "--max-length", "250", "--seed", "3", check=True)
+    return d

@@ -1,0 +1,110 @@
+"""One route run end to end in the embedded world: frames, result, determinism, skip and redo rules."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import PYTHON, run_tool
+
+from tools.dataset import frames, results
+from tools.dataset.layout import Layout
+
+
+def _route_file(short_routes):
+    return sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+
+
+def _run(route, root, *extra):
+    return run_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(route), "--root", str(root), *extra)
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory, short_routes):
+    root = tmp_path_factory.mktemp("root")
+    proc = _run(_route_file(short_routes), root, "--vehicles", "20")
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(root)
+    (key,) = list(layout.iter_runs())
+    return layout, key
+
+
+def test_run_writes_frames_then_a_finished_result(one_run):
+    layout, key = one_run
+    assert results.run_state(layout, key) is results.RunState.FINISHED
+    result = json.loads(layout.result_path(key).read_text())
+    record = result["_checkpoint"]["records"][0]
+    assert record["status"] in results.SUCCESS_STATUSES
+    assert record["scores"]["score_route"] == pytest.approx(100.0)
+    assert set(record["infractions"]) == set(results.INFRACTION_KEYS)
+    paths = layout.frame_paths(key)
+    assert len(paths) >= 10
+    # 20 Hz simulation recorded at 4 Hz: frames 0.25 s apart, numbered from 0 without gaps.
+    times = []
+    for i, p in enumerate(paths):
+        assert p.name == f"{i:05d}.msgpack"
+        times.append(frames.read_frame(p, sensors=False)["measurements"]["time"])
+    assert np.allclose(np.diff(times), 0.25, atol=1e-6)
+    assert record["meta"]["duration_game"] >= times[-1]
+    settings = json.loads(layout.run_settings(key).read_text())
+    assert settings["settings"]["vehicles"] == 20 and "rig" in settings and "dense_route" in settings
+
+
+def test_every_frame_holds_sensors_measurements_and_boxes(one_run):
+    layout, key = one_run
+    frame = frames.read_frame(layout.frame_paths(key)[3])
+    sensors = frame["sensors"]
+    assert {"rgb_front", "semantics_front", "depth_front", "lidar", "lidar_labels", "bev"} <= set(sensors)
+    assert sensors["rgb_front"].ndim == 3 and sensors["rgb_front"].dtype == np.uint8
+    assert sensors["lidar"].shape[1] == 4 and len(sensors["lidar"]) == len(sensors["lidar_labels"])
+    m = frame["measurements"]
+    for k in ("ego", "ego_opendrive", "speed", "acceleration", "target_speed", "command", "target_point",
+              "route", "light", "leader", "light_hazard", "vehicle_hazard", "weather"):
+        assert k in m, k
+    assert m["ego_opendrive"]["y"] == pytest.approx(-m["ego"]["y"])
+    assert len(m["route"]) == 20
+    for box in frame["boxes"]:
+        assert {"id", "class", "center", "yaw", "extent", "center_ego", "yaw_ego"} <= set(box)
+
+
+def test_same_seed_gives_identical_measurements(tmp_path, short_routes, one_run):
+    layout, key = one_run
+    proc = _run(_route_file(short_routes), tmp_path, "--vehicles", "20")
+    assert proc.returncode == 0, proc.stderr
+    again = Layout(tmp_path)
+    a, b = layout.frame_paths(key), again.frame_paths(key)
+    assert len(a) == len(b)
+    for pa, pb in zip(a, b, strict=True):
+        fa, fb = frames.read_frame(pa), frames.read_frame(pb)
+        assert fa["measurements"] == fb["measurements"]
+        assert fa["boxes"] == fb["boxes"]
+        np.testing.assert_array_equal(fa["sensors"]["lidar"], fb["sensors"]["lidar"])
+
+
+def test_another_repetition_is_seeded_differently(tmp_path, short_routes, one_run):
+    layout, key = one_run
+    proc = _run(_route_file(short_routes), tmp_path, "--vehicles", "20", "--repetition", "1")
+    assert proc.returncode == 0, proc.stderr
+    (key1,) = list(Layout(tmp_path).iter_runs())
+    assert key1.name.endswith("_rep1")
+    s0 = json.loads(layout.run_settings(key).read_text())["seed"]
+    s1 = json.loads(Layout(tmp_path).run_settings(key1).read_text())["seed"]
+    assert s0 != s1
+
+
+def test_a_finished_run_is_skipped_unless_forced(one_run, short_routes):
+    layout, key = one_run
+    before = [p.stat().st_mtime_ns for p in layout.frame_paths(key)]
+    proc = _run(_route_file(short_routes), layout.root, "--vehicles", "20")
+    assert proc.returncode == 0 and "already finished" in proc.stderr
+    assert [p.stat().st_mtime_ns for p in layout.frame_paths(key)] == before
+    assert results.attempts(layout, key) == 1
+
+
+def test_unknown_setting_names_the_near_match(tmp_path, short_routes):
+    proc = _run(_route_file(short_routes), tmp_path, "--vehicels", "3")
+    assert proc.returncode == 2
+    assert "unknown setting --vehicels" in proc.stderr and "--vehicles" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,117 @@
+"""Towns from SUMO, route files in the leaderboard 2.0 format, and route semantics from carla.Map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import PYTHON, run_tool
+
+from tools.collect.planner import RoadOption, RoutePlanner
+from tools.collect.routes import Route, RouteError, check_routes, read_routes, write_route
+from tools.collect.town import Town, TownError, make_town
+
+
+def test_town_is_opendrive_that_carla_map_and_sumo_both_load(town_xodr):
+    town = Town(town_xodr)
+    assert "<OpenDRIVE" in town.text[:2000]
+    assert town.net.exists() and town.net.name.endswith(".net.xml")
+    assert len(town.carla_map.get_topology()) > 50
+    xmin, ymin, xmax, ymax = town.bounds
+    assert xmax - xmin > 150 and ymax - ymin > 150
+    # A SUMO lane and the carla.Map agree on where the road is (frames converted correctly).
+    lane = next(lane for lane in town.lanes if not lane.internal)
+    x, y = lane.centerline[len(lane.centerline) // 2]
+    import carla
+
+    wp = town.carla_map.get_waypoint(carla.Location(float(x), float(y), 0.0))
+    assert np.hypot(wp.transform.location.x - x, wp.transform.location.y - y) < 0.5
+
+
+def test_town_net_is_cached_beside_the_opendrive_file(town_xodr):
+    first = Town(town_xodr).net
+    mtime = first.stat().st_mtime_ns
+    assert Town(town_xodr).net == first and first.stat().st_mtime_ns == mtime
+
+
+def test_make_town_rejects_bad_grid_and_suffix(tmp_path):
+    with pytest.raises(TownError, match="--grid"):
+        make_town(tmp_path / "t.xodr", grid="1x9")
+    with pytest.raises(TownError, match=r"\.xodr"):
+        make_town(tmp_path / "t.txt")
+
+
+def test_a_file_that_is_not_opendrive_is_refused(tmp_path):
+    bad = tmp_path / "bad.xodr"
+    bad.write_text("<routes/>")
+    with pytest.raises(TownError, match="not OpenDRIVE"):
+        Town(bad)
+
+
+def test_routes_command_writes_one_route_per_file_in_scenario_folders(tmp_path, town_xodr):
+    proc = run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "6",
+                    "--out", str(tmp_path), "--seed", "1", check=True)
+    files = sorted(p for p in tmp_path.rglob("*.xml") if "towns" not in p.parts)
+    assert len(files) == 6, proc.stdout
+    assert (tmp_path / "towns" / "town.xodr").exists()
+    for f in files:
+        (route,) = read_routes(f)
+        assert f.parent.name == route.scenario and route.town == "town"
+        assert route.scenario.endswith(("LeftTurn", "RightTurn", "Straight"))
+        assert len(route.waypoints) >= 2 and route.weathers
+    check_routes([(f, read_routes(f)[0]) for f in files], tmp_path / "towns")
+
+
+def test_route_file_round_trip(tmp_path):
+    route = Route("7", "town", np.array([[1.0, 2.0, 0.0], [30.0, 2.0, 0.0]]),
+                  [{"name": "X_1", "type": "X", "trigger": [1.0, 2.0, 0.0, 90.0]}], [{"cloudiness": 10.0}])
+    write_route(tmp_path / "r.xml", route)
+    (back,) = read_routes(tmp_path / "r.xml")
+    assert back.id == "7" and back.scenario == "X" and back.weathers == [{"cloudiness": 10.0}]
+    np.testing.assert_allclose(back.waypoints, route.waypoints)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("<routes><route id='0' town='t'>", "malformed route XML"),
+        ("<scenarios/>", "not a route file"),
+        ("<routes><route id='0' town='t'><waypoints><position x='1' y='2' z='0'/></waypoints></route></routes>",
+         "at least 2"),
+        ("<routes><route id='0' town='t'><waypoints><position x='a' y='2' z='0'/><position x='1' y='2' z='0'/>"
+         "</waypoints></route></routes>", "non-numeric"),
+        ("<routes></routes>", "no <route>"),
+    ],
+)
+def test_bad_route_files_give_one_line_naming_the_file(tmp_path, text, reason):
+    f = tmp_path / "bad.xml"
+    f.write_text(text)
+    with pytest.raises(RouteError) as e:
+        read_routes(f)
+    assert str(f) in str(e.value) and reason in str(e.value) and "\n" not in str(e.value)
+
+
+def test_waypoint_off_the_road_network_is_refused(tmp_path, town_xodr):
+    route = Route("0", "town", np.array([[5000.0, 0.0, 0.0], [1.6, -50.0, 0.0]]))
+    f = tmp_path / "r.xml"
+    with pytest.raises(RouteError, match="waypoint 0 .* from the nearest driving lane"):
+        check_routes([(f, route)], town_xodr.parent)
+
+
+def test_missing_town_is_refused(tmp_path, town_xodr):
+    route = Route("0", "Town99", np.array([[1.6, -50.0, 0.0], [1.6, -60.0, 0.0]]))
+    with pytest.raises(RouteError, match="Town99"):
+        check_routes([(tmp_path / "r.xml", route)], town_xodr.parent)
+
+
+def test_planner_traces_a_turn_with_left_or_right_command(town_xodr):
+    town = Town(town_xodr)
+    planner = RoutePlanner(town.carla_map)
+    xmin, ymin, xmax, ymax = town.bounds
+    dense = planner.trace(np.array([[xmin + 50.0, -1.6], [xmin + 1.6, ymin + 20.0]]))
+    steps = np.linalg.norm(np.diff(dense.xy, axis=0), axis=1)
+    assert steps.max() < 1.6, "dense route sampled about every metre, lane changes smoothed"
+    assert dense.length > 40
+    assert {RoadOption.LEFT, RoadOption.RIGHT} & set(dense.option.tolist())
+    ti = dense.target_indices()
+    assert ti[0] == 0 and ti[-1] == len(dense.xy) - 1
+    assert np.all(np.diff(dense.s[ti]) <= 50.0 + 1.5)
