@@ -87,12 +87,13 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes.
 
     Rerunning skips finished route runs and retries failed or crashed ones until --max-attempts
-    attempts (counted on disk). A progress bar shows runs done; a summary ends the run.
+    attempts (counted on disk). A progress bar shows runs done; a summary ends the run. Every route
+    is checked before ROOT is touched. Exits 0 even when some routes failed.
 
     Args:
-        routes_dir: folder searched recursively for route files (*.xml).
+        routes_dir: folder searched recursively for route files (*.xml; hidden files and towns/ skipped).
         root: dataset root (default: $DATA_ROOT, else ./data).
-        towns: folder of OpenDRIVE towns (default: ROUTES_DIR/towns).
+        towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
         workers: parallel worker processes.
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.

@@ -1,0 +1,84 @@
+# shellcheck shell=bash
+# Summary: What every bin/ wrapper shares: errors, usage, tracing, and how a tool is run
+#
+# Sourced by the wrappers, never run. Environment:
+#   DRIVEKIT_DEBUG=1   trace every command with its file and line (set -x)
+#   DRIVEKIT_IMAGES    folder of the Apptainer images (default: containers/ of this checkout)
+#   DATA_ROOT          dataset root when no --root is given (passed into the container)
+
+if [[ "${DRIVEKIT_DEBUG:-}" == 1 ]]; then
+  export PS4='+ ${BASH_SOURCE[0]##*/}:${LINENO}: '
+  set -x
+fi
+
+PROG="${0##*/}"
+DRIVEKIT_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+abort() {
+  echo "$PROG: $*" >&2
+  exit 1
+}
+
+# The caller's header from its "# Usage:" line to the end of the comment block.
+help() {
+  sed -n '/^# Usage:/,/^[^#]/{/^#/!d;s/^# \{0,1\}//;p;}' "$0"
+}
+
+# The "# Usage:" lines alone, on stderr; exit 2 (wrong usage).
+usage_error() {
+  sed -n '/^# Usage:/,/^#$/{/^#$/d;s/^# //;p;}' "$0" >&2
+  echo "Run '$0 --help' for more." >&2
+  exit 2
+}
+
+# -h/--help anywhere prints the help; exits 0.
+handle_help() {
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      -h | --help) help; exit 0 ;;
+    esac
+  done
+}
+
+# Directories the container must see: the working directory, and every path named in the arguments
+# (as ARG or --flag=ARG); a path that does not exist yet is covered by its nearest existing parent.
+container_binds() {
+  local arg path
+  BINDS=("$PWD")
+  for arg in "$@"; do
+    path="${arg#--*=}"
+    [[ "$path" == /* || "$path" == ./* || "$path" == ../* || -e "$path" ]] || continue
+    path="$(realpath -m -- "$path")"
+    while [[ ! -e "$path" ]]; do path="$(dirname -- "$path")"; done
+    [[ -d "$path" ]] || path="$(dirname -- "$path")"
+    [[ "$path" != / ]] && BINDS+=("$path")
+  done
+}
+
+# run_python IMAGE MODULE ARGS...: exec `python -m MODULE ARGS...` inside $DRIVEKIT_IMAGES/IMAGE.sif
+# when that image exists and apptainer is on PATH, else on the host: this checkout's .venv when it
+# exists, else python3. The arguments pass through untouched either way.
+run_python() {
+  local image="${DRIVEKIT_IMAGES:-$DRIVEKIT_HOME/containers}/$1.sif"
+  shift
+  local -a cmd
+  if [[ -f "$image" ]] && command -v apptainer >/dev/null 2>&1; then
+    container_binds "$@"
+    cmd=(apptainer exec --cleanenv --nv --pwd "$PWD" --env PYTHONUNBUFFERED=1)
+    local bind var
+    for bind in "${BINDS[@]}"; do cmd+=(--bind "$bind"); done
+    for var in DATA_ROOT CUDA_VISIBLE_DEVICES; do
+      [[ -n "${!var:-}" ]] && cmd+=(--env "$var=${!var}")
+    done
+    cmd+=("$image" python -m "$@")
+  else
+    local python="$DRIVEKIT_HOME/.venv/bin/python"
+    if [[ ! -x "$python" ]]; then
+      python="$(command -v python3)" || abort "no $DRIVEKIT_HOME/.venv and no python3 on PATH: run 'make install'"
+    fi
+    export PYTHONPATH="$DRIVEKIT_HOME${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    cmd=("$python" -m "$@")
+  fi
+  exec "${cmd[@]}"
+}

@@ -1,0 +1,182 @@
+"""bin/progress and bin/clean-failed on a hand-made dataset root with runs in every state."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
+from tools.dataset.manifest import update_manifest
+from tools.dataset.results import (
+    FAILED_BLOCKED,
+    PERFECT,
+    RouteRecord,
+    RunState,
+    attempts,
+    claim_attempt,
+    run_state,
+    write_heartbeat,
+    write_result,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+FINISHED_A = RunKey("Alpha", "town_0000_route0_rep0")
+FAILED_A = RunKey("Alpha", "town_0001_route1_rep0")
+RUNNING_A = RunKey("Alpha", "town_0002_route2_rep0")
+CRASHED_B = RunKey("Beta", "town_0003_route3_rep0")
+PENDING_B = RunKey("Beta", "town_0004_route4_rep0")  # planned in the manifest, nothing on disk
+FINISHED_B = RunKey("Beta", "town_0005_route5_rep0")
+UNPLANNED_C = RunKey("Gamma", "other_0000_route0_rep0")  # on disk, not in the manifest: counted too
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def make_run(layout: Layout, key: RunKey, n_attempts: int = 1, frames: int = 2) -> None:
+    for _ in range(n_attempts):
+        claim_attempt(layout, key)
+    layout.frames_dir(key).mkdir(parents=True)
+    for i in range(frames):
+        layout.frame_path(key, i).write_bytes(b"frame")
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    layout = Layout(tmp_path / "root")
+    planned = [FINISHED_A, FAILED_A, RUNNING_A, CRASHED_B, PENDING_B, FINISHED_B]
+    update_manifest(layout, {"routes_dir": "/routes", "repetitions": 1, "settings": {}, "argv": []},
+                    {str(k): {"route": f"/routes/{k.name}.xml", "route_id": "0", "repetition": 0} for k in planned})
+    for key in (FINISHED_A, FINISHED_B, UNPLANNED_C):
+        make_run(layout, key)
+        write_result(layout, key, RouteRecord("0", PERFECT, route_completion=100.0))
+    make_run(layout, FAILED_A, n_attempts=2)
+    write_result(layout, FAILED_A, RouteRecord("1", FAILED_BLOCKED, route_completion=40.0))
+    make_run(layout, RUNNING_A)
+    write_heartbeat(layout, RUNNING_A, tick=10)  # this test process: alive
+    make_run(layout, CRASHED_B)
+    layout.heartbeat(CRASHED_B).write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": dead_pid(), "time": time.time(), "tick": 3}))
+    states = {k: run_state(layout, k) for k in planned + [UNPLANNED_C]}
+    assert states == {FINISHED_A: RunState.FINISHED, FAILED_A: RunState.FAILED, RUNNING_A: RunState.RUNNING,
+                      CRASHED_B: RunState.CRASHED, PENDING_B: RunState.PENDING, FINISHED_B: RunState.FINISHED,
+                      UNPLANNED_C: RunState.FINISHED}
+    return layout.root
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG")}
+    return subprocess.run(list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def tool(*args: str) -> subprocess.CompletedProcess:
+    return run(PYTHON, "-m", "tools.collect", *args)
+
+
+def table(stdout: str) -> dict[str, list[str]]:
+    """Rows of the progress table by their first column: [total, finished, failed, running, pending, rate]."""
+    rows = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 7 and parts[1].isdigit():
+            rows[parts[0]] = parts[1:]
+    return rows
+
+
+def tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
+
+
+def test_progress_counts_every_state_per_scenario_type_through_bin_progress(root):
+    proc = run(str(REPO / "bin" / "progress"), str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert table(proc.stdout) == {
+        "Alpha": ["3", "1", "1", "1", "0", "50.0%"],
+        "Beta": ["3", "1", "1", "0", "1", "50.0%"],
+        "Gamma": ["1", "1", "0", "0", "0", "0.0%"],
+        "total": ["7", "3", "2", "1", "1", "40.0%"],
+    }
+    assert str(root) in proc.stdout
+
+
+def test_progress_takes_the_root_as_flag_too(root):
+    assert table(tool("progress", "--root", str(root)).stdout) == table(tool("progress", str(root)).stdout)
+
+
+def test_progress_of_a_root_with_only_a_manifest_shows_everything_pending(tmp_path):
+    layout = Layout(tmp_path / "fresh")
+    update_manifest(layout, {"routes_dir": "/r"}, {"S/a_route0_rep0": {}, "S/a_route0_rep1": {}})
+    rows = table(tool("progress", str(layout.root)).stdout)
+    assert rows["S"] == ["2", "0", "0", "0", "2", "-"]
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "file"])
+def test_progress_of_no_dataset_is_one_line_error(tmp_path, case):
+    path = tmp_path / "root"
+    if case == "empty":
+        path.mkdir()
+    elif case == "file":
+        path.write_text("not a folder")
+    proc = tool("progress", str(path))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"collect: {path}"), proc.stderr
+
+
+def test_progress_refuses_a_manifest_of_another_format_version(root):
+    manifest = Layout(root).manifest
+    data = json.loads(manifest.read_text())
+    data["format_version"] = DATASET_FORMAT + 1
+    manifest.write_text(json.dumps(data))
+    proc = tool("progress", str(root))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "format version" in proc.stderr and str(manifest) in proc.stderr
+
+
+def test_clean_failed_lists_failed_and_crashed_runs_without_deleting(root):
+    before = tree(root)
+    proc = run(str(REPO / "bin" / "clean-failed"), str(root))
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if "attempts=" in line]
+    assert listed == [str(FAILED_A), str(CRASHED_B)]
+    assert f"{FAILED_A}  failed  attempts=2  status={FAILED_BLOCKED}" in proc.stdout
+    assert f"{CRASHED_B}  crashed  attempts=1  status=no result (crashed)" in proc.stdout
+    assert f"bin/clean-failed {root} --yes" in proc.stdout
+    assert tree(root) == before
+
+
+def test_clean_failed_yes_deletes_failed_runs_never_the_running_one_and_progress_shows_it(root):
+    layout = Layout(root)
+    keep = {k: tree(layout.run_dir(k)) for k in (RUNNING_A, FINISHED_A, FINISHED_B)}
+    proc = run(str(REPO / "bin" / "clean-failed"), str(root), "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert "deleted 2 failed route runs" in proc.stdout
+    for key in (FAILED_A, CRASHED_B):
+        assert not layout.result_path(key).exists()
+        assert not layout.run_dir(key).exists()
+        assert not layout.log_dir(key).exists() and attempts(layout, key) == 0
+        assert run_state(layout, key) is RunState.PENDING
+    for key, files in keep.items():
+        assert tree(layout.run_dir(key)) == files
+    assert run_state(layout, RUNNING_A) is RunState.RUNNING
+    assert not [p for p in root.rglob("*") if p.name.startswith(".tmp-")]
+
+    rows = table(run(str(REPO / "bin" / "progress"), str(root)).stdout)
+    assert rows["Alpha"] == ["3", "1", "0", "1", "1", "0.0%"]
+    assert rows["Beta"] == ["3", "1", "0", "0", "2", "0.0%"]
+    assert rows["total"] == ["7", "3", "0", "1", "3", "0.0%"]
+
+    again = tool("clean-failed", str(root), "--yes")
+    assert again.returncode == 0 and "no failed route runs" in again.stdout

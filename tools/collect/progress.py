@@ -1,0 +1,120 @@
+"""Where a dataset root stands (`progress`), and removal of its failed route runs (`clean-failed`).
+
+Both ask `tools.dataset.results.run_state`, the one definition of a failed route run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+from tools.dataset import atomic
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey, resolve_root
+from tools.dataset.manifest import planned_runs, read_manifest
+from tools.dataset.results import (
+    FAILED_STATES,
+    RunState,
+    attempts,
+    discard_run,
+    is_failed,
+    read_status,
+    run_state,
+)
+
+COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
+
+
+def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
+    """The root's layout and every run it knows: planned in the manifest or present on disk."""
+    layout = Layout(resolve_root(None if root is None else str(root)))  # fire makes "2024" an int
+    if not layout.root.is_dir():
+        raise ToolError(f"{layout.root}: no such dataset root; give the --root you collected into "
+                        "(bin/collect ROUTES_DIR --root ROOT)")
+    manifest = read_manifest(layout)
+    keys = set(layout.iter_runs())
+    for name in planned_runs(manifest):
+        scenario, _, run = name.partition("/")
+        try:
+            keys.add(RunKey(scenario, run))
+        except ValueError:
+            raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
+    if manifest is None and not keys:
+        raise ToolError(f"{layout.root}: not a dataset root (no {layout.manifest.name}, no route runs); "
+                        "collect into it first: bin/collect ROUTES_DIR --root ROOT")
+    return layout, sorted(keys)
+
+
+def count_states(layout: Layout, keys: list[RunKey]) -> dict[str, Counter]:
+    """Per scenario type: how many runs are in each RunState."""
+    table: dict[str, Counter] = {}
+    for key in keys:
+        table.setdefault(key.scenario, Counter())[run_state(layout, key)] += 1
+    return table
+
+
+def _row(name: str, states: Counter) -> list[str]:
+    finished = states[RunState.FINISHED]
+    failed = sum(states[s] for s in FAILED_STATES)
+    ended = finished + failed
+    rate = f"{100.0 * failed / ended:.1f}%" if ended else "-"
+    return [name, str(sum(states.values())), str(finished), str(failed), str(states[RunState.RUNNING]),
+            str(states[RunState.PENDING]), rate]
+
+
+def format_table(table: dict[str, Counter]) -> str:
+    rows = [["scenario type", *COLUMNS]]
+    rows += [_row(name, states) for name, states in sorted(table.items())]
+    rows.append(_row("total", sum(table.values(), Counter())))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for i, r in enumerate(rows):
+        if i == len(rows) - 1:
+            lines.append("  ".join("-" * w for w in widths))
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]))
+    return "\n".join(lines)
+
+
+def print_progress(root: str | None) -> None:
+    """Print a table per scenario type: total, finished, failed, running, pending, failure rate."""
+    layout, keys = _open_root(root)
+    table = count_states(layout, keys)
+    print(f"dataset root {layout.root}")
+    print(format_table(table))
+    failed = sum(states[s] for states in table.values() for s in FAILED_STATES)
+    if failed:
+        print(f"failed counts crashed runs too; bin/clean-failed {layout.root} lists them")
+
+
+def _describe(layout: Layout, key: RunKey, state: RunState) -> str:
+    status = read_status(layout.result_path(key)) if state is RunState.FAILED else "no result (crashed)"
+    return f"{key}  {state.value}  attempts={attempts(layout, key)}  status={status}"
+
+
+def clean_failed_runs(root: str | None, yes: bool = False) -> None:
+    """List failed and crashed route runs; with `yes`, delete their result, data and logs."""
+    if not isinstance(yes, bool):
+        raise ToolError(f"--yes takes no value (got {yes!r}): bin/clean-failed ROOT --yes")
+    layout, keys = _open_root(root)
+    failed = [(key, state) for key in keys if is_failed(state := run_state(layout, key))]
+    if not failed:
+        print(f"no failed route runs under {layout.root}")
+        return
+    for key, state in failed:
+        print(_describe(layout, key, state))
+    if not yes:
+        print(f"{len(failed)} failed route runs would be deleted (result, data folder and logs, so their "
+              f"attempts start over). To delete them: bin/clean-failed {layout.root} --yes")
+        return
+    deleted = 0
+    for key, _ in failed:
+        # Look again right before deleting: a collector may have started or finished it meanwhile.
+        now = run_state(layout, key)
+        if not is_failed(now):
+            print(f"{key}: now {now.value}, left alone", file=sys.stderr)
+            continue
+        discard_run(layout, key)  # result first, then the data folder
+        atomic.remove_tree(layout.log_dir(key))
+        deleted += 1
+    print(f"deleted {deleted} failed route runs; bin/collect with the same ROUTES_DIR and --root "
+          f"{layout.root} collects them again")
