@@ -16,12 +16,19 @@ from typing import Any
 TMP_PREFIX = ".tmp-"
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically (temporary file in the same folder, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared dataset must be readable by others
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
