@@ -1,0 +1,358 @@
+"""One picture of a recorded frame: every camera with its 3D boxes, semantics and depth; LiDAR from above; BEV.
+
+    python -m tools.collect show RUN_DIR [--frame N] [--out frame.png]
+
+RUN_DIR is a route-run folder (data/<Scenario>/<run>/), its frames/ folder, or one frame file (*.msgpack).
+The rig (camera placement) is read from the run's run.json; without one the default rig is assumed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from tools.collect.render import CameraConfig, RigConfig, project, world_to_ego
+from tools.collect.state import Box
+from tools.dataset import atomic, layout
+from tools.dataset import semantics as sem
+from tools.dataset.errors import ToolError
+from tools.dataset.frames import FrameError, read_frame
+
+_BG = (24, 24, 28)
+_TEXT = (235, 235, 235)
+_DIM = (150, 150, 155)
+_CAPTION_H = 20
+_HEADER_H = 30
+_PANEL = 512  # side of the LiDAR and BEV panels
+_BOX_RGB = {sem.CAR: (0, 255, 140), sem.TRUCK: (255, 170, 0), sem.BUS: (255, 80, 220)}
+_FRONT_RGB = (255, 60, 60)  # the front face of a box, so its heading reads at a glance
+# Depth colours from near to far (log scale), a perceptual ramp from yellow to dark purple.
+_DEPTH_ANCHORS = np.array([[252, 253, 191], [252, 137, 97], [183, 55, 121], [81, 18, 124], [10, 8, 40]], float)
+_DEPTH_RANGE = (1.0, 200.0)
+
+
+def show_frame(path: str | Path, frame: int = 0, out: str | Path | None = None) -> Path:
+    """Write one PNG of a recorded frame and return its path.
+
+    Args:
+        path: a route-run folder, its frames/ folder, or a frame file (*.msgpack).
+        frame: the frame index (the number in its file name); negative counts from the last frame.
+            Ignored when `path` is a frame file.
+        out: the PNG to write; default frame-<index:05d>.png in the current folder.
+    """
+    try:
+        frame = int(frame)
+    except (TypeError, ValueError):
+        raise ToolError(f"--frame {frame!r}: expected a frame index (an integer)") from None
+    frame_path, run_dir = _locate(Path(path), frame)
+    try:
+        data = read_frame(frame_path)
+    except (FrameError, OSError) as e:
+        raise ToolError(f"{frame_path}: cannot read the frame ({e})") from e
+    rig, rig_note = _rig(run_dir)
+    picture = compose(data, rig, title=f"{run_dir.name}  ·  {rig_note}" if rig_note else run_dir.name)
+    out = Path(out) if out is not None else Path.cwd() / f"frame-{int(data.get('index', 0)):05d}.png"
+    buf = io.BytesIO()
+    picture.save(buf, format="PNG")
+    atomic.write_bytes(out, buf.getvalue())
+    return out
+
+
+# ------------------------------------------------------------------------------------------- inputs
+
+
+def _locate(path: Path, frame: int) -> tuple[Path, Path]:
+    """(frame file, run folder) for a run folder, a frames/ folder or a frame file."""
+    if not path.exists():
+        raise ToolError(f"{path} does not exist: give a route-run folder, its frames/ folder or a frame file")
+    if path.is_file():
+        if path.suffix != ".msgpack":
+            raise ToolError(f"{path} is not a frame file (*.msgpack)")
+        return path, path.parent.parent if path.parent.name == layout.FRAMES else path.parent
+    frames_dir = path if path.name == layout.FRAMES or not (path / layout.FRAMES).is_dir() else path / layout.FRAMES
+    run_dir = frames_dir.parent if frames_dir.name == layout.FRAMES else frames_dir
+    files = {}
+    for p in frames_dir.glob("*.msgpack"):
+        if not atomic.is_temporary(p) and p.stem.isdigit():
+            files[int(p.stem)] = p
+    if not files:
+        raise ToolError(f"run {run_dir} has no frames (no *.msgpack in {frames_dir})")
+    indices = sorted(files)
+    span = f"frames {indices[0]}..{indices[-1]}"
+    if len(indices) != indices[-1] - indices[0] + 1:
+        span = f"{len(indices)} frames in {indices[0]}..{indices[-1]}"
+    if frame < 0:
+        if -frame > len(indices):
+            raise ToolError(f"run {run_dir} has {span}; frame {frame} counts back past the first")
+        frame = indices[frame]
+    if frame not in files:
+        raise ToolError(f"run {run_dir} has {span}, no frame {frame}")
+    return files[frame], run_dir
+
+
+def _rig(run_dir: Path) -> tuple[RigConfig, str]:
+    settings = run_dir / layout.RUN_SETTINGS
+    if not settings.is_file():
+        return RigConfig(), "no run.json: default rig assumed"
+    try:
+        rig = json.loads(settings.read_text()).get("rig")
+        return (RigConfig.from_dict(rig), "") if rig is not None else (RigConfig(), "run.json has no rig: default rig")
+    except (ValueError, AttributeError) as e:
+        raise ToolError(f"{settings}: bad rig ({e})") from e
+
+
+def _ego_box(m: dict[str, Any]) -> Box:
+    e = m.get("ego") or {}
+    length, width, height = (e.get("extent") or [4.8, 2.0, 1.5])[:3]
+    return Box(0, sem.CAR, float(e.get("x", 0.0)), float(e.get("y", 0.0)), float(e.get("z", height / 2)),
+               float(e.get("yaw", 0.0)), float(length), float(width), float(height), float(e.get("speed", 0.0)))
+
+
+def _boxes(frame: dict[str, Any]) -> list[Box]:
+    out = []
+    for d in frame.get("boxes") or []:
+        try:
+            (x, y, z), (length, width, height) = d["center"][:3], d["extent"][:3]
+            out.append(Box(int(d["id"]), int(d["class"]), x, y, z, float(d["yaw"]), length, width, height,
+                           float(d.get("speed", 0.0))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return [b for b in out if b.id != 0]
+
+
+# ------------------------------------------------------------------------------------------- panels
+
+
+def _font(size: int) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError):  # a Pillow without FreeType
+        return ImageFont.load_default()
+
+
+def _camera_rgb(rgb: np.ndarray, cam: CameraConfig, ego: Box, boxes: list[Box]) -> Image.Image:
+    img = Image.fromarray(rgb).convert("RGB")
+    draw = ImageDraw.Draw(img)
+    near = 0.1
+    font = _font(11)
+    for b in sorted(boxes, key=lambda b: -math.hypot(b.x - ego.x, b.y - ego.y)):  # far first, near on top
+        if b.cls not in _BOX_RGB:
+            continue
+        corners = b.corners()
+        _, depth = project(cam, ego, corners)
+        if (depth <= near).all() or depth.min() > 150.0:
+            continue
+        colour = _BOX_RGB[b.cls]
+        for i, j in ((0, 1), (4, 5), (0, 4), (1, 5), (1, 2), (2, 3), (3, 0), (5, 6), (6, 7), (7, 4), (2, 6), (3, 7)):
+            p, q, dp, dq = corners[i], corners[j], depth[i], depth[j]
+            if dp <= near and dq <= near:
+                continue
+            if dp <= near:  # clip at the near plane (depth is affine in world coordinates)
+                p = p + (q - p) * (near - dp) / (dq - dp)
+            elif dq <= near:
+                q = q + (p - q) * (near - dq) / (dp - dq)
+            uv, _ = project(cam, ego, np.stack([p, q]))
+            uv = np.clip(uv, -1e4, 1e4)
+            front = {i, j} <= {0, 1, 4, 5}
+            draw.line([tuple(uv[0]), tuple(uv[1])], fill=_FRONT_RGB if front else colour, width=1)
+        uv, d = project(cam, ego, np.array([[b.x, b.y, b.z + b.height / 2]]))
+        if d[0] > near and 0 <= uv[0, 0] < cam.width and 0 <= uv[0, 1] < cam.height and d[0] < 60:
+            draw.text((float(uv[0, 0]) - 6, float(uv[0, 1]) - 14), str(b.id), fill=colour, font=font)
+    return img
+
+
+def _depth_colours(depth_cm: np.ndarray) -> Image.Image:
+    d = depth_cm.astype(np.float32) / 100.0
+    lo, hi = _DEPTH_RANGE
+    x = np.clip(np.log(np.maximum(d, lo) / lo) / math.log(hi / lo), 0.0, 1.0) * (len(_DEPTH_ANCHORS) - 1)
+    i = np.minimum(x.astype(np.int64), len(_DEPTH_ANCHORS) - 2)
+    f = (x - i)[..., None]
+    rgb = _DEPTH_ANCHORS[i] * (1 - f) + _DEPTH_ANCHORS[i + 1] * f
+    rgb[depth_cm == 0] = 0  # the sky
+    return Image.fromarray(rgb.astype(np.uint8))
+
+
+_LIDAR_VIEW_M = 40.0  # half the side of the LiDAR picture: near structure matters more than the far rings
+# Point colours by class: the semantic palette, brightened where it is too dark to see on black.
+_LIDAR_RGB = sem.PALETTE.copy()
+_LIDAR_RGB[sem.BUILDING] = (175, 175, 175)
+_LIDAR_RGB[sem.CAR] = (70, 130, 255)
+_LIDAR_RGB[sem.TRUCK] = (110, 110, 255)
+_LIDAR_RGB[sem.BUS] = (90, 170, 255)
+_LIDAR_RGB[sem.UNLABELED] = (200, 200, 200)
+
+
+def _lidar_top(points: np.ndarray, labels: np.ndarray | None, view_m: float, ego: Box, boxes: list[Box],
+               size: int) -> Image.Image:
+    """LiDAR from above, ego at the centre, up = forward: points by class (ground dimmed), box footprints."""
+    scale = size / (2.0 * view_m)
+    c = size / 2.0
+    canvas = np.zeros((size, size, 3), dtype=np.uint8)
+    canvas[:] = (12, 12, 16)
+    if len(points):
+        cls = labels[:, 0].astype(np.int64) if labels is not None else np.full(len(points), sem.UNLABELED)
+        colour = _LIDAR_RGB[np.clip(cls, 0, 255)].astype(np.float32)
+        ground = np.isin(cls, (sem.ROAD, sem.ROADLINE, sem.SIDEWALK, sem.TERRAIN))
+        colour[ground] *= 0.6
+        col = np.floor(c + points[:, 1] * scale).astype(np.int64)
+        row = np.floor(c - points[:, 0] * scale).astype(np.int64)
+        # Objects drawn after the ground, two pixels wide, so they stand out.
+        for mask, grow in ((ground, 0), (~ground, 1)):
+            for dr in range(grow + 1):
+                for dc in range(grow + 1):
+                    rr, cc = row[mask] + dr, col[mask] + dc
+                    ok = (rr >= 0) & (rr < size) & (cc >= 0) & (cc < size)
+                    canvas[rr[ok], cc[ok]] = colour[mask][ok].astype(np.uint8)
+    img = Image.fromarray(canvas)
+    draw = ImageDraw.Draw(img)
+    for r in range(10, int(view_m * 1.5) + 1, 10):
+        draw.ellipse([c - r * scale, c - r * scale, c + r * scale, c + r * scale], outline=(55, 55, 64))
+        if r * scale < c - 10:
+            draw.text((c + 3, c - r * scale + 1), f"{r} m", fill=(110, 110, 120), font=_font(10))
+    for b in boxes:
+        p = world_to_ego(ego, b.corners()[:4])
+        if np.abs(p[:, :2]).min() > view_m * 1.5:
+            continue
+        pix = [(c + y * scale, c - x * scale) for x, y, _ in p]
+        draw.line([pix[0], pix[1]], fill=_FRONT_RGB, width=2)
+        draw.polygon(pix, outline=_BOX_RGB.get(b.cls, (230, 230, 230)))
+    half_l, half_w = ego.length / 2 * scale, ego.width / 2 * scale
+    draw.rectangle([c - half_w, c - half_l, c + half_w, c + half_l],
+                   fill=tuple(int(v) for v in sem.BEV_PALETTE[sem.BEV_EGO]))
+    return img
+
+
+def _bev(bev: np.ndarray, size: int) -> Image.Image:
+    return Image.fromarray(sem.BEV_PALETTE[bev]).resize((size, size), Image.Resampling.NEAREST)
+
+
+def _legend(frame: dict[str, Any], semantics: list[np.ndarray], width: int, height: int) -> Image.Image:
+    img = Image.new("RGB", (width, height), _BG)
+    draw = ImageDraw.Draw(img)
+    font, small = _font(13), _font(12)
+    x, y = 12, 10
+    draw.text((x, y), "semantic classes in view", fill=_TEXT, font=font)
+    y += 20
+    present = sorted(set(np.unique(np.concatenate([s.ravel() for s in semantics])).tolist())) if semantics else []
+    for i, c in enumerate(present):
+        cx, cy = x + (i % 3) * 160, y + (i // 3) * 18
+        draw.rectangle([cx, cy + 2, cx + 12, cy + 14], fill=tuple(int(v) for v in sem.PALETTE[c]))
+        draw.text((cx + 18, cy), sem.NAMES.get(c, str(c)), fill=_DIM, font=small)
+    y += 18 * ((len(present) + 2) // 3) + 12
+    draw.text((x, y), "BEV classes", fill=_TEXT, font=font)
+    y += 20
+    for i, c in enumerate(sorted(sem.BEV_NAMES)[1:]):
+        cx, cy = x + (i % 3) * 160, y + (i // 3) * 18
+        draw.rectangle([cx, cy + 2, cx + 12, cy + 14], fill=tuple(int(v) for v in sem.BEV_PALETTE[c]))
+        draw.text((cx + 18, cy), sem.BEV_NAMES[c], fill=_DIM, font=small)
+    y += 18 * 3 + 12
+    draw.text((x, y), "boxes", fill=_TEXT, font=font)
+    y += 20
+    for i, (c, rgb) in enumerate([*_BOX_RGB.items(), (-1, _FRONT_RGB)]):
+        cx = x + i * 120
+        draw.line([(cx, y + 8), (cx + 14, y + 8)], fill=rgb, width=3)
+        draw.text((cx + 20, y), "front face" if c < 0 else sem.NAMES[c], fill=_DIM, font=small)
+    y += 30
+    draw.text((x, y), "measurements", fill=_TEXT, font=font)
+    y += 20
+    for line in _measurement_lines(frame.get("measurements") or {}):
+        if y > height - 16:
+            draw.text((x, y), "…", fill=_DIM, font=small)
+            break
+        draw.text((x, y), line, fill=_DIM, font=small)
+        y += 16
+    return img
+
+
+def _measurement_lines(m: dict[str, Any], prefix: str = "") -> list[str]:
+    lines = []
+    for key, value in m.items():
+        if isinstance(value, dict):
+            scalars = {k: v for k, v in value.items() if not isinstance(v, dict | list)}
+            text = ", ".join(f"{k} {_fmt(v)}" for k, v in scalars.items())
+            lines.append(f"{prefix}{key}: {text}")
+            for k, v in value.items():
+                if isinstance(v, dict | list):
+                    lines.append(f"{prefix}  {key}.{k}: {_fmt(v)}")
+        else:
+            lines.append(f"{prefix}{key}: {_fmt(value)}")
+    return lines
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v[:6]) + (", …" if len(v) > 6 else "") + "]"
+    text = str(v)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+# ------------------------------------------------------------------------------------------- layout
+
+
+def compose(frame: dict[str, Any], rig: RigConfig, title: str = "") -> Image.Image:
+    """The picture of a decoded frame (read_frame's dict) recorded with `rig`."""
+    sensors = frame.get("sensors") or {}
+    m = frame.get("measurements") or {}
+    ego = _ego_box(m)
+    boxes = _boxes(frame)
+    cams = [c for c in rig.cameras if f"rgb_{c.name}" in sensors or f"semantics_{c.name}" in sensors]
+    cam_w = max([c.width for c in cams], default=0)
+    width = max(3 * cam_w, 3 * _PANEL)
+    height = _HEADER_H + sum(_CAPTION_H + c.height for c in cams) + _CAPTION_H + _PANEL
+    canvas = Image.new("RGB", (width, height), _BG)
+    draw = ImageDraw.Draw(canvas)
+    font, small = _font(16), _font(13)
+
+    header = [f"frame {int(frame.get('index', 0)):05d}"]
+    if m.get("time") is not None:
+        header.append(f"t {float(m['time']):.2f} s")
+    if isinstance(m.get("ego"), dict) and m["ego"].get("speed") is not None:
+        header.append(f"speed {float(m['ego']['speed']):.1f} m/s ({float(m['ego']['speed']) * 3.6:.0f} km/h)")
+    if m.get("command") is not None:
+        header.append(f"command {m['command']}")
+    if title:
+        header.append(title)
+    draw.text((10, 6), "   ·   ".join(header), fill=_TEXT, font=font)
+
+    def caption(x: int, y: int, text: str) -> None:
+        draw.text((x + 4, y + 3), text, fill=_DIM, font=small)
+
+    y = _HEADER_H
+    semantics = []
+    for cam in cams:
+        panels = []
+        if f"rgb_{cam.name}" in sensors:
+            panels.append((f"{cam.name} camera, {cam.fov:.0f}° fov, 3D boxes (red = front, number = actor id)",
+                           _camera_rgb(sensors[f"rgb_{cam.name}"], cam, ego, boxes)))
+        if f"semantics_{cam.name}" in sensors:
+            semantics.append(sensors[f"semantics_{cam.name}"])
+            panels.append((f"{cam.name} semantics", Image.fromarray(sem.PALETTE[sensors[f"semantics_{cam.name}"]])))
+        if f"depth_{cam.name}" in sensors:
+            panels.append((f"{cam.name} depth: 1 m yellow … 200 m dark (log), black = sky",
+                           _depth_colours(sensors[f"depth_{cam.name}"])))
+        for i, (text, img) in enumerate(panels):
+            caption(i * cam_w, y, text)
+            canvas.paste(img, (i * cam_w, y + _CAPTION_H))
+        y += _CAPTION_H + cam.height
+
+    lidar = sensors.get("lidar")
+    if lidar is not None:
+        view = min(rig.lidar.range, _LIDAR_VIEW_M)
+        caption(0, y, f"LiDAR from above (±{view:.0f} m of {rig.lidar.range:.0f}), up = forward, by class")
+        canvas.paste(_lidar_top(lidar, sensors.get("lidar_labels"), view, ego, boxes, _PANEL),
+                     (0, y + _CAPTION_H))
+    bev = sensors.get("bev")
+    if bev is not None:
+        reach = rig.bev.pixels * rig.bev.resolution
+        caption(_PANEL, y, f"BEV {reach:.0f} m square, up = forward, ego yellow")
+        canvas.paste(_bev(bev, _PANEL), (_PANEL, y + _CAPTION_H))
+    canvas.paste(_legend(frame, semantics, width - 2 * _PANEL, _PANEL + _CAPTION_H), (2 * _PANEL, y))
+    return canvas
