@@ -44,3 +44,18 @@ def short_routes(tmp_path_factory, town_xodr) -> Path:
     run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "2", "--out", str(d),
              "--min-length", "150", "--max-length", "250", "--seed", "3", check=True)
     return d
+
+
+def progress_table(stdout: str) -> dict[str, list[str]]:
+    """Rows of the progress table by their first column: [total, finished, failed, running, pending, rate]."""
+    rows = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 7 and parts[1].isdigit():
+            rows[parts[0]] = parts[1:]
+    return rows
+
+
+def tree(root: Path) -> dict[str, int]:
+    """File and folder names with their mtimes: what "nothing changed" compares."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}

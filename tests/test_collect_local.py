@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import progress_table, tree
 
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout, RunKey
@@ -35,20 +36,6 @@ def bin_run(name: str, *args: str, timeout: float = 120) -> subprocess.Completed
     env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG")}
     return subprocess.run([str(BIN / name), *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def table(stdout: str) -> dict[str, list[str]]:
-    rows = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 7 and parts[1].isdigit():
-            rows[parts[0]] = parts[1:]
-    return rows
-
-
-def tree(root: Path) -> dict[str, int]:
-    """File and folder names with their mtimes: what "nothing changed" compares."""
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
 
 
 def run_keys(root: Path) -> list[RunKey]:
@@ -86,7 +73,7 @@ def test_two_routes_collected_end_to_end_with_two_workers_in_under_a_minute_then
     assert "2 route runs finished and 0 failed" in proc.stderr
     assert f"bin/progress {root}" in proc.stderr
 
-    rows = table(bin_run("progress", str(root)).stdout)
+    rows = progress_table(bin_run("progress", str(root)).stdout)
     assert rows["total"][:5] == ["2", "2", "0", "0", "0"]
     manifest = json.loads((root / "manifest.json").read_text())
     assert sorted(manifest["runs"]) == sorted(str(k) for k in run_keys(root))

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import progress_table, tree
 
 from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import update_manifest
@@ -84,24 +85,10 @@ def tool(*args: str) -> subprocess.CompletedProcess:
     return run(PYTHON, "-m", "tools.collect", *args)
 
 
-def table(stdout: str) -> dict[str, list[str]]:
-    """Rows of the progress table by their first column: [total, finished, failed, running, pending, rate]."""
-    rows = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 7 and parts[1].isdigit():
-            rows[parts[0]] = parts[1:]
-    return rows
-
-
-def tree(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
-
-
 def test_progress_counts_every_state_per_scenario_type_through_bin_progress(root):
     proc = run(str(REPO / "bin" / "progress"), str(root))
     assert proc.returncode == 0, proc.stderr
-    assert table(proc.stdout) == {
+    assert progress_table(proc.stdout) == {
         "Alpha": ["3", "1", "1", "1", "0", "50.0%"],
         "Beta": ["3", "1", "1", "0", "1", "50.0%"],
         "Gamma": ["1", "1", "0", "0", "0", "0.0%"],
@@ -111,13 +98,14 @@ def test_progress_counts_every_state_per_scenario_type_through_bin_progress(root
 
 
 def test_progress_takes_the_root_as_flag_too(root):
-    assert table(tool("progress", "--root", str(root)).stdout) == table(tool("progress", str(root)).stdout)
+    by_flag = progress_table(tool("progress", "--root", str(root)).stdout)
+    assert by_flag == progress_table(tool("progress", str(root)).stdout)
 
 
 def test_progress_of_a_root_with_only_a_manifest_shows_everything_pending(tmp_path):
     layout = Layout(tmp_path / "fresh")
     update_manifest(layout, {"routes_dir": "/r"}, {"S/a_route0_rep0": {}, "S/a_route0_rep1": {}})
-    rows = table(tool("progress", str(layout.root)).stdout)
+    rows = progress_table(tool("progress", str(layout.root)).stdout)
     assert rows["S"] == ["2", "0", "0", "0", "2", "-"]
 
 
@@ -173,7 +161,7 @@ def test_clean_failed_yes_deletes_failed_runs_never_the_running_one_and_progress
     assert run_state(layout, RUNNING_A) is RunState.RUNNING
     assert not [p for p in root.rglob("*") if p.name.startswith(".tmp-")]
 
-    rows = table(run(str(REPO / "bin" / "progress"), str(root)).stdout)
+    rows = progress_table(run(str(REPO / "bin" / "progress"), str(root)).stdout)
     assert rows["Alpha"] == ["3", "1", "0", "1", "1", "0.0%"]
     assert rows["Beta"] == ["3", "1", "0", "0", "2", "0.0%"]
     assert rows["total"] == ["7", "3", "0", "1", "3", "0.0%"]

@@ -108,3 +108,43 @@ def test_unknown_setting_names_the_near_match(tmp_path, short_routes):
     assert "unknown setting --vehicels" in proc.stderr and "--vehicles" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_a_rig_file_with_two_cameras_records_both(tmp_path, short_routes):
+    from tools.collect.render import CameraConfig, RigConfig
+
+    rig = RigConfig(cameras=(CameraConfig(name="front"), CameraConfig(name="left", yaw=-60.0, width=256,
+                                                                        height=128)))
+    rig_file = tmp_path / "rig.json"
+    rig_file.write_text(json.dumps(rig.to_dict()))
+    root = tmp_path / "root"
+    proc = _run(_route_file(short_routes), root, "--vehicles", "5", "--rig", str(rig_file))
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(root)
+    (key,) = list(layout.iter_runs())
+    frame = frames.read_frame(layout.frame_paths(key)[0])
+    assert frame["sensors"]["rgb_left"].shape == (128, 256, 3)
+    assert frame["sensors"]["semantics_front"].shape == (256, 512)
+    assert json.loads(layout.run_settings(key).read_text())["rig"] == rig.to_dict()
+
+
+def test_any_opendrive_town_works_not_only_grids(tmp_path):
+    """A SUMO 'spider' network (curved arms, five-way junctions) exported as OpenDRIVE."""
+    from tools.collect.town import sumo_binary
+
+    net, towns = tmp_path / "spider.net.xml", tmp_path / "routes" / "towns"
+    towns.mkdir(parents=True)
+    run_tool(sumo_binary("netgenerate"), "--spider", "--spider.arm-number", "5", "--spider.circle-number", "2",
+             "--spider.space-radius", "70", "--default.lanenumber", "2", "--tls.guess", "true", "-o", str(net),
+             check=True)
+    run_tool(sumo_binary("netconvert"), "-s", str(net), "--opendrive-output", str(towns / "spider.xodr"),
+             check=True)
+    run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(towns / "spider.xodr"), "--count", "1",
+             "--out", str(tmp_path / "routes"), "--min-length", "100", "--max-length", "160", check=True)
+    (route,) = [p for p in (tmp_path / "routes").rglob("*.xml") if "towns" not in p.parts]
+    proc = _run(route, tmp_path / "root", "--vehicles", "5")
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(tmp_path / "root")
+    (key,) = list(layout.iter_runs())
+    assert results.run_state(layout, key) is results.RunState.FINISHED
+    assert len(layout.frame_paths(key)) > 10

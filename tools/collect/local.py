@@ -23,7 +23,7 @@ from tqdm import tqdm
 from tools.collect.config import CollectSettings
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey, resolve_root
+from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -85,18 +85,6 @@ def find_route_files(routes_dir: Path) -> list[Path]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "towns")
         found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".xml") and not f.startswith(".")]
     return found
-
-
-def check_root_writable(root: Path) -> None:
-    """Refuse a root that cannot be created or written, without creating anything."""
-    probe = root
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ToolError(f"--root {root}: {probe} is a file, not a folder; give a --root that is a folder "
-                        "or does not exist yet")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ToolError(f"--root {root}: {probe} is not writable; give a --root you can write to")
 
 
 def plan(route_files: list[Path], towns: str | None, repetitions: int) -> list[Job]:

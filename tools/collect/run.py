@@ -26,7 +26,7 @@ from tools.collect.routes import Route, check_routes, find_towns_dir, read_route
 from tools.collect.town import Town
 from tools.dataset import atomic, frames, results
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey, resolve_root
+from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
 
 log = logging.getLogger("collect.run")
@@ -45,16 +45,6 @@ def derive_seed(route_stem: str, route_id: str, repetition: int, offset: int) ->
     """The world's seed, from (route, repetition): identical runs for identical inputs."""
     digest = hashlib.sha256(f"{route_stem}/{route_id}/{repetition}/{offset}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
-def check_root_writable(root: Path) -> None:
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f"{atomic.TMP_PREFIX}probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ToolError(f"--root {root}: not writable ({e.strerror or e}); choose another --root") from None
 
 
 def select_route(route_file: Path, route_id: str | None) -> Route:
@@ -271,6 +261,7 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     check_routes([(route_path, r)], towns_dir)
     layout = Layout(resolve_root(root))
     check_root_writable(layout.root)
+    layout.root.mkdir(parents=True, exist_ok=True)
     key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
     if attempt is None:  # run alone: record it in the manifest (collect has done so for its runs)
         update_manifest(layout, {"command": "run", "settings": cfg.to_dict(), "argv": sys.argv[1:]},

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.dataset.atomic import is_temporary
+from tools.dataset.errors import ToolError
 
 DATASET_FORMAT = 1
 
@@ -46,6 +47,18 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     if root is None or str(root) == "":
         root = os.environ.get("DATA_ROOT") or "data"
     return Path(root).expanduser().absolute()
+
+
+def check_root_writable(root: Path) -> None:
+    """Refuse a root that cannot be created or written, without creating anything."""
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ToolError(f"--root {root}: {probe} is a file, not a folder; give a --root that is a folder "
+                        "or does not exist yet")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ToolError(f"--root {root}: {probe} is not writable; give a --root you can write to")
 
 
 @dataclass(frozen=True, order=True)
