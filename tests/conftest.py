@@ -59,3 +59,23 @@ def progress_table(stdout: str) -> dict[str, list[str]]:
 def tree(root: Path) -> dict[str, int]:
     """File and folder names with their mtimes: what "nothing changed" compares."""
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="session")
+def collected_root(tmp_path_factory, town_xodr) -> Path:
+    """A dataset root with 4 short route runs collected by bin/collect, all finished. Read-only: copy it
+    (copy_root) before changing anything."""
+    d = tmp_path_factory.mktemp("collected")
+    routes = d / "routes"
+    run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "4", "--out",
+             str(routes), "--min-length", "120", "--max-length", "200", "--seed", "11", check=True)
+    run_tool(str(REPO / "bin" / "collect"), str(routes), "--root", str(d / "root"), "--workers", "2",
+             "--vehicles", "10", check=True)
+    return d / "root"
+
+
+def copy_root(root: Path, dest: Path) -> Path:
+    """A private copy of a dataset root for a test that changes it."""
+    import shutil
+
+    return Path(shutil.copytree(root, dest, symlinks=True))
