@@ -2,6 +2,7 @@
 
     {
       "format_version": 1,                      layout.DATASET_FORMAT of the writer
+      "dataset_id": "3f2a...",                  uuid4 hex made with the manifest: which dataset this is
       "created": "2025-01-31T12:00:00+00:00",   ISO 8601, UTC
       "created_by": "user@host",
       "tool": "drivekit 0.1.0",
@@ -13,6 +14,10 @@
       }
     }
 
+`dataset_id` names the dataset wherever its root is moved or copied to; files derived from it (bucket
+files) record it, so that such a file copied into another root is refused. A manifest written before
+`dataset_id` existed gets one derived from its `created` and `created_by`, the same every time.
+
 A root written by another format version is refused, never rewritten. The file is replaced
 atomically, so a reader sees the old or the new manifest, never half of one.
 """
@@ -21,9 +26,11 @@ from __future__ import annotations
 
 import datetime
 import getpass
+import hashlib
 import json
 import os
 import socket
+import uuid
 from importlib import metadata
 from typing import Any
 
@@ -75,6 +82,22 @@ def read_manifest(layout: Layout) -> dict[str, Any] | None:
     return manifest
 
 
+def _derived_id(manifest: dict[str, Any]) -> str:
+    """The id of a manifest written before `dataset_id` existed: stable, from when and by whom it was made."""
+    text = f"{manifest.get('created')}\n{manifest.get('created_by')}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def dataset_id(layout: Layout) -> str:
+    """The root's dataset id (manifest `dataset_id`). ToolError for a root without a manifest."""
+    manifest = read_manifest(layout)
+    if manifest is None:
+        raise ToolError(f"{layout.root}: no {layout.manifest.name}, so not a dataset root (or one whose manifest "
+                        "was lost); give the --root that bin/collect wrote")
+    value = manifest.get("dataset_id")
+    return str(value) if value else _derived_id(manifest)
+
+
 def planned_runs(manifest: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The manifest's `runs` ("<scenario>/<run>" -> route, route_id, repetition); empty without one."""
     runs = (manifest or {}).get("runs") or {}
@@ -87,12 +110,15 @@ def update_manifest(layout: Layout, collection: dict[str, Any], runs: dict[str, 
     if manifest is None:
         manifest = {
             "format_version": DATASET_FORMAT,
+            "dataset_id": uuid.uuid4().hex,
             "created": now_iso(),
             "created_by": user_at_host(),
             "tool": tool_version(),
             "collections": [],
             "runs": {},
         }
+    else:
+        manifest.setdefault("dataset_id", _derived_id(manifest))  # keep the id files derived from it recorded
     entry = {"time": now_iso(), "user": user_at_host(), "tool": tool_version(), **collection}
     manifest.setdefault("collections", []).append(entry)
     merged = dict(planned_runs(manifest))

@@ -1,0 +1,395 @@
+"""Buckets: bin/build-buckets and tools.dataset.buckets on a real collected dataset root (real files, real
+subprocesses): every frame in one bucket, the posttrain horizon, the held-out split, portable files, the
+epoch sampler, stale and foreign files, and each bad input as one line with nothing on disk changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import copy_root, tree
+
+from tools.buckets.build import BUCKETS
+from tools.dataset import atomic
+from tools.dataset.buckets import (
+    COLLECTIONS,
+    Bucket,
+    Collection,
+    collection_path,
+    frame_file,
+    load_collection,
+    run_key,
+    run_rel,
+)
+from tools.dataset.errors import ToolError
+from tools.dataset.frames import read_frame
+from tools.dataset.layout import Layout
+from tools.dataset.manifest import dataset_id, update_manifest
+from tools.dataset.results import RouteRecord, RunState, read_status, run_state
+from tools.dataset.samples import CacheSettings
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+HORIZON = CacheSettings().horizon
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG", "DRIVEKIT_IMAGES")}
+    return subprocess.run(list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def build_buckets(*args: str) -> subprocess.CompletedProcess:
+    return run(str(REPO / "bin" / "build-buckets"), *args)
+
+
+def finished_frames(root: Path) -> dict[str, int]:
+    """Frames per finished run, by "data/<Scenario>/<run>"."""
+    layout = Layout(root)
+    return {run_rel(k): len(layout.frame_paths(k)) for k in layout.iter_runs()
+            if run_state(layout, k) is RunState.FINISHED}
+
+
+def add_run_copy(root: Path, rel: str, new_name: str) -> str:
+    """A new finished route run: a copy of run `rel`'s folder and result under another name."""
+    layout, key = Layout(root), run_key(rel)
+    new = run_key(f"data/{key.scenario}/{new_name}")
+    shutil.copytree(layout.run_dir(key), layout.run_dir(new))
+    shutil.copy2(layout.result_path(key), layout.result_path(new))
+    return run_rel(new)
+
+
+@pytest.fixture(scope="module")
+def built(collected_root, tmp_path_factory) -> Path:
+    """A copy of the collected root with both collections built by bin/build-buckets. Read-only."""
+    root = copy_root(collected_root, tmp_path_factory.mktemp("built") / "root")
+    proc = build_buckets("--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert f"-> {collection_path(Layout(root), 'pretrain')}" in proc.stderr  # the summary says where
+    return root
+
+
+def test_every_frame_of_every_finished_run_is_in_exactly_one_pretrain_bucket(built):
+    layout = Layout(built)
+    coll = load_collection(layout, "pretrain", rebuild=False)
+    frames = [f for b in coll.buckets for f in b.frames]
+    assert len(frames) == len(set(frames))
+    expected = {(rel, i) for rel, n in finished_frames(built).items() for i in range(n)}
+    assert len(finished_frames(built)) == 4 and len(expected) > 300
+    assert set(frames) == expected
+    assert {b.name for b in coll.buckets} == set(BUCKETS)
+    # The rules hold on the measurements (docs/buckets.md), spot-checked on every 5th frame of a bucket.
+    seen = Counter()
+    for bucket in coll.buckets:
+        for frame in bucket.frames[::5]:
+            m = read_frame(frame_file(layout, frame), sensors=False)["measurements"]
+            seen[bucket.name] += 1
+            if bucket.name == "stop":
+                assert m["speed"] < 0.5 and m["target_speed"] < 0.5
+            elif bucket.name == "hazard":
+                assert m["speed"] >= 0.5 and (m["light_hazard"] or m["vehicle_hazard"])
+            elif bucket.name == "turn":
+                assert m["command"] in (1, 2) or m["junction"]
+            elif bucket.name == "junction":
+                assert m["junction"]
+    assert seen["stop"] and seen["follow"] and seen["junction"]
+
+
+def test_posttrain_skips_the_first_4_and_last_horizon_frames_of_each_run(built):
+    coll = load_collection(Layout(built), "posttrain", rebuild=False)
+    by_run: dict[str, set[int]] = {}
+    for split in ("train", "val"):
+        for rel, index in coll.frames(split):
+            by_run.setdefault(rel, set()).add(index)
+    runs = finished_frames(built)
+    assert by_run.keys() == runs.keys()
+    for rel, n in runs.items():
+        assert by_run[rel] == set(range(4, n - HORIZON)), rel
+    assert coll.settings["horizon"] == HORIZON and coll.settings["skip_first"] == 4
+
+
+def test_auto_holdout_puts_the_scenario_type_with_fewest_frames_in_val_only(built):
+    per_scenario = Counter()
+    for rel, n in finished_frames(built).items():
+        per_scenario[run_key(rel).scenario] += n
+    assert len(per_scenario) == 2  # one town, two scenario types: a scenario type is held out
+    fewest = min(per_scenario, key=lambda s: (per_scenario[s], s))
+    for name in COLLECTIONS:
+        coll = load_collection(Layout(built), name, rebuild=False)
+        assert coll.holdout == f"scenario:{fewest}" and coll.settings["holdout"] == "auto"
+        assert coll.frames("val") and {run_key(rel).scenario for rel, _ in coll.frames("val")} == {fewest}
+        assert coll.frames("train") and fewest not in {run_key(rel).scenario for rel, _ in coll.frames("train")}
+
+
+def test_bucket_files_are_relative_and_still_load_after_the_root_moves(built, tmp_path):
+    original = {name: load_collection(Layout(built), name, rebuild=False) for name in COLLECTIONS}
+    moved = Path(shutil.move(copy_root(built, tmp_path / "a"), tmp_path / "elsewhere" / "b"))
+    for name in COLLECTIONS:
+        text = collection_path(Layout(moved), name).read_text()
+        assert str(built) not in text and str(tmp_path) not in text
+        assert all(rel.startswith("data/") for b in json.loads(text)["buckets"] for rel in b["frames"])
+        coll = load_collection(Layout(moved), name, rebuild=False)  # fresh: no rebuild needed or allowed
+        assert coll.frames("train") == original[name].frames("train")
+        assert coll.frames("val") == original[name].frames("val")
+
+
+def test_epoch_samples_are_deterministic_per_seed_and_epoch_and_as_long_as_the_split(built):
+    coll = load_collection(Layout(built), "posttrain", rebuild=False)
+    train = coll.frames("train")
+    first = coll.epoch_samples("train", 0, seed=7)
+    assert len(first) == len(train) and set(first) <= set(train)
+    again = load_collection(Layout(built), "posttrain", rebuild=False).epoch_samples("train", 0, seed=7)
+    assert again == first
+    assert coll.epoch_samples("train", 1, seed=7) != first
+    assert coll.epoch_samples("train", 0, seed=8) != first
+    assert coll.epoch_samples("val", 3, seed=7) == coll.frames("val")
+
+
+def _synthetic(weights: dict[str, list[float]], per_bucket: int = 100) -> Collection:
+    buckets = [Bucket(name, "train", [(f"data/S/{name}_route0_rep0", i) for i in range(per_bucket)], w)
+               for name, w in weights.items()]
+    return Collection("posttrain", buckets, {}, "every:5", {})
+
+
+def test_epoch_samples_follow_the_weights_zero_never_three_about_three_times_as_often():
+    coll = _synthetic({"turn": [3.0], "follow": [1.0], "stop": [0.0]})
+    for epoch in range(3):
+        counts = Counter(rel.split("/")[2].split("_")[0] for rel, _ in coll.epoch_samples("train", epoch, 0))
+        assert counts["stop"] == 0
+        assert sum(counts.values()) == 300
+        assert 2.8 <= counts["turn"] / counts["follow"] <= 3.2  # both buckets hold 100 frames: per frame 3x
+
+
+def test_a_weight_schedule_changes_the_mix_from_epoch_to_epoch_and_its_last_entry_holds():
+    coll = _synthetic({"turn": [0.0, 1.0, 4.0], "follow": [1.0]})
+    share = [Counter(r.startswith("data/S/turn") for r, _ in coll.epoch_samples("train", e, 1))[True]
+             for e in range(5)]
+    assert share[0] == 0 and share[1] == 100 and share[2] == share[3] == share[4] == 160
+
+
+def test_weights_file_overrides_defaults_and_is_recorded(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps({"stop": 0, "follow": [3]}))
+    proc = build_buckets("--root", str(root), "--collection", "posttrain", "--weights", str(weights))
+    assert proc.returncode == 0, proc.stderr
+    coll = load_collection(Layout(root), "posttrain", rebuild=False)
+    assert coll.settings["weights"]["stop"] == [0.0] and coll.settings["weights"]["turn"] == [2.0]  # default kept
+    sizes = {b.name: len(b.frames) for b in coll.buckets if b.split == "train"}
+    assert sizes["stop"] and sizes["follow"] and sizes["junction"]
+    samples = coll.epoch_samples("train", 0, seed=3)
+    names = {f: b.name for b in coll.buckets if b.split == "train" for f in b.frames}
+    per_frame = {name: n / sizes[name] for name, n in Counter(names[f] for f in samples).items()}
+    assert "stop" not in per_frame
+    assert 2.7 <= per_frame["follow"] / per_frame["junction"] <= 3.3
+
+
+def test_adding_or_removing_a_run_makes_load_collection_say_stale_and_rebuild(built, tmp_path, capsys):
+    root = copy_root(built, tmp_path / "root")
+    layout = Layout(root)
+    before = load_collection(layout, "posttrain", rebuild=False)
+    train_rel = before.frames("train")[0][0]
+    new = add_run_copy(root, train_rel, "town_9999_route9_rep1")
+
+    after = load_collection(layout, "posttrain")
+    err = capsys.readouterr().err
+    assert f"{collection_path(layout, 'posttrain')} is stale: 1 route run added since it was built; rebuilding" in err
+    assert "1 read, 4 unchanged" in err  # only the new run's frames were read
+    n = finished_frames(root)[new]
+    assert len(after.frames("train")) == len(before.frames("train")) + n - 4 - HORIZON
+    assert new in after.built_from["runs"] and after.holdout == before.holdout
+    assert load_collection(layout, "posttrain").frames("train") == after.frames("train")  # fresh now: no rebuild
+    assert "stale" not in capsys.readouterr().err
+    counts_after = json.loads(collection_path(layout, "posttrain").read_text())["counts"]
+
+    key = run_key(train_rel)
+    layout.result_path(key).unlink()
+    atomic.remove_tree(layout.run_dir(key))
+    again = load_collection(layout, "posttrain")
+    assert "is stale: 1 route run removed since it was built; rebuilding" in capsys.readouterr().err
+    assert train_rel not in {rel for rel, _ in again.frames("train")}
+    assert len(again.frames("train")) == len(after.frames("train")) - (n - 4 - HORIZON)
+    assert json.loads(collection_path(layout, "posttrain").read_text())["counts"] != counts_after
+
+
+def test_load_collection_without_rebuild_refuses_a_stale_file_in_one_line(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    add_run_copy(root, next(iter(finished_frames(root))), "town_9999_route9_rep1")
+    with pytest.raises(ToolError, match="is stale: 1 route run added") as error:
+        load_collection(Layout(root), "pretrain", rebuild=False)
+    assert "\n" not in str(error.value) and "bin/build-buckets --root" in str(error.value)
+
+
+def test_a_rebuild_keeps_the_holdout_rule_the_file_was_built_with(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    scenarios = sorted({run_key(rel).scenario for rel in finished_frames(root)})
+    keep = f"scenario:{scenarios[-1]}"
+    proc = build_buckets("--root", str(root), "--collection", "pretrain", "--holdout", keep)
+    assert proc.returncode == 0, proc.stderr
+    add_run_copy(root, next(iter(finished_frames(root))), "town_9999_route9_rep1")
+    coll = load_collection(Layout(root), "pretrain")
+    assert coll.holdout == keep and coll.settings["holdout"] == keep
+    assert {run_key(rel).scenario for rel, _ in coll.frames("val")} == {scenarios[-1]}
+
+
+def test_an_unchanged_root_is_left_alone_and_force_rebuilds(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    path = collection_path(Layout(root), "pretrain")
+    mtime = path.stat().st_mtime_ns
+    proc = build_buckets("--root", str(root), "--collection", "pretrain")
+    assert proc.returncode == 0 and "is up to date" in proc.stderr
+    assert path.stat().st_mtime_ns == mtime
+    forced = build_buckets("--root", str(root), "--collection", "pretrain", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "4 read, 0 unchanged" in forced.stderr and path.stat().st_mtime_ns != mtime
+
+
+def test_buckets_copied_from_another_dataset_are_refused_in_one_line_and_left_untouched(built, collected_root,
+                                                                                        tmp_path):
+    other = copy_root(collected_root, tmp_path / "other")
+    manifest = Layout(other).manifest
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "dataset_id": uuid.uuid4().hex}))
+    target = collection_path(Layout(other), "pretrain")
+    target.parent.mkdir()
+    shutil.copy2(collection_path(Layout(built), "pretrain"), target)
+    content, before = target.read_bytes(), tree(other)
+
+    with pytest.raises(ToolError) as error:
+        load_collection(Layout(other), "pretrain")
+    message = str(error.value)
+    assert "\n" not in message and str(target) in message and "another dataset" in message
+    assert f"bin/build-buckets --root {other} --collection pretrain --force" in message
+
+    proc = build_buckets("--root", str(other), "--collection", "pretrain")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("buckets: ") and "--force" in proc.stderr
+    assert target.read_bytes() == content and tree(other) == before
+
+    forced = build_buckets("--root", str(other), "--collection", "pretrain", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert load_collection(Layout(other), "pretrain", rebuild=False).built_from["dataset_id"] == dataset_id(
+        Layout(other))
+
+
+def _only_failed(root: Path) -> None:
+    layout = Layout(root)
+    for key in layout.iter_runs():
+        route_id = json.loads(layout.result_path(key).read_text())["_checkpoint"]["records"][0]["route_id"]
+        atomic.write_json(layout.result_path(key), RouteRecord(route_id, "Failed").to_result())
+        assert read_status(layout.result_path(key)) == "Failed"
+
+
+BAD_INPUTS = {
+    # name: (how to make the root from the collected one or None, extra args, expected in the message)
+    "missing_root": ("absent", [], "no such dataset root"),
+    "no_manifest": ("no-manifest", [], "no manifest.json"),
+    "empty_dataset": ("empty", [], "no route runs in"),
+    "only_failed_routes": ("failed", [], "no finished route runs in {root}: 4 failed; see bin/progress {root}"),
+    "unknown_collection": ("built", ["--collection", "finetune"], "--collection finetune: unknown collection"),
+    "unknown_scenario_holdout": ("built", ["--holdout", "scenario:Nope"], "scenario types: SignalizedJunction"),
+    "unknown_town_holdout": ("built", ["--holdout", "town:Town99"], "towns: town"),
+    "holdout_leaving_no_training_frames": ("built", ["--holdout", "town:town"], "leaves no training frames"),
+    "malformed_holdout": ("built", ["--holdout", "sideways"], "expected auto, town:NAME"),
+    "weights_of_an_unknown_bucket": ("built", ["--weights", "{weights}"], "unknown bucket 'cruise'"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_one_line_with_nonzero_exit_and_nothing_changed(case, built, collected_root, tmp_path):
+    kind, args, expected = BAD_INPUTS[case]
+    root = tmp_path / "root"
+    if kind == "built":
+        root = built
+    elif kind == "no-manifest":
+        (root / "data" / "S" / "town_0000_route0_rep0" / "frames").mkdir(parents=True)
+    elif kind == "empty":
+        update_manifest(Layout(root), {"routes_dir": "/routes"}, {})
+    elif kind == "failed":
+        copy_root(collected_root, root)
+        _only_failed(root)
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps({"cruise": 2}))
+    before = tree(root) if root.exists() else None
+    proc = build_buckets("--root", str(root), *[a.format(weights=weights) for a in args])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("buckets: "), proc.stderr
+    assert expected.format(root=root) in proc.stderr
+    assert (tree(root) if root.exists() else None) == before
+
+
+def test_show_prints_the_buckets_of_each_collection_fresh_then_stale(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    proc = run(PYTHON, "-m", "tools.buckets", "show", "--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    for name in COLLECTIONS:
+        assert f"{collection_path(Layout(root), name)}: fresh" in proc.stdout
+    coll = load_collection(Layout(root), "posttrain", rebuild=False)
+    turn_train = next(b for b in coll.buckets if b.name == "turn" and b.split == "train")
+    assert any(line.split() == ["turn", "train", str(len(turn_train.frames)), "2"] for line in proc.stdout.splitlines())
+    add_run_copy(root, next(iter(finished_frames(root))), "town_9999_route9_rep1")
+    stale = run(PYTHON, "-m", "tools.buckets", "show", "--root", str(root), "--collection", "posttrain")
+    assert "posttrain.json: stale: 1 route run added since it was built" in stale.stdout
+
+
+def test_an_unreadable_frame_is_reported_and_left_out_with_the_posttrain_frames_that_need_it(collected_root,
+                                                                                             tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    rel, n = max(finished_frames(root).items(), key=lambda item: item[1])
+    broken = frame_file(layout, (rel, 30))
+    broken.write_bytes(broken.read_bytes()[:100])
+    proc = build_buckets("--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert f"buckets: {broken}: unreadable frame, left out" in proc.stderr
+    pre = load_collection(layout, "pretrain", rebuild=False)
+    post = load_collection(layout, "posttrain", rebuild=False)
+    pre_idx = {i for split in ("train", "val") for r, i in pre.frames(split) if r == rel}
+    post_idx = {i for split in ("train", "val") for r, i in post.frames(split) if r == rel}
+    assert pre_idx == set(range(n)) - {30}
+    assert post_idx == set(range(4, n - HORIZON)) - set(range(30 - HORIZON, 31))
+
+
+def test_two_builders_at_once_leave_one_valid_file(collected_root, tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    cmd = [PYTHON, "-m", "tools.buckets", "build", "--root", str(root), "--collection", "posttrain"]
+    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert load_collection(Layout(root), "posttrain", rebuild=False).frames("train")
+    assert [p.name for p in (root / "buckets").iterdir() if p.name.startswith(".tmp-")] == [".tmp-build.lock"]
+
+
+def test_a_new_manifest_gets_a_dataset_id_and_an_older_one_a_stable_derived_id(tmp_path):
+    layout = Layout(tmp_path / "root")
+    update_manifest(layout, {"routes_dir": "/r"}, {})
+    made = json.loads(layout.manifest.read_text())["dataset_id"]
+    assert len(made) == 32 and int(made, 16) >= 0 and dataset_id(layout) == made
+
+    older = json.loads(layout.manifest.read_text())
+    del older["dataset_id"]
+    layout.manifest.write_text(json.dumps(older))
+    derived = dataset_id(layout)
+    assert derived != made and dataset_id(layout) == derived
+    update_manifest(layout, {"routes_dir": "/r"}, {})  # the next collection records the same id
+    assert json.loads(layout.manifest.read_text())["dataset_id"] == derived
+
+    layout.manifest.unlink()
+    with pytest.raises(ToolError, match="no manifest.json"):
+        dataset_id(layout)
+
+
+def test_help_of_the_wrapper_and_the_tool():
+    proc = build_buckets("--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: bin/build-buckets ")
+    tool = run(PYTHON, "-m", "tools.buckets", "build", "--help")
+    text = tool.stdout + tool.stderr  # fire prints help on stderr when it is not a terminal
+    assert tool.returncode == 0 and "--holdout" in text and "every:N" in text

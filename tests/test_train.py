@@ -1,0 +1,383 @@
+"""The training stage on real data: a collected root, its buckets and cache built by their own tools.
+
+Every run is the tiny model on CPU, a few steps at batch 4, as a user runs it (`python -m tools.train`,
+`bin/train`, `torchrun`), in a subprocess. The smoke path (STYLE.md 17): train 4 steps saving at 2,
+resume from 2, reach the same step-4 loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import PYTHON, REPO, copy_root, run_tool
+from tools.dataset.errors import ToolError
+from tools.train import checkpoint
+from tools.train.config import TrainConfig, field_docs, help_text, parse_overrides
+
+#: The tiny run every test starts from; a test adds or overrides keys.
+TINY = ["batch_size=4", "log_every=1", "image_every=2", "val_samples=8", "warmup_steps=1", "save_every=2"]
+
+
+@pytest.fixture(scope="session")
+def train_root(tmp_path_factory, collected_root) -> Path:
+    """A copy of the collected root with its buckets and cache built by the real tools. Read-only."""
+    root = copy_root(collected_root, tmp_path_factory.mktemp("train") / "root")
+    run_tool(PYTHON, "-m", "tools.buckets", "build", "--root", str(root), check=True)
+    run_tool(PYTHON, "-m", "tools.cache", "build", "--root", str(root), check=True)
+    return root
+
+
+def train(phase: str, root: Path, logdir: Path, *keys: str, cwd: Path | None = None,
+          timeout: float = 240) -> subprocess.CompletedProcess:
+    return run_tool(PYTHON, "-m", "tools.train", phase, f"root={root}", f"logdir={logdir}", *TINY, *keys,
+                    cwd=cwd, timeout=timeout)
+
+
+def scalars(logdir: Path, tag: str) -> dict[int, float]:
+    """step -> value of a TensorBoard scalar, as TensorBoard shows it (purged steps dropped)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    return {e.step: e.value for e in acc.Scalars(tag)}
+
+
+def tags(logdir: Path) -> dict[str, list[str]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return acc.Tags()
+
+
+def steps_of(logdir: Path) -> list[int]:
+    return [int(p.name.split("-")[1]) for p in checkpoint.complete_checkpoints(logdir)]
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def pretrained(train_root, tmp_path_factory) -> Path:
+    """A pre-training run of 4 steps saving at 2 (the uninterrupted run of the smoke path)."""
+    logdir = tmp_path_factory.mktemp("runs") / "pretrain"
+    proc = train("pretrain", train_root, logdir, "max_steps=4")
+    assert proc.returncode == 0, proc.stderr
+    return logdir
+
+
+# ----------------------------------------------------------------------------- the smoke path
+
+
+def test_resume_from_step_2_reaches_the_same_step_4_loss(pretrained, train_root, tmp_path):
+    assert steps_of(pretrained) == [2, 4]
+    # The interrupted run: only the step-2 checkpoint survived, and a step-3 folder was left incomplete.
+    logdir = tmp_path / "resumed"
+    shutil.copytree(pretrained / "checkpoints" / "step-00000002", logdir / "checkpoints" / "step-00000002")
+    shutil.copytree(pretrained / "checkpoints" / "step-00000002", logdir / "checkpoints" / "step-00000003")
+    (logdir / "checkpoints" / "step-00000003" / checkpoint.MARKER).unlink()
+    proc = train("pretrain", train_root, logdir, "max_steps=4")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming " + str(logdir / "checkpoints" / "step-00000002") in proc.stderr
+    resumed, uninterrupted = scalars(logdir, "train/loss"), scalars(pretrained, "train/loss")
+    assert sorted(resumed) == [3, 4]
+    assert resumed[3] == uninterrupted[3] and resumed[4] == uninterrupted[4]  # bitwise (as float32 in the events)
+    state = torch.load(logdir / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
+    assert state["loop"]["step"] == 4 and state["loop"]["samples"] == 16
+
+
+def test_run_folder_holds_config_events_summary_and_picture(pretrained):
+    config = json.loads((pretrained / "config.json").read_text())
+    assert config["phase"] == "pretrain" and config["max_steps"] == 4 and config["collection"] == "pretrain"
+    assert Path(config["root"]).is_absolute() and config["model_config"]["channels"] == [16, 32, 64, 128]
+    found = tags(pretrained)
+    for tag in ("train/loss", "train/semantics", "train/depth", "train/bev", "train/lr", "train/samples_per_s",
+                "train/skipped_steps", "val/miou_semantics", "val/miou_bev"):
+        assert tag in found["scalars"], tag
+    assert {"images/semantics", "images/bev"} <= set(found["images"])
+    summary = json.loads((pretrained / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["skipped_steps"] == 0
+    assert 0 <= summary["val"]["miou_semantics"] <= 1 and summary["val"]["frames"] == 8
+    assert (pretrained / "predictions.png").stat().st_size > 0
+
+
+def test_rerun_of_a_finished_run_trains_no_further_and_keeps_its_checkpoints(pretrained, train_root, tmp_path):
+    logdir = tmp_path / "done"
+    shutil.copytree(pretrained, logdir)
+    proc = train("pretrain", train_root, logdir, "max_steps=4")
+    assert proc.returncode == 0, proc.stderr
+    assert steps_of(logdir) == [2, 4]
+    assert json.loads((logdir / "summary.json").read_text())["steps"] == 4
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _save(logdir: Path, step: int, keep: int) -> Path:
+    return checkpoint.save(logdir, step, {"w": torch.ones(2) * step}, {"state": {}}, {"loop": {"step": step}},
+                           {"phase": "pretrain"}, keep)
+
+
+def test_save_and_purge_keeps_last_k_checkpoints(tmp_path):
+    for step in range(1, 6):
+        _save(tmp_path, step, keep=2)
+    assert steps_of(tmp_path) == [4, 5]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000004", "step-00000005"]
+    loaded = checkpoint.load(checkpoint.latest(tmp_path))
+    assert loaded["model"]["w"].tolist() == [5.0, 5.0] and loaded["state"]["loop"]["step"] == 5
+
+
+def test_incomplete_checkpoint_folder_is_ignored(tmp_path):
+    _save(tmp_path, 3, keep=3)
+    half = checkpoint.step_dir(tmp_path, 7)
+    shutil.copytree(checkpoint.step_dir(tmp_path, 3), half)
+    (half / checkpoint.MARKER).unlink()
+    assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, 3)
+    assert checkpoint.resolve(half) is None
+
+
+def test_checkpoint_is_loaded_without_unpickling_code(tmp_path):
+    import datetime
+
+    path = _save(tmp_path, 1, keep=1)
+    torch.save({"x": datetime.datetime.now()}, path / "state.pt")  # any object that is not a tensor or container
+    with pytest.raises(Exception, match="[Ww]eights only"):
+        checkpoint.load(path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_signal_during_training_writes_a_checkpoint_and_the_rerun_resumes(sig, train_root, tmp_path):
+    logdir = tmp_path / "run"
+    args = [PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY,
+            "max_steps=1000", "save_every=1000"]
+    proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    deadline = time.time() + 120
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("step 2/"):
+            proc.send_signal(sig)
+            break
+        assert time.time() < deadline, "".join(lines)
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + sig, "".join(lines) + rest
+    assert f"stopped by signal {signal.Signals(sig).name}" in rest
+    (stopped,) = steps_of(logdir)
+    assert stopped >= 2
+    again = train("pretrain", train_root, logdir, f"max_steps={stopped + 1}")
+    assert again.returncode == 0, again.stderr
+    assert f"resuming {checkpoint.step_dir(logdir, stopped)}" in again.stderr
+    assert sorted(scalars(logdir, "train/loss"))[-1] == stopped + 1
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def test_nan_loss_step_is_skipped_and_counted(train_root, tmp_path):
+    logdir = tmp_path / "nan"
+    proc = train("pretrain", train_root, logdir, "max_steps=3", "debug_nan_steps=2")
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2: non-finite loss or gradient, step skipped (1 so far)" in proc.stderr
+    assert json.loads((logdir / "summary.json").read_text())["skipped_steps"] == 1
+    assert scalars(logdir, "train/skipped_steps") == {1: 0.0, 2: 1.0, 3: 1.0}
+
+
+def test_posttrain_starts_from_the_pretrain_checkpoint_with_a_new_planner_at_step_0(pretrained, train_root,
+                                                                                      tmp_path):
+    logdir = tmp_path / "post"
+    proc = train("posttrain", train_root, logdir, "max_steps=2", f"load={pretrained}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"starting from {pretrained / 'checkpoints' / 'step-00000004'}; step 0/2, epoch 0" in proc.stderr
+    assert steps_of(logdir) == [2]
+    ckpt = checkpoint.load(checkpoint.latest(logdir))
+    assert ckpt["state"]["loop"]["step"] == 2 and ckpt["config"]["collection"] == "posttrain"
+    assert any(k.startswith("planner.") for k in ckpt["model"])
+    for tag in ("train/waypoints", "train/target_speed", "train/route", "val/ade", "val/fde",
+                "val/ade_constant_velocity", "val/fde_constant_velocity"):
+        assert tag in tags(logdir)["scalars"], tag
+    assert "images/waypoints" in tags(logdir)["images"]
+    val = json.loads((logdir / "summary.json").read_text())["val"]
+    for key in ("ade", "fde", "ade_constant_velocity", "fde_constant_velocity"):
+        assert val[key] >= 0, key
+    assert "waypoints ADE" in proc.stderr and "constant velocity: ADE" in proc.stderr
+
+
+def test_posttrain_finds_the_newest_pretrain_checkpoint_under_outputs_by_default(pretrained, train_root, tmp_path):
+    shutil.copytree(pretrained / "checkpoints", tmp_path / "outputs" / "pretrain" / "checkpoints")
+    proc = train("posttrain", train_root, tmp_path / "post", "max_steps=1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"starting from {tmp_path / 'outputs' / 'pretrain' / 'checkpoints' / 'step-00000004'}" in proc.stderr
+
+
+def test_damaged_cache_record_mid_epoch_is_reported_rebuilt_and_training_completes(train_root, tmp_path):
+    from tools.dataset.buckets import load_collection
+    from tools.dataset.cache import read_record, record_path, run_key
+    from tools.dataset.layout import Layout
+    from tools.train.data import find_cache
+
+    root = copy_root(train_root, tmp_path / "root")
+    layout = Layout(root)
+    cache_root, _ = find_cache(layout)
+    order = load_collection(layout, "pretrain", rebuild=False).epoch_samples("train", 0, 0)
+    damaged, lost = order[5], order[9]  # read in steps 2 and 3 (batch 4)
+    for run, index in (damaged, lost):
+        path = record_path(cache_root, run, index)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    # `lost` cannot be rebuilt: its recorded frame is unreadable too, so another sample stands in.
+    layout.frame_path(run_key(lost[0]), lost[1]).write_bytes(b"not a frame")
+    proc = train("pretrain", root, tmp_path / "run", "max_steps=3", "val_samples=4", "num_workers=1")
+    assert proc.returncode == 0, proc.stderr
+    assert "checksum mismatch" in proc.stderr and "rebuilding it" in proc.stderr
+    assert "the sample is replaced by another one" in proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["rebuilt_records"] == 2 and summary["replaced_samples"] == 1
+    read_record(record_path(cache_root, *damaged))  # good again
+
+
+def test_ddp_two_cpu_processes_save_a_checkpoint_that_one_process_resumes(train_root, tmp_path):
+    logdir = tmp_path / "ddp"
+    env = {"DRIVEKIT_IMAGES": str(tmp_path / "no-images")}
+    proc = run_tool(str(REPO / "bin" / "train"), "pretrain", "--nproc", "2", f"root={train_root}", f"logdir={logdir}",
+                    *TINY, "max_steps=2", env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 process(es) on cpu" in proc.stderr
+    assert steps_of(logdir) == [2]
+    loop = checkpoint.load(checkpoint.latest(logdir))["state"]["loop"]
+    assert loop["world"] == 2 and loop["samples"] == 16 and loop["consumed"] == 16
+    one = train("pretrain", train_root, logdir, "max_steps=3")
+    assert one.returncode == 0, one.stderr
+    assert "world changed from 2 to 1" in one.stderr
+    assert steps_of(logdir) == [2, 3]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_posttrain_without_a_pretrain_checkpoint_is_one_line_and_exit_2(train_root, tmp_path):
+    proc = train("posttrain", train_root, tmp_path / "post", cwd=tmp_path)
+    assert proc.returncode == 2
+    line = one_line(proc.stderr)
+    assert line.startswith("train: no complete pre-training checkpoint at ")
+    assert str(tmp_path / "outputs" / "pretrain") in line and "bin/train pretrain" in line and "load=" in line
+    assert not (tmp_path / "post").exists()
+
+
+def test_unknown_config_key_is_one_line_naming_the_near_match_and_exit_2(tmp_path):
+    proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", "max_stpes=3", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert one_line(proc.stderr) == "train: unknown config key 'max_stpes': did you mean max_steps?"
+
+
+def test_bad_values_name_the_key():
+    with pytest.raises(ToolError, match="^lr=abc: expected a float$"):
+        parse_overrides("pretrain", ["lr=abc"])
+    with pytest.raises(ToolError, match="^batch_size=0: must be between 1 and 4096$"):
+        parse_overrides("pretrain", ["batch_size=0"])
+    with pytest.raises(ToolError, match="^model='huge': must be one of tiny, full$"):
+        parse_overrides("pretrain", ["model=huge"])
+    with pytest.raises(ToolError, match="only posttrain starts from a checkpoint"):
+        parse_overrides("pretrain", ["load=x"])
+    cfg = parse_overrides("posttrain", ["lr=3e-4", "debug_nan_steps=2,5", "--keep=5"])
+    assert (cfg.lr, cfg.debug_nan_steps, cfg.keep) == (3e-4, (2, 5), 5)
+
+
+def test_empty_collection_or_missing_cache_is_one_line(train_root, tmp_path):
+    root = copy_root(train_root, tmp_path / "root")
+    shutil.rmtree(root / "cache")
+    proc = train("pretrain", root, tmp_path / "run", "max_steps=1")
+    assert proc.returncode == 2
+    assert one_line(proc.stderr) == f"train: no cache under {root / 'cache'}: run bin/build-cache --root {root}"
+
+
+def test_a_cache_lacking_records_is_one_line_naming_the_count(train_root, tmp_path):
+    from tools.dataset.buckets import load_collection
+    from tools.dataset.cache import record_path
+    from tools.dataset.layout import Layout
+    from tools.train.data import find_cache
+
+    root = copy_root(train_root, tmp_path / "root")
+    cache_root, _ = find_cache(Layout(root))
+    for run, index in load_collection(Layout(root), "pretrain", rebuild=False).frames("val")[:3]:
+        record_path(cache_root, run, index).unlink()
+    proc = train("pretrain", root, tmp_path / "run", "max_steps=1")
+    assert proc.returncode == 2
+    line = one_line(proc.stderr)
+    assert line.startswith(f"train: cache {cache_root} lacks 3 of ")
+    assert line.endswith(f"samples: run bin/build-cache --root {root}")
+
+
+def test_help_lists_every_key_with_its_doc():
+    text = help_text()
+    docs = field_docs()
+    for name in TrainConfig.__dataclass_fields__:
+        if name != "phase":
+            assert f"  {name} " in text and docs.get(name), name
+    proc = run_tool(str(REPO / "bin" / "train"), "--help-keys")
+    assert proc.returncode == 0 and "max_steps" in proc.stdout
+    proc = run_tool(str(REPO / "bin" / "train"), "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: bin/train pretrain|posttrain")
+
+
+def test_bin_train_runs_in_the_image_binding_key_paths_stub_apptainer(tmp_path):
+    """No apptainer here: a stub on PATH prints the command line the wrapper builds."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "train.sif").write_text("")
+    stub = tmp_path / "path" / "apptainer"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\necho "apptainer $*"; env | grep TORCHELASTIC || true\n')
+    stub.chmod(0o755)
+    root = tmp_path / "data"
+    env = {"PATH": f"{stub.parent}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}
+    proc = run_tool(str(REPO / "bin" / "train"), "pretrain", f"root={root}", "max_steps=5", env=env, check=True)
+    line = proc.stdout.splitlines()[0]
+    assert line.startswith("apptainer exec --cleanenv --nv ")
+    assert f"--bind {tmp_path} " in line  # the nearest existing parent of root=
+    assert line.endswith(f"{images / 'train.sif'} python -m tools.train pretrain --root={root} max_steps=5")
+    proc = run_tool(str(REPO / "bin" / "train"), "posttrain", "--nproc", "2", "lr=1e-3", env=env, check=True)
+    assert proc.stdout.splitlines()[0].endswith(
+        "python -m torch.distributed.run --standalone --nproc_per_node 2 -m tools.train posttrain lr=1e-3")
+    assert "APPTAINERENV_TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in proc.stdout
+    bad = run_tool(str(REPO / "bin" / "train"), "pretrain", "--nproc", "two", env=env)
+    assert bad.returncode == 2 and "--nproc two" in bad.stderr
+
+
+def test_session_cache_is_filled_during_the_first_epoch(train_root, tmp_path):
+    proc = train("pretrain", train_root, tmp_path / "run", "max_steps=2", f"session_cache={tmp_path / 'local'}",
+                 "session_cache_gb=0.5")
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (tmp_path / "local").iterdir()
+    import diskcache
+
+    with diskcache.Cache(str(folder)) as cache:
+        assert len(cache) >= 8  # 2 steps of 4 samples, and the held-out frames
+
+
+def test_tiny_model_sizes():
+    from tools.dataset.samples import CacheSettings
+    from tools.train.model import TransFuser, count_parameters, model_config
+
+    cfg = model_config("tiny", CacheSettings())
+    model = TransFuser(cfg, planner=True)
+    batch = {"rgb": torch.zeros(2, 128, 256, 3, dtype=torch.uint8), "lidar_bev": torch.zeros(2, 2, 128, 128,
+                                                                                               dtype=torch.uint8),
+             "target_point": torch.zeros(2, 2), "speed": torch.zeros(2), "command": torch.zeros(2, dtype=torch.long)}
+    out = model(batch)
+    assert out["semantics"].shape == (2, 9, 128, 256) and out["depth"].shape == (2, 128, 256)
+    assert out["bev"].shape == (2, 8, 128, 128) and out["waypoints"].shape == (2, 8, 2)
+    assert out["route"].shape == (2, 10, 2) and out["target_speed"].shape == (2,)
+    assert count_parameters(model) < 2_000_000

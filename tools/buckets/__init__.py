@@ -1,0 +1,1 @@
+"""The buckets stage: index the frames of finished route runs into behaviour buckets and collections."""

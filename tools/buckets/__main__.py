@@ -1,0 +1,66 @@
+"""python -m tools.buckets COMMAND: index the frames of finished route runs into buckets, per collection.
+
+Commands:
+  build   write ROOT/buckets/<collection>.json (pretrain, posttrain): behaviour buckets, a held-out val split,
+          a weight schedule per bucket
+  show    a table per collection: bucket, split, frames, weights per epoch; fresh or stale
+
+Training loads a collection with tools.dataset.buckets.load_collection, which rebuilds a missing or
+stale one by itself. docs/buckets.md describes the buckets and the file format.
+`python -m tools.buckets COMMAND --help` explains each command.
+"""
+
+from __future__ import annotations
+
+import fire
+
+from tools.dataset.errors import run_cli
+
+
+def build(root: str | None = None, collection: str = "all", holdout: str | None = None, weights: str | None = None,
+          force: bool = False) -> None:
+    """Index the frames of every finished route run into buckets and write the collections' bucket files.
+
+    Each frame goes to one behaviour bucket (stop, start, hazard, turn, junction, follow: docs/buckets.md).
+    pretrain holds every readable frame; posttrain the frames with a full future horizon (not the first
+    4 nor the last `horizon` of a run). Both have a train and a held-out val split. Only frames of new or
+    redone route runs are read; an up-to-date file is left alone. Without --holdout and --weights, a
+    rebuild keeps the rule and weights the existing file was built with.
+
+    Holdout rules (the val split):
+      auto            a town when there are 2 or more (the alphabetically last), else the scenario type
+                      with the fewest frames, else every 5th route run
+      town:NAME       every route run in that town
+      scenario:TYPE   every route run of that scenario type
+      every:N         every N-th route run by sorted name
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        collection: pretrain, posttrain or all.
+        holdout: the holdout rule of the val split (above); default auto, or the rule of the existing file.
+        weights: a JSON file {bucket: weight or [weight of epoch 0, epoch 1, ...]} (the last one holds on)
+            replacing the default weights of the buckets it names.
+        force: rebuild even an up-to-date file, and replace one built from another dataset or unreadable
+            (its holdout rule and weights are not kept).
+    """
+    from tools.buckets.build import build as run
+
+    run(root=root, collection=collection, holdout=holdout, weights=weights, force=force)
+
+
+def show(root: str | None = None, collection: str = "all") -> None:
+    """Print a table per collection: bucket, split, frames, weight per epoch; and fresh or stale.
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        collection: pretrain, posttrain or all.
+    """
+    from tools.buckets.build import show as run
+
+    run(root=root, collection=collection)
+
+
+COMMANDS = {"build": build, "show": show}
+
+if __name__ == "__main__":
+    run_cli("buckets", lambda: fire.Fire(COMMANDS, name="python -m tools.buckets"))

@@ -1,0 +1,567 @@
+"""Build bucket files: put every frame of every finished route run in one behaviour bucket, then write the
+collections (pretrain, posttrain) with a held-out validation split and a weight schedule per bucket.
+
+    ROOT/buckets/index.json        behaviour of every frame, per run (reused for runs unchanged since)
+    ROOT/buckets/<collection>.json the collections (tools.dataset.buckets reads them; docs/buckets.md)
+
+The frame index makes a rebuild after new routes cheap: only frames of new or redone runs are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from tools.dataset import atomic
+from tools.dataset.buckets import (
+    BUCKETS_FORMAT,
+    COLLECTIONS,
+    INDEX,
+    SPLITS,
+    Bucket,
+    Collection,
+    bucket_to_json,
+    check_same_dataset,
+    collection_path,
+    dataset_state,
+    describe_change,
+    read_collection,
+    run_key,
+)
+from tools.dataset.errors import ToolError
+from tools.dataset.frames import FrameError, read_frame
+from tools.dataset.layout import Layout, resolve_root
+from tools.dataset.manifest import now_iso, tool_version, user_at_host
+from tools.dataset.results import RunState, is_failed, run_state
+from tools.dataset.samples import CacheSettings
+
+# ----------------------------------------------------------------------------- behaviour buckets
+
+#: Buckets in the order their rules are tried: a frame goes to the first whose rule holds.
+BUCKETS = ("stop", "start", "hazard", "turn", "junction", "follow")
+
+#: Thresholds of the rules (docs/buckets.md). Changing one changes `version`: the index is redone.
+RULES: dict[str, Any] = {
+    "version": 1,
+    "stand_speed": 0.5,  # m/s: below it the ego stands
+    "start_speed": 4.0,  # m/s: below it, with a target speed start_margin higher, the ego is starting
+    "start_margin": 2.0,  # m/s
+    "turn_angle": 30.0,  # degrees: the route turns by more than this within turn_ahead metres
+    "turn_ahead": 20.0,  # metres
+}
+
+LEFT, RIGHT = 1, 2  # RoadOption values of `command`
+
+#: Default weight schedules. Pre-training (perception) sees every frame once per epoch; post-training
+#: (planning) sees the rare manoeuvres twice as often and the long waits at red lights half as often.
+DEFAULT_WEIGHTS: dict[str, dict[str, list[float]]] = {
+    "pretrain": {name: [1.0] for name in BUCKETS},
+    "posttrain": {"stop": [0.5], "start": [2.0], "hazard": [2.0], "turn": [2.0], "junction": [1.0],
+                  "follow": [1.0]},
+}
+
+#: posttrain skips the first frames of a run (the ego starting from rest at the spawn point).
+SKIP_FIRST = 4
+
+INDEX_FORMAT = 1
+LOCK = ".tmp-build.lock"  # in ROOT/buckets/: one builder at a time per root
+
+
+def route_turn(route: list[list[float]], ahead: float) -> float:
+    """Largest heading change (degrees) of the route within `ahead` metres, relative to its first segment."""
+    headings, travelled = [], 0.0
+    for (x0, y0), (x1, y1) in zip(route, route[1:], strict=False):
+        if travelled > ahead:
+            break
+        step = math.hypot(x1 - x0, y1 - y0)
+        if step > 1e-6:
+            headings.append(math.atan2(y1 - y0, x1 - x0))
+        travelled += step
+    if len(headings) < 2:
+        return 0.0
+    return max(abs(math.degrees((h - headings[0] + math.pi) % (2 * math.pi) - math.pi)) for h in headings)
+
+
+def classify(m: dict[str, Any], rules: dict[str, Any] = RULES) -> str:
+    """The behaviour bucket of one frame's measurements (the rules of docs/buckets.md, in order)."""
+    speed, target = float(m["speed"]), float(m["target_speed"])
+    stand = rules["stand_speed"]
+    if speed < stand and target < stand:
+        return "stop"
+    if speed < rules["start_speed"] and target > speed + rules["start_margin"]:
+        return "start"
+    if speed >= stand and (m["light_hazard"] or m["vehicle_hazard"]):
+        return "hazard"
+    junction = bool(m["junction"])
+    if m["command"] in (LEFT, RIGHT):
+        return "turn"
+    if junction and route_turn(m["route"], rules["turn_ahead"]) > rules["turn_angle"]:
+        return "turn"
+    if junction:
+        return "junction"
+    return "follow"
+
+
+# ----------------------------------------------------------------------------- the frame index
+
+
+def _rle(labels: list[str | None]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for label in labels:
+        if out and out[-1][0] == label:
+            out[-1][1] += 1
+        else:
+            out.append([label, 1])
+    return out
+
+
+def _unrle(pairs: list[list[Any]]) -> list[str | None]:
+    return [label for label, count in pairs for _ in range(int(count))]
+
+
+def label_run(layout: Layout, rel: str) -> dict[str, Any]:
+    """Read one run's measurements: its town and the bucket of every frame (None: unreadable)."""
+    key = run_key(rel)
+    problems = []
+    try:
+        town = str(json.loads(layout.run_settings(key).read_text())["town"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        town = "?"
+        problems.append(f"{layout.run_settings(key)}: cannot read the run's town ({e}); its frames are left out")
+    paths = layout.frame_paths(key)
+    labels: list[str | None] = [None] * len(paths)
+    for path in paths:
+        try:
+            index = int(path.stem)
+        except ValueError:
+            continue
+        if index >= len(labels):  # numbering with a gap: the missing frames stay None
+            labels.extend([None] * (index + 1 - len(labels)))
+        if town == "?":
+            continue
+        try:
+            labels[index] = classify(read_frame(path, sensors=False)["measurements"])
+        except (OSError, FrameError, KeyError, TypeError, ValueError) as e:
+            problems.append(f"{path}: unreadable frame, left out ({type(e).__name__}: {e})")
+    return {"town": town, "labels": labels, "problems": problems}
+
+
+def read_index(layout: Layout, this_id: str) -> dict[str, Any]:
+    """The runs of ROOT/buckets/index.json that can be reused: same dataset, same rules. Else empty."""
+    path = layout.buckets / f"{INDEX}.json"
+    try:
+        data = json.loads(path.read_text())
+        if data["format"] == INDEX_FORMAT and data["dataset_id"] == this_id and data["rules"] == RULES:
+            return dict(data["runs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return {}
+
+
+# ----------------------------------------------------------------------------- holdout
+
+
+def _parse_holdout(rule: Any) -> str:
+    if rule is True:
+        raise ToolError("--holdout needs a value: auto, town:NAME, scenario:TYPE or every:N")
+    text = str(rule) if isinstance(rule, str) else ""
+    kind, _, value = text.partition(":")
+    ok = text == "auto" or (kind in ("town", "scenario") and value) or (kind == "every" and value.isdigit()
+                                                                         and int(value) >= 2)
+    if not ok:
+        raise ToolError(f"--holdout {rule}: expected auto, town:NAME, scenario:TYPE or every:N (N >= 2)")
+    return text
+
+
+def resolve_holdout(rule: str, runs: dict[str, dict[str, Any]]) -> tuple[str, set[str], str]:
+    """(rule applied, held-out runs, why) for `rule` over the finished runs {rel: {"town", "frames"}}."""
+    towns = sorted({r["town"] for r in runs.values()})
+    scenario_frames = Counter()
+    for rel, r in runs.items():
+        scenario_frames[run_key(rel).scenario] += r["frames"]
+    scenarios = sorted(scenario_frames)
+    why = "as asked"
+    if rule == "auto":
+        if len(towns) >= 2:
+            rule, why = f"town:{towns[-1]}", f"auto: {len(towns)} towns, the alphabetically last held out"
+        elif len(scenarios) >= 2:
+            fewest = min(scenarios, key=lambda s: (scenario_frames[s], s))
+            rule = f"scenario:{fewest}"
+            why = f"auto: one town, {len(scenarios)} scenario types, the one with the fewest frames held out"
+        else:
+            rule, why = "every:5", "auto: one town and one scenario type, every 5th route run held out"
+    kind, _, value = rule.partition(":")
+    if kind == "town":
+        if value not in towns:
+            raise ToolError(f"--holdout {rule}: no finished route run in town {value!r}; towns: {', '.join(towns)}")
+        held = {rel for rel, r in runs.items() if r["town"] == value}
+    elif kind == "scenario":
+        if value not in scenarios:
+            raise ToolError(f"--holdout {rule}: no finished route run of scenario type {value!r}; scenario types: "
+                            f"{', '.join(scenarios)}")
+        held = {rel for rel in runs if run_key(rel).scenario == value}
+    else:
+        n, names = int(value), sorted(runs)
+        held = {rel for i, rel in enumerate(names) if (i + 1) % n == 0}
+        if not held and len(names) >= 2:  # fewer runs than N: hold out the last one
+            held = {names[-1]}
+    return rule, held, why
+
+
+# ----------------------------------------------------------------------------- collections
+
+
+def eligible(name: str, labels: list[str | None], horizon: int, skip_first: int) -> list[int]:
+    """Frame indices of one run that belong to collection `name`."""
+    if name == "pretrain":
+        return [i for i, label in enumerate(labels) if label is not None]
+    # posttrain: the frame and its `horizon` future frames readable; not the first `skip_first`.
+    readable = [label is not None for label in labels]
+    return [i for i in range(skip_first, len(labels) - horizon) if all(readable[i: i + horizon + 1])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What to build for one collection, decided before anything is written."""
+
+    name: str
+    path: Path
+    holdout_rule: str  # as asked (auto, town:..., ...)
+    weights: dict[str, list[float]]
+    origin: str  # where holdout and weights come from, for messages
+    up_to_date: bool
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"holdout": self.holdout_rule, "horizon": CacheSettings().horizon,
+                "skip_first": SKIP_FIRST if self.name == "posttrain" else 0, "rules": RULES,
+                "weights": self.weights}
+
+
+def load_weights(path: Any) -> dict[str, list[float]]:
+    """--weights FILE.json: {bucket: weight or [weight per epoch, ...]}; the last entry holds on."""
+    if not isinstance(path, str) or not path:
+        raise ToolError(f"--weights {path}: give a JSON file of {{bucket: weight or [per-epoch weights]}}")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ToolError(f"--weights {path}: cannot read it as JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ToolError(f"--weights {path}: expected a JSON object {{bucket: weight or [per-epoch weights]}}")
+    out = {}
+    for name, value in data.items():
+        if name not in BUCKETS:
+            raise ToolError(f"--weights {path}: unknown bucket {name!r}; buckets: {', '.join(BUCKETS)}")
+        values = value if isinstance(value, list) else [value]
+        good = values and all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)
+                              for v in values)
+        if not good:
+            raise ToolError(f"--weights {path}: bucket {name!r}: {value!r} is not a weight >= 0 or a non-empty "
+                            "list of them")
+        out[name] = [float(v) for v in values]
+    return out
+
+
+def make_plans(layout: Layout, names: list[str], state: dict[str, Any], holdout: str | None,
+               weights: dict[str, list[float]] | None, force: bool) -> list[Plan]:
+    """Per collection: its settings (flags, else the existing file's, else defaults), refusing a file of
+    another dataset or an unreadable one unless --force, and whether the file is already up to date."""
+    plans = []
+    for name in names:
+        path = collection_path(layout, name)
+        existing = None
+        if path.exists() and not force:
+            existing, _ = read_collection(path)  # ToolError for an unreadable file: the message says --force
+            check_same_dataset(path, layout, existing.built_from, state["dataset_id"])
+        rule, schedule = "auto", dict(DEFAULT_WEIGHTS[name])
+        rule_from = weights_from = "default"
+        if existing is not None:
+            rule = str(existing.settings.get("holdout", rule))
+            kept = existing.settings.get("weights") or {}
+            schedule.update({b: [float(x) for x in w] for b, w in kept.items() if b in BUCKETS})
+            rule_from = weights_from = f"kept from {path.name}"
+        if holdout is not None:
+            rule, rule_from = holdout, "from --holdout"
+        if weights is not None:
+            schedule, weights_from = {**DEFAULT_WEIGHTS[name], **weights}, "from --weights"
+        origin = f"holdout rule {rule_from}, weights {weights_from}"
+        plan = Plan(name, path, rule, schedule, origin, up_to_date=False)
+        if (existing is not None and describe_change(existing.built_from, state) is None
+                and existing.settings == json.loads(json.dumps(plan.settings))):
+            plan = dataclasses.replace(plan, up_to_date=True)
+        plans.append(plan)
+    return plans
+
+
+def _check_weights(plan: Plan, train_buckets: Counter) -> None:
+    """Every epoch must have some training bucket with frames and a weight above 0."""
+    longest = max(len(w) for w in plan.weights.values())
+    for epoch in range(longest):
+        mass = sum(plan.weights[b][min(epoch, len(plan.weights[b]) - 1)] * n for b, n in train_buckets.items())
+        if mass <= 0:
+            raise ToolError(f"{plan.name}: every bucket with training frames has weight 0 in epoch {epoch} "
+                            f"({plan.origin}); give some a weight above 0 with --weights FILE.json")
+
+
+def _no_training(plan: Plan, applied: str, held: set[str], runs: dict[str, dict[str, Any]]) -> ToolError:
+    towns = sorted({r["town"] for r in runs.values()})
+    scenarios = sorted({run_key(rel).scenario for rel in runs})
+    return ToolError(f"--holdout {plan.holdout_rule}: leaves no training frames in {plan.name} ({applied} holds "
+                     f"out {len(held)} of {len(runs)} finished route runs; {plan.origin}); choose another: "
+                     f"towns {', '.join(towns)}; scenario types {', '.join(scenarios)}; or every:N")
+
+
+def _precheck(plan: Plan, meta: dict[str, dict[str, Any]]) -> None:
+    """Refuse a holdout or weights that cannot work, from frame counts alone (all frames taken readable)."""
+    applied, held, _ = resolve_holdout(plan.holdout_rule, meta)
+    settings = plan.settings
+    train = sum(len(eligible(plan.name, [""] * r["frames"], settings["horizon"], settings["skip_first"]))
+                for rel, r in meta.items() if rel not in held)
+    if not train:
+        raise _no_training(plan, applied, held, meta)
+    _check_weights(plan, Counter({b: 1 for b in BUCKETS}))
+
+
+def assemble(plan: Plan, runs: dict[str, dict[str, Any]], state: dict[str, Any]
+             ) -> tuple[Collection, dict[str, dict[str, int]], str]:
+    """(collection, frames per split and bucket, why this holdout) of `plan` from the labelled runs.
+    ToolError when its holdout leaves no training frame or its weights leave no training bucket."""
+    applied, held, why = resolve_holdout(plan.holdout_rule, runs)
+    settings = plan.settings
+    frames: dict[tuple[str, str], list[tuple[str, int]]] = {(b, s): [] for s in SPLITS for b in BUCKETS}
+    for rel, run in runs.items():
+        split = "val" if rel in held else "train"
+        labels = run["labels"]
+        for i in eligible(plan.name, labels, settings["horizon"], settings["skip_first"]):
+            frames[(labels[i], split)].append((rel, i))
+    counts = {s: {b: len(frames[(b, s)]) for b in BUCKETS} for s in SPLITS}
+    if not sum(counts["train"].values()):
+        raise _no_training(plan, applied, held, runs)
+    _check_weights(plan, Counter({b: n for b, n in counts["train"].items() if n}))
+    buckets = [Bucket(b, s, frames[(b, s)], plan.weights[b]) for s in SPLITS for b in BUCKETS]
+    collection = Collection(plan.name, buckets, state, applied, settings)
+    return collection, counts, why
+
+
+def write_collection(plan: Plan, collection: Collection, counts: dict, why: str, unreadable: list[str]) -> None:
+    data = {
+        "format": BUCKETS_FORMAT,
+        "collection": collection.name,
+        "created": now_iso(),
+        "created_by": user_at_host(),
+        "tool": tool_version(),
+        "built_from": collection.built_from,
+        "holdout": collection.holdout,
+        "holdout_reason": why,
+        "settings": collection.settings,
+        "counts": counts,
+        "unreadable": unreadable,
+        "buckets": [bucket_to_json(b) for b in collection.buckets],
+    }
+    atomic.write_text(plan.path, json.dumps(data, separators=(",", ":")) + "\n")
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def _collections(name: Any) -> list[str]:
+    if name == "all":
+        return list(COLLECTIONS)
+    if name not in COLLECTIONS:
+        raise ToolError(f"--collection {name}: unknown collection; choose {', '.join(COLLECTIONS)} or all")
+    return [str(name)]
+
+
+def open_root(root: Any) -> Layout:
+    layout = Layout(resolve_root(None if root is None else str(root)))  # fire makes "2024" an int
+    if not layout.root.is_dir():
+        raise ToolError(f"{layout.root}: no such dataset root; give the --root you collected into "
+                        "(bin/collect ROUTES_DIR --root ROOT)")
+    return layout
+
+
+def _no_finished_runs(layout: Layout) -> ToolError:
+    states = Counter(run_state(layout, key) for key in layout.iter_runs())
+    if not states:
+        return ToolError(f"no route runs in {layout.root}: collect into it first (bin/collect ROUTES_DIR --root "
+                         f"{layout.root})")
+    failed = sum(n for s, n in states.items() if is_failed(s))
+    running = f", {states[RunState.RUNNING]} still running" if states[RunState.RUNNING] else ""
+    return ToolError(f"no finished route runs in {layout.root}: {failed} failed{running}; see bin/progress "
+                     f"{layout.root}")
+
+
+@contextlib.contextmanager
+def build_lock(layout: Layout) -> Iterator[None]:
+    """One builder at a time per root (DDP ranks may all find a stale file at once): the others wait,
+    then find the file up to date. Where the file system has no locks, go on without."""
+    layout.buckets.mkdir(parents=True, exist_ok=True)
+    with open(layout.buckets / LOCK, "a") as f:
+        try:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"buckets: waiting for another builder in {layout.buckets}", file=sys.stderr)
+                fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError as e:  # e.g. ENOLCK on an NFS mount without a lock daemon
+            print(f"buckets: no file lock in {layout.buckets} ({e.strerror}); going on without", file=sys.stderr)
+        yield
+
+
+def build(root: Any = None, collection: Any = "all", holdout: Any = None, weights: Any = None,
+          force: Any = False) -> None:
+    """See `python -m tools.buckets build --help`."""
+    if not isinstance(force, bool):
+        raise ToolError(f"--force takes no value (got {force!r})")
+    names = _collections(collection)
+    rule = None if holdout is None else _parse_holdout(holdout)
+    overrides = None if weights is None else load_weights(weights)
+    layout = open_root(root)
+    state = dataset_state(layout)  # ToolError for a root without a manifest
+    if not state["runs"]:
+        raise _no_finished_runs(layout)
+
+    # Everything that can be refused is refused before anything is written or frames are read.
+    plans = make_plans(layout, names, state, rule, overrides, force)
+    if any(not p.up_to_date for p in plans):
+        index = read_index(layout, state["dataset_id"])
+        meta = {rel: {"town": index[rel]["town"] if _unchanged(index.get(rel), r) else _peek_town(layout, rel),
+                      "frames": r["frames"]} for rel, r in state["runs"].items()}
+        for plan in plans:
+            if not plan.up_to_date:
+                _precheck(plan, meta)
+    todo = [p for p in plans if not p.up_to_date]
+    for plan in plans:
+        if plan.up_to_date:
+            print(f"buckets: {plan.path} is up to date (built from the same {len(state['runs'])} finished route "
+                  f"runs, same settings); --force rebuilds it", file=sys.stderr)
+    if not todo:
+        return
+    folder = layout.buckets if layout.buckets.exists() else layout.root
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ToolError(f"{folder} is not writable: the bucket files of {layout.root} cannot be (re)built by you; "
+                        f"ask its owner to run bin/build-buckets --root {layout.root}")
+
+    start = time.monotonic()
+    with build_lock(layout):
+        # Another builder may have finished while we waited: decide again on what is on disk now.
+        state = dataset_state(layout)
+        plans = [p for p in make_plans(layout, [p.name for p in todo], state, rule, overrides, force)
+                 if not p.up_to_date]
+        if not plans:
+            print(f"buckets: {', '.join(p.path.name for p in todo)} built meanwhile by another builder; up to date",
+                  file=sys.stderr)
+            return
+        index = {} if force else read_index(layout, state["dataset_id"])  # --force reads every frame again
+        runs, reused, unreadable = _label_runs(layout, state, index)
+        built = [(plan, *assemble(plan, runs, state)) for plan in plans]
+        atomic.write_text(layout.buckets / f"{INDEX}.json", json.dumps({
+            "format": INDEX_FORMAT, "dataset_id": state["dataset_id"], "rules": RULES,
+            "runs": {rel: {**state["runs"][rel], "town": r["town"], "labels": _rle(r["labels"])}
+                     for rel, r in runs.items()},
+        }, separators=(",", ":")) + "\n")
+        for plan, coll, counts, why in built:
+            write_collection(plan, coll, counts, why, unreadable)
+    _summary(built, state, reused, unreadable, time.monotonic() - start)
+
+
+def _unchanged(indexed: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """An index entry still describes a run: same result file, same frame count."""
+    return indexed is not None and all(indexed.get(k) == v for k, v in now.items())
+
+
+def _peek_town(layout: Layout, rel: str) -> str:
+    try:
+        return str(json.loads(layout.run_settings(run_key(rel)).read_text())["town"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "?"
+
+
+def _label_runs(layout: Layout, state: dict[str, Any], index: dict[str, Any]
+                ) -> tuple[dict[str, dict[str, Any]], int, list[str]]:
+    """{rel: {"town", "frames", "labels"}} for every finished run: from the index when the run is unchanged
+    since, else read from its frames (in threads: the work is file reads)."""
+    runs, todo = {}, []
+    for rel, r in state["runs"].items():
+        old = index.get(rel)
+        if _unchanged(old, r):
+            runs[rel] = {"town": old["town"], "frames": r["frames"], "labels": _unrle(old["labels"])}
+        else:
+            todo.append(rel)
+    reused = len(runs)
+    bar = tqdm(total=len(state["runs"]), initial=reused, unit="run", desc="buckets", file=sys.stderr,
+               dynamic_ncols=True)
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for rel, result in zip(todo, pool.map(lambda rel: label_run(layout, rel), todo), strict=True):
+            for problem in result["problems"]:
+                tqdm.write(f"buckets: {problem}", file=sys.stderr)
+            runs[rel] = {"town": result["town"], "frames": state["runs"][rel]["frames"], "labels": result["labels"]}
+            bar.update(1)
+    bar.close()
+    unreadable = sorted(f"{rel}/frames/{i:05d}.msgpack" for rel, r in runs.items()
+                        for i, label in enumerate(r["labels"]) if label is None)
+    return dict(sorted(runs.items())), reused, unreadable
+
+
+def _summary(built: list, state: dict[str, Any], reused: int, unreadable: list[str], seconds: float) -> None:
+    n_runs = len(state["runs"])
+    lines = [f"buckets: indexed {n_runs} finished route runs ({n_runs - reused} read, {reused} unchanged since the "
+             f"last build), {state['frames']} frames, {len(unreadable)} unreadable left out, in {seconds:.1f} s"]
+    for plan, coll, counts, why in built:
+        train, val = sum(counts["train"].values()), sum(counts["val"].values())
+        lines.append(f"buckets: {plan.name}: {train + val} frames, train {train}, val {val}; holdout {coll.holdout} "
+                     f"({why}; {plan.origin}) -> {plan.path}")
+        lines.append("  " + "  ".join(f"{b} {counts['train'][b]}/{counts['val'][b]} x{_schedule(plan.weights[b])}"
+                                      for b in BUCKETS) + "   (train/val frames x weight)")
+        if not val:
+            lines.append(f"buckets: {plan.name}: the val split is empty")
+    print("\n".join(lines), file=sys.stderr)
+
+
+def _schedule(weights: list[float]) -> str:
+    return ",".join(f"{w:g}" for w in weights)
+
+
+# ----------------------------------------------------------------------------- show
+
+
+def show(root: Any = None, collection: Any = "all") -> None:
+    """See `python -m tools.buckets show --help`."""
+    names = _collections(collection)
+    layout = open_root(root)
+    state = dataset_state(layout)
+    for name in names:
+        path = collection_path(layout, name)
+        if not path.exists():
+            print(f"{path}: not built; bin/build-buckets --root {layout.root} --collection {name}")
+            continue
+        coll, data = read_collection(path)
+        if coll.built_from.get("dataset_id") != state["dataset_id"]:
+            status = "from another dataset (bin/build-buckets --force replaces it)"
+        else:
+            change = describe_change(coll.built_from, state)
+            status = "fresh" if change is None else f"stale: {change} since it was built"
+        print(f"{path}: {status}; built {data.get('created', '?')}; holdout {coll.holdout} "
+              f"(rule {coll.settings.get('holdout', '?')})")
+        rows = [["bucket", "split", "frames", "weights per epoch"]]
+        for b in coll.buckets:
+            rows.append([b.name, b.split, str(len(b.frames)), _schedule(b.weights)])
+        for split in SPLITS:
+            rows.append(["total", split, str(sum(len(b.frames) for b in coll.buckets if b.split == split)), ""])
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]), r[3]]
+            print(("  " + "  ".join(cells)).rstrip())

@@ -1,0 +1,327 @@
+"""Bucket files: which recorded frames a training phase uses, grouped into buckets mixed per epoch.
+
+    ROOT/buckets/<collection>.json     one file per collection (COLLECTIONS), written by `tools.buckets build`
+    ROOT/buckets/index.json            the builder's per-frame index (behaviour of every frame of every run)
+
+A collection holds buckets; a bucket is (name, split) with its frames and a per-epoch weight schedule.
+Frames are named portably, relative to ROOT: ("data/<Scenario>/<run>", frame index). A file records the
+state of the dataset it was built from (`dataset_state`): which finished route runs, their result files'
+content hash and frame counts. `load_collection` compares it with the root now and rebuilds a stale
+file (routes added or removed since) by running the builder, so that nobody has to remember to.
+
+The readers of this module (cache, train) never decide which route runs are usable or what a bucket
+means: that is the builder's job (tools/buckets) and docs/buckets.md describes the file format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import DATA, FRAME_NAME, FRAMES, Layout, RunKey
+from tools.dataset.manifest import dataset_id
+from tools.dataset.results import RunState, run_state
+
+#: Bump when the content or meaning of a bucket file changes; a file of another format is refused.
+BUCKETS_FORMAT = 1
+
+COLLECTIONS = ("pretrain", "posttrain")
+SPLITS = ("train", "val")
+INDEX = "index"  # ROOT/buckets/index.json: the builder's frame index, not a collection
+
+Frame = tuple[str, int]  # ("data/<Scenario>/<run>", frame index)
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def run_rel(key: RunKey) -> str:
+    """How a bucket file names a route run: "data/<Scenario>/<run>", relative to ROOT."""
+    return f"{DATA}/{key.scenario}/{key.name}"
+
+
+def run_key(rel: str) -> RunKey:
+    """The RunKey of a "data/<Scenario>/<run>" name; ValueError for anything else (absolute, "..")."""
+    parts = PurePosixPath(str(rel)).parts
+    if len(parts) != 3 or parts[0] != DATA:
+        raise ValueError(f"{rel!r} is not a route run name of the form {DATA}/<Scenario>/<run>")
+    return RunKey(parts[1], parts[2])
+
+
+def frame_file(layout: Layout, frame: Frame) -> Path:
+    """The frame file of ("data/<Scenario>/<run>", index) under this root."""
+    key = run_key(frame[0])
+    return layout.run_dir(key) / FRAMES / FRAME_NAME.format(index=int(frame[1]))
+
+
+def collection_path(layout: Layout, name: str) -> Path:
+    """ROOT/buckets/<name>.json."""
+    return layout.buckets / f"{name}.json"
+
+
+def check_collection(name: Any) -> str:
+    if name not in COLLECTIONS:
+        raise ToolError(f"--collection {name}: unknown collection; choose one of {', '.join(COLLECTIONS)}")
+    return str(name)
+
+
+# ----------------------------------------------------------------------------- dataset state
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def finished_runs(layout: Layout) -> dict[str, dict[str, Any]]:
+    """Every FINISHED route run (tools.dataset.results.run_state, the one definition), sorted:
+    "data/<Scenario>/<run>" -> {"result": content hash of its result file, "frames": frame files}.
+    Cheap: reads result files and lists frame folders, decodes no frame."""
+    runs = {}
+    for key in layout.iter_runs():
+        if run_state(layout, key) is not RunState.FINISHED:
+            continue
+        try:
+            digest = _file_hash(layout.result_path(key))
+        except FileNotFoundError:  # deleted since run_state looked: no longer finished
+            continue
+        runs[run_rel(key)] = {"result": digest, "frames": len(layout.frame_paths(key))}
+    return runs
+
+
+def dataset_state(layout: Layout) -> dict[str, Any]:
+    """{"dataset_id", "fingerprint", "runs", "frames"} over the root's finished route runs.
+
+    `fingerprint` changes whenever a finished run is added, removed, or redone (its result or frame
+    count changed); `dataset_id` (manifest) tells this dataset from another one."""
+    runs = finished_runs(layout)
+    text = json.dumps(runs, sort_keys=True, separators=(",", ":"))
+    return {
+        "dataset_id": dataset_id(layout),
+        "fingerprint": hashlib.sha256(text.encode()).hexdigest()[:16],
+        "runs": runs,
+        "frames": sum(r["frames"] for r in runs.values()),
+    }
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def describe_change(built_from: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """None when `now` is the state a file was built from, else "3 route runs added, 1 removed"."""
+    if built_from.get("fingerprint") == now["fingerprint"]:
+        return None
+    old, new = built_from.get("runs") or {}, now["runs"]
+    added = len(new.keys() - old.keys())
+    removed = len(old.keys() - new.keys())
+    changed = sum(1 for k in new.keys() & old.keys() if new[k] != old[k])
+    parts = []
+    if added:
+        parts.append(f"{_plural(added, 'route run')} added")
+    if removed:
+        parts.append(f"{removed} removed" if parts else f"{_plural(removed, 'route run')} removed")
+    if changed:
+        parts.append(f"{changed} redone" if parts else f"{_plural(changed, 'route run')} redone")
+    return ", ".join(parts) or "the dataset changed"
+
+
+# ----------------------------------------------------------------------------- collections
+
+
+@dataclass
+class Bucket:
+    """Frames of one behaviour in one split, and its weight schedule: epoch e uses
+    weights[min(e, len(weights) - 1)]; the weight is per frame (weight 2: each frame twice as often)."""
+
+    name: str
+    split: str  # "train" | "val"
+    frames: list[Frame]
+    weights: list[float] = field(default_factory=lambda: [1.0])
+
+    def weight(self, epoch: int) -> float:
+        return float(self.weights[min(int(epoch), len(self.weights) - 1)])
+
+
+@dataclass
+class Collection:
+    name: str
+    buckets: list[Bucket]
+    built_from: dict[str, Any]  # dataset_state at build time
+    holdout: str  # the held-out rule applied: "town:NAME", "scenario:TYPE" or "every:N"
+    settings: dict[str, Any]  # the builder's settings (holdout rule asked for, horizon, rules, weights)
+
+    def frames(self, split: str) -> list[Frame]:
+        """Every frame of a split, sorted by run and index."""
+        _check_split(split)
+        return sorted(f for b in self.buckets if b.split == split for f in b.frames)
+
+    def epoch_samples(self, split: str, epoch: int, seed: int) -> list[Frame]:
+        """One epoch's samples. train: as many as the split has frames, each bucket contributing in
+        proportion to (its weight this epoch) x (its frames), drawn without repetition within a bucket
+        until it is exhausted, shuffled; a pure function of (file, seed, epoch). val: every frame, sorted."""
+        import numpy as np
+
+        _check_split(split)
+        if split == "val":
+            return self.frames("val")
+        epoch, seed = int(epoch), int(seed)
+        if epoch < 0 or seed < 0:
+            raise ValueError(f"epoch ({epoch}) and seed ({seed}) must not be negative")
+        buckets = [b for b in self.buckets if b.split == split and b.frames]
+        total = sum(len(b.frames) for b in buckets)
+        mass = [b.weight(epoch) * len(b.frames) for b in buckets]
+        if total == 0:
+            return []
+        if sum(mass) <= 0:
+            raise ValueError(f"collection {self.name}: every {split} bucket has weight 0 in epoch {epoch}")
+        # Largest-remainder rounding: the counts add up to `total` exactly.
+        exact = [total * m / sum(mass) for m in mass]
+        counts = [int(x) for x in exact]
+        by_remainder = sorted(range(len(exact)), key=lambda i: (counts[i] - exact[i], i))
+        for i in by_remainder[: total - sum(counts)]:
+            counts[i] += 1
+        rng = np.random.default_rng([seed, epoch])
+        picks, offset = [], 0
+        for bucket, count in zip(buckets, counts, strict=True):
+            size = len(bucket.frames)
+            passes, rest = divmod(count, size)
+            picks += [offset + rng.permutation(size) for _ in range(passes)] + [offset + rng.permutation(size)[:rest]]
+            offset += size
+        chosen = np.concatenate(picks)
+        flat = [f for b in buckets for f in b.frames]  # bucket frames are sorted when read from the file
+        return [flat[i] for i in chosen[rng.permutation(len(chosen))].tolist()]
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: choose one of {', '.join(SPLITS)}")
+
+
+def _ranges(indices: list[int]) -> list[list[int]]:
+    """Sorted frame indices as half-open [start, stop) ranges: [0, 1, 2, 7] -> [[0, 3], [7, 8]]."""
+    out: list[list[int]] = []
+    for i in sorted(indices):
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return out
+
+
+def bucket_to_json(bucket: Bucket) -> dict[str, Any]:
+    runs: dict[str, list[int]] = {}
+    for rel, index in bucket.frames:
+        runs.setdefault(rel, []).append(int(index))
+    return {
+        "name": bucket.name,
+        "split": bucket.split,
+        "weights": [float(w) for w in bucket.weights],
+        "count": len(bucket.frames),
+        "frames": {rel: _ranges(idx) for rel, idx in sorted(runs.items())},
+    }
+
+
+def _bucket_from_json(data: dict[str, Any]) -> Bucket:
+    frames = []
+    for rel, ranges in data["frames"].items():
+        run_key(rel)  # refuses absolute paths and ".." in a file from elsewhere
+        rel = sys.intern(rel)
+        for start, stop in ranges:
+            frames.extend((rel, i) for i in range(int(start), int(stop)))
+    weights = [float(w) for w in data["weights"]]
+    if data["split"] not in SPLITS or not weights or min(weights) < 0:
+        raise ValueError(f"bucket {data.get('name')!r}: bad split or weights")
+    return Bucket(str(data["name"]), str(data["split"]), sorted(frames), weights)
+
+
+def read_collection(path: Path) -> tuple[Collection, dict[str, Any]]:
+    """A bucket file as a Collection, and its raw JSON. ToolError (naming the file and the fix) for a
+    file that is not a bucket file of this format."""
+    fix = f"rebuild it: bin/build-buckets --root {path.parent.parent} --collection {path.stem} --force"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        raise ToolError(f"{path}: not a readable bucket file ({e}); {fix}") from None
+    if not isinstance(data, dict) or data.get("format") != BUCKETS_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise ToolError(f"{path}: bucket file format {found}, this tool reads format {BUCKETS_FORMAT}; {fix}")
+    try:
+        collection = Collection(
+            name=str(data["collection"]),
+            buckets=[_bucket_from_json(b) for b in data["buckets"]],
+            built_from=dict(data["built_from"]),
+            holdout=str(data["holdout"]),
+            settings=dict(data["settings"]),
+        )
+        missing = {"dataset_id", "fingerprint", "runs"} - collection.built_from.keys()
+        if missing:
+            raise KeyError(f"built_from lacks {', '.join(sorted(missing))}")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ToolError(f"{path}: not a valid bucket file ({type(e).__name__}: {e}); {fix}") from None
+    return collection, data
+
+
+def check_same_dataset(path: Path, layout: Layout, built_from: dict[str, Any], this_id: str) -> None:
+    """ToolError when a bucket file was built from another dataset than the one in `layout`."""
+    if built_from.get("dataset_id") != this_id:
+        raise ToolError(
+            f"{path} was built from another dataset (dataset_id {built_from.get('dataset_id')}, this root's is "
+            f"{this_id}); it is left as it is. To replace it with buckets of this dataset: "
+            f"bin/build-buckets --root {layout.root} --collection {path.stem} --force"
+        )
+
+
+def build_command(layout: Layout, name: str) -> list[str]:
+    """The builder as a subprocess: stages share only tools/dataset and files."""
+    return [sys.executable, "-m", "tools.buckets", "build", "--root", str(layout.root), "--collection", name]
+
+
+def _rebuild(layout: Layout, name: str) -> None:
+    """Run the builder; forward its messages (the final state of its progress bar, its summary) on stderr.
+    A failure becomes one ToolError line: the builder's own message."""
+    proc = subprocess.run(build_command(layout, name), capture_output=True, text=True)
+    lines = [line.rsplit("\r", 1)[-1] for line in proc.stderr.split("\n")]  # a progress bar: its last state
+    lines = [line for line in lines if line.strip()]
+    if proc.returncode != 0:
+        last = lines[-1] if lines else f"exited {proc.returncode}"
+        raise ToolError(last.removeprefix("buckets: "))
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
+def load_collection(layout: Layout, name: str, *, rebuild: bool = True) -> Collection:
+    """The collection `name` of this root, built or rebuilt first when it is missing or stale.
+
+    Missing or stale (finished route runs added, removed or redone since it was built): say so on
+    stderr and run the builder (`python -m tools.buckets build`), unless `rebuild` is False (then
+    ToolError). Built from another dataset: ToolError naming the file and the fix; never overwritten."""
+    check_collection(name)
+    path = collection_path(layout, name)
+    this_id = dataset_id(layout)
+    try:
+        collection, _ = read_collection(path)
+    except FileNotFoundError:
+        if not rebuild:
+            raise ToolError(f"{path}: no such bucket file; build it: bin/build-buckets --root {layout.root} "
+                            f"--collection {name}") from None
+        print(f"{path} does not exist yet; building it", file=sys.stderr)
+        _rebuild(layout, name)
+        return read_collection(path)[0]
+    check_same_dataset(path, layout, collection.built_from, this_id)
+    change = describe_change(collection.built_from, dataset_state(layout))
+    if change is None:
+        return collection
+    if not rebuild:
+        raise ToolError(f"{path} is stale: {change} since it was built; rebuild it: bin/build-buckets --root "
+                        f"{layout.root} --collection {name}")
+    print(f"{path} is stale: {change} since it was built; rebuilding", file=sys.stderr)
+    _rebuild(layout, name)
+    return read_collection(path)[0]

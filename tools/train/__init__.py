@@ -1,0 +1,6 @@
+"""The training stage: a TransFuser-like camera + LiDAR model, pre-training then post-training.
+
+`python -m tools.train pretrain|posttrain [key=value ...]` (or `bin/train`, which also launches torchrun).
+The modules, in reading order: config (the one TrainConfig), model, data, checkpoint, loop. docs/training.md
+describes the whole stage.
+"""

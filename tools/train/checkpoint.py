@@ -1,0 +1,160 @@
+"""Step checkpoints: `LOGDIR/checkpoints/step-00000042/`, written atomically, the newest `keep` kept.
+
+One checkpoint folder holds
+
+    model.pt       the model's state_dict (without a DDP wrapper's "module." prefix)
+    optimizer.pt   the optimizer's state_dict
+    state.pt       LR scheduler, grad scaler (when one is used), RNG states (python, numpy, torch, cuda),
+                   the loop state (step, epoch, position in the epoch, counters) and the model architecture
+    config.json    the resolved TrainConfig of the run that wrote it
+    COMPLETE       written last: a folder without it is ignored
+
+The folder is assembled under a `.tmp-` name beside its final place and renamed into place, so a
+reader sees a complete checkpoint or none. Everything is saved with `torch.save` of tensors and plain
+containers and loaded with `torch.load(weights_only=True)`: a checkpoint cannot run code on the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tools.dataset import atomic
+
+CHECKPOINTS = "checkpoints"
+STEP_DIR = "step-{step:08d}"
+MARKER = "COMPLETE"
+_STEP_RE = re.compile(r"^step-(\d{8})$")
+
+
+def step_dir(logdir: Path, step: int) -> Path:
+    return Path(logdir) / CHECKPOINTS / STEP_DIR.format(step=step)
+
+
+def complete_checkpoints(folder: Path) -> list[Path]:
+    """Complete step folders under `folder` (a run folder or its checkpoints/), oldest first."""
+    folder = Path(folder)
+    if (folder / CHECKPOINTS).is_dir():
+        folder = folder / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if _STEP_RE.match(p.name) and (p / MARKER).is_file()]
+    return sorted(found, key=lambda p: int(_STEP_RE.match(p.name).group(1)))
+
+
+def latest(folder: Path) -> Path | None:
+    """The newest complete checkpoint under a run folder or checkpoints/ folder, or None."""
+    found = complete_checkpoints(folder)
+    return found[-1] if found else None
+
+
+def resolve(path: Path) -> Path | None:
+    """A step folder itself when complete, else the newest complete one under it."""
+    path = Path(path)
+    if (path / MARKER).is_file():
+        return path
+    return latest(path)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the training touches, as tensors and plain values."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _save(obj: Any, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save(logdir: Path, step: int, model: dict, optimizer: dict, state: dict[str, Any], config: dict[str, Any],
+         keep: int) -> Path:
+    """Write checkpoint `step` atomically, then delete all but the newest `keep` complete ones."""
+    final = step_dir(logdir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{atomic.TMP_PREFIX}{final.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _save(model, tmp / "model.pt")
+        _save(optimizer, tmp / "optimizer.pt")
+        _save(state, tmp / "state.pt")
+        atomic.write_json(tmp / "config.json", config)
+        atomic.write_text(tmp / MARKER, f"step {step}\n")
+        if final.exists():  # the same step saved again (a rerun that stopped at the same step): replace it
+            atomic.remove_tree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(final.parent)
+    purge(logdir, keep)
+    return final
+
+
+def purge(logdir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints, and leftovers of interrupted writes."""
+    folder = Path(logdir) / CHECKPOINTS
+    removed = complete_checkpoints(folder)[:-keep]
+    for path in removed:
+        atomic.remove_tree(path)
+    for path in folder.iterdir():
+        if atomic.is_temporary(path) and not path.name.endswith(f"-{os.getpid()}"):
+            shutil.rmtree(path, ignore_errors=True)  # a writer that died mid-save (only rank 0 saves)
+    return removed
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A checkpoint's parts: model, optimizer, state (tensors and plain containers) and config (a dict)."""
+    path = Path(path)
+
+    def part(name: str) -> Any:
+        return torch.load(path / name, map_location="cpu", weights_only=True)
+
+    return {"path": path, "model": part("model.pt"), "optimizer": part("optimizer.pt"), "state": part("state.pt"),
+            "config": json.loads((path / "config.json").read_text())}
+
+
+def load_model_only(path: Path) -> dict[str, Any]:
+    """The model weights, architecture and config of a checkpoint (posttrain starting from pretrain)."""
+    path = Path(path)
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    return {"path": path, "model": torch.load(path / "model.pt", map_location="cpu", weights_only=True),
+            "model_config": state["model_config"], "loop": state["loop"],
+            "config": json.loads((path / "config.json").read_text())}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,247 @@
+"""The training configuration: one dataclass, every field documented, `key=value` overrides.
+
+The docstring under each field is its help text (`python -m tools.train --help` prints them all).
+Overrides are typed from the field's annotation; an unknown key is an error that lists the near
+matches; `__post_init__` checks every value and names the key to fix. The resolved configuration
+(absolute paths, defaults filled in) is written as `config.json` in the run folder and into every
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import resolve_root
+
+PHASES = ("pretrain", "posttrain")
+MODELS = ("tiny", "full")
+
+
+@dataclass
+class TrainConfig:
+    phase: str = "pretrain"
+    """pretrain (perception heads only) or posttrain (perception + planner); the command's first word."""
+
+    # --- where things are -------------------------------------------------------------------------
+    root: str = ""
+    """Dataset root holding buckets/ and cache/. Empty: $DATA_ROOT, else ./data."""
+    logdir: str = ""
+    """Run folder: config.json, checkpoints/, TensorBoard events, summary.json, predictions.png.
+    Empty: outputs/<phase>. Rerunning with the same logdir resumes from its newest checkpoint."""
+    collection: str = ""
+    """Bucket collection to train on (tools.buckets). Empty: the phase's name."""
+    load: str = ""
+    """posttrain only: the pre-training checkpoint to start from: a step folder, a checkpoints/ folder
+    or a run folder (its newest complete checkpoint). Empty: the newest one under outputs/pretrain."""
+
+    # --- model --------------------------------------------------------------------------------------
+    model: str = "tiny"
+    """Model size preset: tiny (CPU tests and the demo) or full (GPUs). On resume, and in posttrain,
+    the architecture stored in the checkpoint wins."""
+
+    # --- optimisation -------------------------------------------------------------------------------
+    batch_size: int = 8
+    """Samples per step and per process (the global batch is batch_size x world size)."""
+    lr: float = 2e-3
+    """Peak learning rate of AdamW (reached after warmup_steps, then cosine decay to lr/10)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay of the weight matrices and kernels (not of biases and norms)."""
+    warmup_steps: int = 30
+    """Steps of linear learning-rate warmup from 0."""
+    max_steps: int = 1200
+    """Optimizer steps to train for (the cosine schedule ends here)."""
+    epochs: int = 0
+    """Stop at the end of this epoch count even when max_steps is not reached; 0: no epoch limit."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0: no clipping."""
+
+    # --- loss weights -------------------------------------------------------------------------------
+    w_semantics: float = 1.0
+    """Weight of the camera semantics loss (cross-entropy)."""
+    w_depth: float = 1.0
+    """Weight of the depth loss (L1 on pixels with depth, in units of 10 m)."""
+    w_bev: float = 1.0
+    """Weight of the BEV semantics loss (cross-entropy)."""
+    w_waypoints: float = 1.0
+    """posttrain: weight of the waypoint loss (L1 in metres over valid waypoints)."""
+    w_target_speed: float = 0.5
+    """posttrain: weight of the target speed loss (L1 in m/s)."""
+    w_route: float = 0.5
+    """posttrain: weight of the route loss (L1 in metres)."""
+
+    # --- schedule of side work ----------------------------------------------------------------------
+    log_every: int = 10
+    """Steps between TensorBoard scalar logs and progress lines."""
+    image_every: int = 100
+    """Steps between TensorBoard images (predicted vs true semantics, BEV, waypoints); 0: never."""
+    val_every: int = 0
+    """Steps between validations on the collection's held-out split; 0: only at the end."""
+    val_samples: int = 0
+    """Held-out frames a validation looks at (evenly spread over the split); 0: all of them."""
+    save_every: int = 200
+    """Steps between checkpoints (one is also written at the end and on SIGUSR1 / SIGTERM)."""
+    keep: int = 3
+    """Newest complete checkpoints to keep; older ones are deleted."""
+
+    # --- machinery ----------------------------------------------------------------------------------
+    num_workers: int = 0
+    """DataLoader worker processes per training process; 0: load in the training process."""
+    seed: int = 0
+    """Seed of the model initialisation and of the epoch sample order."""
+    device: str = "auto"
+    """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu, cuda or cuda:N."""
+    precision: str = "auto"
+    """auto: bf16 autocast when the CUDA device supports it, else fp16 with a grad scaler on CUDA,
+    fp32 on CPU. Or force one of fp32, bf16, fp16."""
+    session_cache: str = ""
+    """Node-local copy of the records filled during the first epoch: a folder, 'auto' ($SLURM_TMPDIR,
+    else $TMPDIR), or empty for none."""
+    session_cache_gb: float = 16.0
+    """Size limit of the session cache in GiB."""
+    debug_nan_steps: tuple[int, ...] = ()
+    """Debugging: make the loss NaN at these steps (comma-separated), to exercise the skip path."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "phase": (self.phase in PHASES, f"one of {', '.join(PHASES)}"),
+            "model": (self.model in MODELS, f"one of {', '.join(MODELS)}"),
+            "batch_size": (1 <= self.batch_size <= 4096, "between 1 and 4096"),
+            "lr": (0 < self.lr < 1, "between 0 and 1"),
+            "weight_decay": (0 <= self.weight_decay < 1, "between 0 and 1"),
+            "warmup_steps": (self.warmup_steps >= 0, "0 or more"),
+            "max_steps": (self.max_steps >= 1, "1 or more"),
+            "epochs": (self.epochs >= 0, "0 (no limit) or more"),
+            "grad_clip": (self.grad_clip >= 0, "0 (off) or more"),
+            "log_every": (self.log_every >= 1, "1 or more"),
+            "image_every": (self.image_every >= 0, "0 (off) or more"),
+            "val_every": (self.val_every >= 0, "0 (end only) or more"),
+            "val_samples": (self.val_samples >= 0, "0 (all) or more"),
+            "save_every": (self.save_every >= 1, "1 or more"),
+            "keep": (self.keep >= 1, "1 or more"),
+            "num_workers": (0 <= self.num_workers <= 64, "between 0 and 64"),
+            "device": (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                       "auto, cpu, cuda or cuda:N"),
+            "precision": (self.precision in ("auto", "fp32", "bf16", "fp16"), "auto, fp32, bf16 or fp16"),
+            "session_cache_gb": (self.session_cache_gb > 0, "more than 0"),
+        }
+        for name in ("w_semantics", "w_depth", "w_bev", "w_waypoints", "w_target_speed", "w_route"):
+            checks[name] = (getattr(self, name) >= 0, "0 or more")
+        for name, (ok, expected) in checks.items():
+            if not ok:
+                raise ToolError(f"{name}={getattr(self, name)!r}: must be {expected}")
+        if self.load and self.phase != "posttrain":
+            raise ToolError(f"load={self.load}: only posttrain starts from a checkpoint (pretrain resumes from "
+                            "its own logdir); drop load=")
+
+    def resolved(self) -> TrainConfig:
+        """A copy with the defaults that depend on the environment filled in and paths made absolute."""
+        return dataclasses.replace(
+            self,
+            root=str(resolve_root(self.root or None)),
+            logdir=str(Path(self.logdir or f"outputs/{self.phase}").expanduser().absolute()),
+            collection=self.collection or self.phase,
+            load=str(Path(self.load).expanduser().absolute()) if self.load else "",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["debug_nan_steps"] = list(self.debug_nan_steps)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """Read a saved config; keys this version does not know are dropped (a newer field is added with
+        its default), so an old run folder still resumes."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        if "debug_nan_steps" in kwargs:
+            kwargs["debug_nan_steps"] = tuple(kwargs["debug_nan_steps"])
+        return cls(**kwargs)
+
+
+def field_docs(cls: type = TrainConfig) -> dict[str, str]:
+    """The docstring under each field of a dataclass, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _convert(name: str, text: str, annotation: str) -> Any:
+    """Turn the text of `name=text` into the field's type, or say what was expected."""
+    try:
+        if annotation == "int":
+            return int(text)
+        if annotation == "float":
+            return float(text)
+        if annotation == "bool":
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if annotation == "tuple[int, ...]":
+            return tuple(int(part) for part in text.split(",") if part.strip())
+        return text
+    except ValueError:
+        kind = {"tuple[int, ...]": "comma-separated integers"}.get(annotation, f"an {annotation}"
+                                                                     if annotation == "int" else f"a {annotation}")
+        raise ToolError(f"{name}={text}: expected {kind}") from None
+
+
+def parse_overrides(phase: str, args: list[str]) -> TrainConfig:
+    """`phase` plus `key=value` arguments -> a checked TrainConfig (defaults for the rest)."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    values: dict[str, Any] = {"phase": phase}
+    for arg in args:
+        key, sep, text = arg.partition("=")
+        key = key.removeprefix("--").replace("-", "_")
+        if not sep:
+            raise ToolError(f"{arg!r}: arguments are key=value (for example max_steps=100); "
+                            "python -m tools.train --help lists the keys")
+        if key not in fields or key == "phase":
+            near = difflib.get_close_matches(key, [n for n in fields if n != "phase"], n=3, cutoff=0.75)
+            hint = f"did you mean {' or '.join(near)}?" if near else "python -m tools.train --help lists the keys"
+            raise ToolError(f"unknown config key {key!r}: {hint}")
+        values[key] = _convert(key, text, str(fields[key].type))
+    return TrainConfig(**values)
+
+
+def help_text() -> str:
+    """The --help text: usage, then every field with its type, default and doc."""
+    docs = field_docs()
+    lines = [
+        "Usage: python -m tools.train pretrain|posttrain [key=value ...]",
+        "",
+        "Train the TransFuser-like model: pretrain (perception), then posttrain (perception + planner).",
+        "Rerunning the same command resumes from the newest complete checkpoint in logdir.",
+        "SIGUSR1 or SIGTERM: finish the step, write a checkpoint, exit 128+signal (138 / 143).",
+        "",
+        "Keys (key=value):",
+    ]
+    width = max(len(f.name) for f in dataclasses.fields(TrainConfig))
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "phase":
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if isinstance(default, tuple):
+            default = ",".join(map(str, default))
+        head = f"  {f.name:<{width}}  {f.type} = {default!r}"
+        lines.append(head)
+        for doc_line in textwrap.wrap(docs.get(f.name, ""), 96):
+            lines.append(" " * (width + 6) + doc_line)
+    lines += ["", "Environment: DATA_ROOT (default root); under torchrun: RANK, LOCAL_RANK, WORLD_SIZE."]
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""What the training loop reads: batches of cached samples, in the collection's epoch order.
+
+After the cache is built, training reads only the bucket files (which samples, in which order) and the
+cache records (the samples). The order of epoch `e` is `Collection.epoch_samples("train", e, seed)`, a
+pure function of the bucket files, so a resumed run that knows (epoch, samples consumed in the epoch)
+continues with exactly the batches the interrupted run would have seen. Under DDP the global batch is
+split by rank: rank r takes the samples r, r + world, r + 2 world, ... of the epoch's order.
+
+A damaged record met during an epoch is reported in one warning line, rebuilt from the dataset in a
+subprocess and read again; when that fails too, the sample is replaced by the next one of the epoch
+and counted. An epoch never stops in the middle because of one bad file.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from tools.dataset.cache import (
+    CacheRecordError,
+    SessionCache,
+    cache_dir,
+    decode_record,
+    read_cache_settings,
+    read_record_bytes,
+    rebuild_record,
+    record_path,
+)
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout
+from tools.dataset.samples import CacheSettings
+
+#: The sample keys a batch holds (boxes vary in count per frame and no head uses them yet).
+BATCH_KEYS = ("rgb", "semantics", "depth", "lidar_bev", "bev", "waypoints", "waypoints_valid", "route",
+              "target_point", "command", "speed", "target_speed")
+
+#: Consecutive unusable samples after which the cache is considered broken, not merely damaged.
+MAX_REPLACEMENTS = 16
+
+Item = tuple[str, int]  # (run_rel "data/<Scenario>/<run>", frame index)
+
+
+def warn(message: str) -> None:
+    print(f"train: warning: {message}", file=sys.stderr, flush=True)
+
+
+def find_cache(layout: Layout) -> tuple[Path, CacheSettings]:
+    """The cache folder to train from: the one of the default CacheSettings, else the only one there is."""
+    default = cache_dir(layout, CacheSettings())
+    if default.is_dir():
+        return default, read_cache_settings(default)
+    others = sorted(p for p in layout.cache.glob("*") if p.is_dir() and not p.name.startswith("."))
+    if len(others) == 1:
+        return others[0], read_cache_settings(others[0])
+    if not others:
+        raise ToolError(f"no cache under {layout.cache}: run bin/build-cache --root {layout.root}")
+    raise ToolError(f"{layout.cache} holds {len(others)} caches and none of the default settings "
+                    f"({default.name}): rebuild the default one with bin/build-cache --root {layout.root}")
+
+
+def check_cache_complete(cache_root: Path, layout: Layout, items: Sequence[Item]) -> None:
+    """Every record the collection names exists; else one line saying how many are missing and the fix."""
+    missing = sum(1 for run, index in items if not record_path(cache_root, run, index).is_file())
+    if missing:
+        raise ToolError(f"cache {cache_root} lacks {missing} of {len(items)} samples: run bin/build-cache "
+                        f"--root {layout.root}")
+
+
+class RecordDataset(Dataset):
+    """Samples of a fixed list of (run, index), read from the cache records (through a session cache)."""
+
+    def __init__(self, items: Sequence[Item], root: Path, cache_root: Path, settings: CacheSettings,
+                 session: SessionCache | None = None):
+        self.items = list(items)
+        self.root, self.cache_root, self.settings, self.session = root, cache_root, settings, session
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _bytes(self, path: Path) -> bytes:
+        if self.session is None:
+            return read_record_bytes(path)
+        key = str(path.relative_to(self.cache_root))
+        data = self.session.get(key)
+        if data is None:
+            data = read_record_bytes(path)
+            self.session.set(key, data)
+        return data
+
+    def _read(self, item: Item) -> tuple[dict[str, Any] | None, int]:
+        """(sample or None, records rebuilt). A bad record is reported, rebuilt and read once more."""
+        run, index = item
+        path = record_path(self.cache_root, run, index)
+        try:
+            return decode_record(self._bytes(path), path), 0
+        except CacheRecordError as e:
+            warn(f"{e}; rebuilding it")
+        try:
+            rebuild_record(self.root, self.settings, run, index)
+            data = read_record_bytes(path)
+            sample = decode_record(data, path)
+        except CacheRecordError as e:
+            warn(f"{e}; the sample is replaced by another one")
+            return None, 1
+        if self.session is not None:
+            self.session.set(str(path.relative_to(self.cache_root)), data)
+        return sample, 1
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        sample, rebuilt = self._read(self.items[i])
+        replaced = 0
+        while sample is None:  # the next sample of the list stands in (deterministic, so resumes agree)
+            replaced += 1
+            if replaced > MAX_REPLACEMENTS:
+                raise ToolError(f"{MAX_REPLACEMENTS} unusable cache records in a row near {self.items[i][0]}: "
+                                f"check the cache (python -m tools.cache verify --root {self.root})")
+            sample, r = self._read(self.items[(i + replaced) % len(self.items)])
+            rebuilt += r
+        sample["rebuilt"], sample["replaced"] = rebuilt, replaced
+        return sample
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    batch = {k: torch.from_numpy(np.stack([np.asarray(s[k]) for s in samples])) for k in BATCH_KEYS}
+    batch["rebuilt"] = torch.tensor(sum(s["rebuilt"] for s in samples))
+    batch["replaced"] = torch.tensor(sum(s["replaced"] for s in samples))
+    return batch
+
+
+def _worker_init(_: int) -> None:
+    # The training process handles SIGTERM / SIGUSR1 (checkpoint, then exit); a worker that died on the
+    # same signal (SLURM signals the whole process group) would make the DataLoader raise first.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    torch.set_num_threads(1)
+
+
+def loader(dataset: Dataset, batch_size: int, num_workers: int, drop_last: bool) -> DataLoader:
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, drop_last=drop_last, num_workers=num_workers,
+                      collate_fn=collate, worker_init_fn=_worker_init if num_workers else None,
+                      pin_memory=torch.cuda.is_available(), persistent_workers=False,
+                      # its own generator: creating an iterator must not draw from the global RNG, or a
+                      # resumed run (which creates one mid-epoch) would see other dropout masks
+                      generator=torch.Generator())
+
+
+class TrainBatches:
+    """Training batches epoch after epoch, from (epoch, samples consumed in the epoch), for one rank.
+
+    `epoch` and `consumed` always name the next batch to come: after the last batch of an epoch they
+    already point to the start of the next one, which is what a checkpoint must record.
+    """
+
+    def __init__(self, epoch_samples: Callable[[int], list[Item]], make_dataset: Callable[[list[Item]], Dataset],
+                 batch_size: int, rank: int, world: int, num_workers: int, epoch: int = 0, consumed: int = 0):
+        self.epoch_samples, self.make_dataset = epoch_samples, make_dataset
+        self.batch_size, self.rank, self.world, self.num_workers = batch_size, rank, world, num_workers
+        self.epoch, self.consumed = epoch, consumed
+        self._it = None
+        self._left = 0
+
+    def _start_epoch(self) -> None:
+        items = self.epoch_samples(self.epoch)
+        global_batch = self.batch_size * self.world
+        if len(items) < global_batch:
+            raise ToolError(f"the train split has {len(items)} samples, fewer than one global batch "
+                            f"({self.batch_size} x {self.world} processes): lower batch_size or collect more")
+        if self.consumed >= len(items) // global_batch * global_batch:  # a resume at an epoch's very end
+            self.epoch, self.consumed = self.epoch + 1, 0
+            return self._start_epoch()
+        rest = items[self.consumed:]
+        self._left = len(rest) // global_batch
+        mine = rest[self.rank::self.world][: self._left * self.batch_size]
+        self._it = iter(loader(self.make_dataset(mine), self.batch_size, self.num_workers, drop_last=True))
+
+    def next(self) -> dict[str, torch.Tensor]:
+        if self._it is None:
+            self._start_epoch()
+        batch = next(self._it)
+        self.consumed += self.batch_size * self.world
+        self._left -= 1
+        if self._left == 0:  # the epoch is over: point at the next one now
+            self._it = None
+            self.epoch, self.consumed = self.epoch + 1, 0
+        return batch
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "consumed": self.consumed}
+
+
+def val_items(items: Sequence[Item], limit: int) -> list[Item]:
+    """`limit` frames evenly spread over the held-out split (all when limit is 0 or larger than the split)."""
+    items = list(items)
+    if not limit or limit >= len(items):
+        return items
+    idx = np.linspace(0, len(items) - 1, limit).round().astype(int)
+    return [items[i] for i in idx]

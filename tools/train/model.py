@@ -1,0 +1,269 @@
+"""A TransFuser-like driving model in plain torch.
+
+    rgb (3xHxW) ---- camera stage 1 -- stage 2 -- stage 3 -- stage 4 --> semantics and depth decoders
+                                         |           |          |
+                                      fusion      fusion     fusion       (transformer over the tokens of
+                                         |           |          |          both sensors, added back)
+    lidar_bev (2xGxG) BEV stage 1 -- stage 2 -- stage 3 -- stage 4 --> BEV semantics decoder
+                                                                |
+                            pooled camera + BEV features, target point, speed, command --> planner
+                                                                         (posttrain: waypoints, target speed, route)
+
+As in TransFuser (Chitta et al., PAMI 2022), both feature maps are pooled to a small token grid at each
+fused scale, concatenated with learned position embeddings, mixed by a few transformer layers, and the
+result is upsampled and added back to each sensor's features. The planner is a GRU that outputs
+waypoint deltas (each the constant-velocity step plus a learned correction), fed with its current
+position, the target point and the speed at each of the P steps.
+
+Inputs stay in their cached dtypes (uint8 images and rasters) and are normalised here, so that the data
+loader does no arithmetic. Everything is in the ego frame: x forward, y right, metres.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tools.dataset.samples import BEV_CLASSES, TRAIN_CLASSES, CacheSettings
+
+NUM_COMMANDS = 6
+RGB_MEAN = (0.485, 0.456, 0.406)
+RGB_STD = (0.229, 0.224, 0.225)
+LIDAR_SCALE = 8.0  # points per cell that count as "full"; the count is clipped there
+DEPTH_UNIT = 10.0  # depth is predicted and compared in units of 10 m
+DEPTH_MAX = 100.0  # metres; beyond is clipped
+POS_SCALE = 10.0  # metres; the planner sees positions divided by this
+SPEED_SCALE = 10.0  # m/s
+STEP_SCALE = 2.5  # metres: the planner's deltas are predicted in this unit (10 m/s for one 0.25 s frame)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The architecture. Stored in every checkpoint: a resumed run rebuilds exactly this model."""
+
+    channels: tuple[int, ...] = (16, 32, 64, 128)  # per encoder stage (camera and BEV alike)
+    blocks: int = 1  # residual blocks per stage after its downsampling conv
+    fused_stages: tuple[int, ...] = (1, 2, 3)  # stages (0-based) followed by a fusion transformer
+    fusion_layers: int = 1  # transformer layers per fusion
+    fusion_heads: int = 4
+    image_tokens: tuple[int, int] = (4, 8)  # token grid (rows, cols) of the camera at each fusion
+    bev_tokens: tuple[int, int] = (4, 4)  # token grid of the BEV at each fusion
+    decoder_channels: int = 16  # width of the semantics, depth and BEV decoders
+    planner_hidden: int = 64  # GRU width of the planner
+    planner_dropout: float = 0.5  # dropout on the planner's scene feature
+    image_size: tuple[int, int] = (128, 256)  # (height, width) of rgb
+    bev_pixels: int = 128  # G
+    semantic_classes: int = len(TRAIN_CLASSES)
+    bev_classes: int = len(BEV_CLASSES)
+    horizon: int = 8  # P waypoints
+    route_points: int = 10  # R route points
+    frame_dt: float = 0.25  # seconds between two waypoints (the 4 Hz recording rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def model_config(preset: str, settings: CacheSettings) -> ModelConfig:
+    """The tiny (CPU) or full (GPU) preset for samples made with these cache settings."""
+    data = dict(image_size=(settings.image_height, settings.image_width), bev_pixels=settings.bev_pixels,
+                horizon=settings.horizon, route_points=settings.route_points)
+    if preset == "tiny":
+        return ModelConfig(**data)
+    if preset == "full":
+        return ModelConfig(channels=(64, 128, 256, 512), blocks=2, fused_stages=(0, 1, 2, 3), fusion_layers=2,
+                           fusion_heads=8, image_tokens=(5, 20), bev_tokens=(8, 8), decoder_channels=64,
+                           planner_hidden=256, **data)
+    raise ValueError(f"unknown model preset {preset!r}")
+
+
+def conv_bn(cin: int, cout: int, stride: int = 1, kernel: int = 3) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout),
+                         nn.ReLU(inplace=True))
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv1 = conv_bn(c, c)
+        self.conv2 = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x + self.conv2(self.conv1(x)))
+
+
+class Encoder(nn.Module):
+    """A stride-4 stem (stage 0), then one stride-2 stage per further channel count."""
+
+    def __init__(self, cin: int, channels: tuple[int, ...], blocks: int):
+        super().__init__()
+        stages = []
+        for i, c in enumerate(channels):
+            first = conv_bn(cin, c, stride=4, kernel=4) if i == 0 else conv_bn(channels[i - 1], c, stride=2)
+            stages.append(nn.Sequential(first, *[ResBlock(c) for _ in range(blocks)]))
+        self.stages = nn.ModuleList(stages)
+
+
+class Fusion(nn.Module):
+    """TransFuser's GPT fusion at one scale: pool both maps to token grids, mix, upsample, add back."""
+
+    def __init__(self, c: int, image_tokens: tuple[int, int], bev_tokens: tuple[int, int], layers: int, heads: int):
+        super().__init__()
+        self.image_tokens, self.bev_tokens = image_tokens, bev_tokens
+        n = image_tokens[0] * image_tokens[1] + bev_tokens[0] * bev_tokens[1]
+        self.pos = nn.Parameter(torch.zeros(1, n, c))
+        nn.init.normal_(self.pos, std=0.02)
+        layer = nn.TransformerEncoderLayer(c, heads, 4 * c, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(c)
+
+    def forward(self, img: torch.Tensor, bev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, c = img.shape[:2]
+        ti = F.adaptive_avg_pool2d(img, self.image_tokens).flatten(2)
+        tb = F.adaptive_avg_pool2d(bev, self.bev_tokens).flatten(2)
+        tokens = torch.cat([ti, tb], dim=2).transpose(1, 2) + self.pos  # (B, N, C)
+        tokens = self.norm(self.blocks(tokens)).transpose(1, 2)
+        ni = ti.shape[2]
+        oi = tokens[:, :, :ni].reshape(b, c, *self.image_tokens)
+        ob = tokens[:, :, ni:].reshape(b, c, *self.bev_tokens)
+        img = img + F.interpolate(oi, size=img.shape[2:], mode="bilinear", align_corners=False)
+        bev = bev + F.interpolate(ob, size=bev.shape[2:], mode="bilinear", align_corners=False)
+        return img, bev
+
+
+class Decoder(nn.Module):
+    """Feature pyramid top-down path to stride 4, a conv, a 1x1 to `out` maps, bilinear up to full size."""
+
+    def __init__(self, channels: tuple[int, ...], width: int, out: int):
+        super().__init__()
+        self.lateral = nn.ModuleList(nn.Conv2d(c, width, 1) for c in channels)
+        self.head = nn.Sequential(conv_bn(width, width), nn.Conv2d(width, out, 1))
+
+    def forward(self, feats: list[torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        x = self.lateral[-1](feats[-1])
+        for lateral, f in zip(reversed(self.lateral[:-1]), reversed(feats[:-1]), strict=True):
+            x = lateral(f) + F.interpolate(x, size=f.shape[2:], mode="nearest")
+        return F.interpolate(self.head(x), size=size, mode="bilinear", align_corners=False)
+
+
+class Planner(nn.Module):
+    """Waypoints (a GRU emitting deltas), target speed and route points from the fused features."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        c, h = cfg.channels[-1], cfg.planner_hidden
+        self.horizon, self.route_points = cfg.horizon, cfg.route_points
+        # The scene is the globally pooled camera and BEV features. A flattened BEV map (where things
+        # are) made the tiny planner memorise the training routes: on a held-out route it predicted
+        # driving on at red lights (docs/training.md, "What the planner learns").
+        self.scene = nn.Sequential(nn.Linear(2 * c, h), nn.ReLU(inplace=True))
+        self.measurements = nn.Sequential(nn.Linear(2 + 1 + NUM_COMMANDS, h), nn.ReLU(inplace=True))
+        # Dropout on the scene: with few routes the planner otherwise memorises scenes (when *this*
+        # light turns green) instead of leaning on what generalises (speed, target point, command).
+        self.scene_dropout = nn.Dropout(cfg.planner_dropout)
+        self.join = nn.Sequential(nn.Linear(2 * h, h), nn.ReLU(inplace=True), nn.Linear(h, h))
+        self.gru = nn.GRUCell(5, h)
+        self.delta = nn.Linear(h, 2)
+        nn.init.zeros_(self.delta.weight)  # start as the constant-velocity rollout
+        nn.init.zeros_(self.delta.bias)
+        self.frame_dt = cfg.frame_dt
+        self.target_speed = nn.Linear(h, 1)
+        self.route = nn.Linear(h, 2 * cfg.route_points)
+
+    def forward(self, img: torch.Tensor, bev: torch.Tensor, target_point: torch.Tensor, speed: torch.Tensor,
+                command: torch.Tensor) -> dict[str, torch.Tensor]:
+        scene = self.scene(torch.cat([img.mean(dim=(2, 3)), bev.mean(dim=(2, 3))], dim=1))
+        tp = target_point / POS_SCALE
+        meas = torch.cat([tp, (speed / SPEED_SCALE)[:, None],
+                          F.one_hot(command.clamp(0, NUM_COMMANDS - 1), NUM_COMMANDS).to(tp.dtype)], dim=1)
+        z = self.join(torch.cat([self.scene_dropout(scene), self.measurements(meas)], dim=1))
+        v = (speed / SPEED_SCALE)[:, None]
+        # Each step moves by the constant-velocity step (the current speed straight ahead) plus a learned
+        # correction: the GRU learns how the expert departs from it (braking, turning, starting).
+        cv_step = torch.zeros_like(tp)
+        cv_step[:, 0] = speed * self.frame_dt
+        x = torch.zeros_like(tp)
+        waypoints = []
+        for _ in range(self.horizon):
+            # Each step sees where it is, where the target point is, and how fast the car goes now.
+            z = self.gru(torch.cat([x / POS_SCALE, tp, v], dim=1), z)
+            x = x + cv_step + STEP_SCALE * self.delta(z)
+            waypoints.append(x)
+        return {
+            "waypoints": torch.stack(waypoints, dim=1),
+            "target_speed": self.target_speed(z).squeeze(1),
+            "route": self.route(z).view(-1, self.route_points, 2),
+        }
+
+
+class TransFuser(nn.Module):
+    def __init__(self, cfg: ModelConfig, planner: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.image_encoder = Encoder(3, cfg.channels, cfg.blocks)
+        self.bev_encoder = Encoder(2, cfg.channels, cfg.blocks)
+        self.fusions = nn.ModuleDict({
+            str(s): Fusion(cfg.channels[s], cfg.image_tokens, cfg.bev_tokens, cfg.fusion_layers, cfg.fusion_heads)
+            for s in cfg.fused_stages})
+        self.semantics = Decoder(cfg.channels, cfg.decoder_channels, cfg.semantic_classes)
+        self.depth = Decoder(cfg.channels, cfg.decoder_channels, 1)
+        self.bev = Decoder(cfg.channels, cfg.decoder_channels, cfg.bev_classes)
+        self.planner = Planner(cfg) if planner else None
+        self.register_buffer("rgb_mean", torch.tensor(RGB_MEAN).view(1, 3, 1, 1) * 255, persistent=False)
+        self.register_buffer("rgb_std", torch.tensor(RGB_STD).view(1, 3, 1, 1) * 255, persistent=False)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        img = (batch["rgb"].permute(0, 3, 1, 2).float() - self.rgb_mean) / self.rgb_std
+        bev = batch["lidar_bev"].float().clamp(max=LIDAR_SCALE) / LIDAR_SCALE
+        img_feats, bev_feats = [], []
+        for s, (img_stage, bev_stage) in enumerate(zip(self.image_encoder.stages, self.bev_encoder.stages,
+                                                       strict=True)):
+            img, bev = img_stage(img), bev_stage(bev)
+            if str(s) in self.fusions:
+                img, bev = self.fusions[str(s)](img, bev)
+            img_feats.append(img)
+            bev_feats.append(bev)
+        size, g = self.cfg.image_size, self.cfg.bev_pixels
+        out = {
+            "semantics": self.semantics(img_feats, size),
+            "depth": self.depth(img_feats, size).squeeze(1),
+            "bev": self.bev(bev_feats, (g, g)),
+        }
+        if self.planner is not None:
+            out.update(self.planner(img, bev, batch["target_point"].float(), batch["speed"].float(),
+                                    batch["command"].long()))
+        return out
+
+
+def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
+                   weights: dict[str, float]) -> dict[str, torch.Tensor]:
+    """Loss per head (unweighted) and their weighted sum under "loss". Heads absent from `out` are skipped."""
+    losses = {
+        "semantics": F.cross_entropy(out["semantics"].float(), batch["semantics"].long()),
+        "bev": F.cross_entropy(out["bev"].float(), batch["bev"].long()),
+    }
+    depth = batch["depth"].float()
+    valid = depth > 0
+    err = (out["depth"].float() - depth.clamp(max=DEPTH_MAX) / DEPTH_UNIT).abs()
+    losses["depth"] = (err * valid).sum() / valid.sum().clamp(min=1)
+    if "waypoints" in out:
+        wvalid = batch["waypoints_valid"].bool()
+        werr = (out["waypoints"].float() - batch["waypoints"].float()).abs().sum(-1)
+        losses["waypoints"] = (werr * wvalid).sum() / wvalid.sum().clamp(min=1)
+        losses["target_speed"] = F.l1_loss(out["target_speed"].float(), batch["target_speed"].float())
+        losses["route"] = F.l1_loss(out["route"].float(), batch["route"].float())
+    losses["loss"] = sum(weights[name] * value for name, value in losses.items())
+    return losses
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
