@@ -146,3 +146,15 @@ def test_carla_version_of_the_image_matches_the_client_pin():
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     client = [d.split("==", 1)[1].strip() for d in deps if re.match(r"^carla\s*==", d)]
     assert client == [server.group(1)], f"pyproject pins carla {client}, the image builds CARLA {server.group(1)}"
+
+
+@pytest.mark.parametrize("name", ["build-buckets", "build-cache", "train", "demo"])
+def test_later_stage_wrappers_print_their_usage(name):
+    proc = wrapper(name, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Usage: bin/{name}"), proc.stdout
+
+
+def test_demo_with_two_folders_is_wrong_usage():
+    proc = wrapper("demo", "a", "b")
+    assert proc.returncode == 2 and proc.stderr.startswith("Usage: bin/demo")
