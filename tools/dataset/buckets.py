@@ -20,13 +20,17 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from tools.dataset import layout as _layout
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import DATA, FRAME_NAME, FRAMES, Layout, RunKey
+from tools.dataset.layout import FRAME_NAME, FRAMES, Layout
 from tools.dataset.manifest import dataset_id
 from tools.dataset.results import RunState, run_state
+
+run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
+run_key = _layout.run_key
 
 #: Bump when the content or meaning of a bucket file changes; a file of another format is refused.
 BUCKETS_FORMAT = 1
@@ -39,19 +43,6 @@ Frame = tuple[str, int]  # ("data/<Scenario>/<run>", frame index)
 
 
 # ----------------------------------------------------------------------------- names
-
-
-def run_rel(key: RunKey) -> str:
-    """How a bucket file names a route run: "data/<Scenario>/<run>", relative to ROOT."""
-    return f"{DATA}/{key.scenario}/{key.name}"
-
-
-def run_key(rel: str) -> RunKey:
-    """The RunKey of a "data/<Scenario>/<run>" name; ValueError for anything else (absolute, "..")."""
-    parts = PurePosixPath(str(rel)).parts
-    if len(parts) != 3 or parts[0] != DATA:
-        raise ValueError(f"{rel!r} is not a route run name of the form {DATA}/<Scenario>/<run>")
-    return RunKey(parts[1], parts[2])
 
 
 def frame_file(layout: Layout, frame: Frame) -> Path:

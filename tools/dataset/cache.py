@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -34,9 +34,13 @@ import numpy as np
 import zstandard
 from PIL import Image
 
+from tools.dataset import layout as _layout
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import DATA, Layout, RunKey
+from tools.dataset.layout import DATA, Layout
 from tools.dataset.samples import CACHE_FORMAT, CacheSettings
+
+run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
+run_key = _layout.run_key
 
 #: Path templates inside a cache folder.
 CACHE_SETTINGS = "settings.json"
@@ -63,19 +67,6 @@ class CacheRecordError(ToolError):
 def cache_dir(layout: Layout, settings: CacheSettings) -> Path:
     """ROOT/cache/<settings.key()>: the cache of one preprocessing configuration."""
     return layout.cache / settings.key()
-
-
-def run_rel(key: RunKey) -> str:
-    """How bucket files and the cache name a route run: "data/<Scenario>/<run>", relative to ROOT."""
-    return f"{DATA}/{key.scenario}/{key.name}"
-
-
-def run_key(rel: str) -> RunKey:
-    """The RunKey of a "data/<Scenario>/<run>" name; ValueError for anything else."""
-    parts = PurePosixPath(str(rel)).parts
-    if len(parts) != 3 or parts[0] != DATA:
-        raise ValueError(f"{rel!r} is not a route run name of the form {DATA}/<Scenario>/<run>")
-    return RunKey(parts[1], parts[2])
 
 
 def record_path(cache_root: Path, run_rel: str, index: int) -> Path:

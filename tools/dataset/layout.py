@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tools.dataset.atomic import is_temporary
 from tools.dataset.errors import ToolError
@@ -80,6 +80,19 @@ class RunKey:
 
     def __str__(self) -> str:
         return f"{self.scenario}/{self.name}"
+
+
+def run_rel(key: RunKey) -> str:
+    """How bucket files and the cache name a route run: "data/<Scenario>/<run>", relative to ROOT."""
+    return f"{DATA}/{key.scenario}/{key.name}"
+
+
+def run_key(rel: str) -> RunKey:
+    """The RunKey of a "data/<Scenario>/<run>" name; ValueError for anything else (absolute, "..")."""
+    parts = PurePosixPath(str(rel)).parts
+    if len(parts) != 3 or parts[0] != DATA:
+        raise ValueError(f"{rel!r} is not a route run name of the form {DATA}/<Scenario>/<run>")
+    return RunKey(parts[1], parts[2])
 
 
 @dataclass(frozen=True)
