@@ -214,7 +214,7 @@ def _revisits(wps, radius: float = 5.0) -> bool:
     return bool((d[np.triu_indices(len(xy), k=1)] < radius).any())
 
 
-def _scenario_of(path, signalized: set[int], town_name: str) -> tuple[dict, list[tuple]]:
+def _scenario_of(path, signalized: set[int]) -> tuple[dict, list[tuple]]:
     """The first junction of a walk decides the route's scenario type; junction exits become waypoints."""
     from tools.collect.planner import RoadOption, turn_option
 
@@ -280,7 +280,7 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
             walk = _random_walk(rng, rng.choice(starts), length)
             if len(walk) * 2.0 < min_length:
                 continue
-            scenario, exits = _scenario_of(walk, signalized, t.name)
+            scenario, exits = _scenario_of(walk, signalized)
             if scenario is None:
                 continue
             pts = [walk[0]] + exits + [walk[-1]]

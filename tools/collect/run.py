@@ -22,6 +22,7 @@ import numpy as np
 
 from tools.collect.config import CollectSettings
 from tools.collect.planner import DenseRoute, RoadOption, RoutePlanner
+from tools.collect.render import world_to_ego
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
 from tools.collect.town import Town
 from tools.dataset import atomic, frames, results
@@ -126,13 +127,6 @@ def _targets(route: DenseRoute, coarse: np.ndarray, index: int, xy: np.ndarray) 
     return k, min(k + 1, len(coarse) - 1)
 
 
-def to_ego(ego, pts: np.ndarray) -> np.ndarray:
-    """World (CARLA frame) points (N, 2) into the ego frame: x forward, y right."""
-    c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-    d = np.asarray(pts, dtype=np.float64) - (ego.x, ego.y)
-    return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], axis=1)
-
-
 def measurements(world, snap, route: DenseRoute, coarse: np.ndarray, referee: Referee, frame_index: int,
                  tick: int, ahead: int, weather: dict) -> dict:
     ego = snap.ego
@@ -163,7 +157,7 @@ def measurements(world, snap, route: DenseRoute, coarse: np.ndarray, referee: Re
         "command_name": RoadOption(int(route.option[coarse[k]])).name,
         "target_point": [r3(tp[0]), r3(tp[1])],
         "target_point_next": [r3(tp_next[0]), r3(tp_next[1])],
-        "target_point_ego": [r3(v) for v in to_ego(ego, tp[None])[0]],
+        "target_point_ego": [r3(v) for v in world_to_ego(ego, np.array([[tp[0], tp[1], 0.0]]))[0, :2]],
         "route": np.round(route_ahead, 3).tolist(),
         "route_index": referee.index,
         "route_completion": r3(referee.completion),
@@ -182,17 +176,17 @@ def boxes(snap) -> list[dict]:
     near = [a for a in snap.actors if math.hypot(a.x - ego.x, a.y - ego.y) < BOX_RADIUS_M]
     out = []
     if near:
-        rel = to_ego(ego, np.array([[a.x, a.y] for a in near]))
-        for a, (ex, ey) in zip(near, rel, strict=True):
+        rel = world_to_ego(ego, np.array([[a.x, a.y, a.z] for a in near]))
+        for a, (ex, ey, ez) in zip(near, rel, strict=True):
             d = a.to_dict()
-            d["center_ego"] = [round(float(ex), 3), round(float(ey), 3), round(a.z, 3)]
+            d["center_ego"] = [round(float(ex), 3), round(float(ey), 3), round(float(ez), 3)]
             d["yaw_ego"] = round((a.yaw - ego.yaw + 180.0) % 360.0 - 180.0, 3)
             out.append(d)
     return out
 
 
-def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, seed: int,
-          attempt: int) -> results.RouteRecord:
+def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
+          seed: int, attempt: int) -> results.RouteRecord:
     """Simulate and record. Returns the record for the result file."""
     from tools.collect.render import Renderer, Scene
     from tools.collect.world import SumoWorld
@@ -205,7 +199,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     weather = route.weathers[0] if route.weathers else {}
     atomic.write_json(layout.run_settings(key), {
         "route": route.id, "town": town.name, "town_file": str(town.xodr), "scenario": route.scenario,
-        "repetition": key.name.rsplit("_rep", 1)[-1], "seed": seed, "attempt": attempt,
+        "repetition": repetition, "seed": seed, "attempt": attempt,
         "host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "settings": settings.to_dict(), "rig": rig.to_dict(), "route_length": round(dense.length, 3),
         "dense_route": dense.to_dict(), "target_indices": coarse.tolist(), "format": frames.FRAME_FORMAT,
@@ -214,6 +208,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     last_beat = time.monotonic()
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
     referee = Referee(dense, settings)
+    ego_box = world.ego_box()
     n_frames = 0
     arrived = False
     try:
@@ -292,7 +287,7 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
     log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
     try:
-        record = drive(layout, key, r, Town(xodr), cfg, seed, int(attempt))
+        record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt))
     except Exception:
         log.error("%s: crashed\n%s", key, traceback.format_exc())
         results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
