@@ -25,7 +25,7 @@ from typing import Any
 
 from tools.dataset import layout as _layout
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import FRAME_NAME, FRAMES, Layout
+from tools.dataset.layout import Layout
 from tools.dataset.manifest import dataset_id
 from tools.dataset.results import RunState, run_state
 
@@ -47,13 +47,12 @@ Frame = tuple[str, int]  # ("data/<Scenario>/<run>", frame index)
 
 def frame_file(layout: Layout, frame: Frame) -> Path:
     """The frame file of ("data/<Scenario>/<run>", index) under this root."""
-    key = run_key(frame[0])
-    return layout.run_dir(key) / FRAMES / FRAME_NAME.format(index=int(frame[1]))
+    return layout.frame_path(run_key(frame[0]), int(frame[1]))
 
 
 def collection_path(layout: Layout, name: str) -> Path:
     """ROOT/buckets/<name>.json."""
-    return layout.buckets / f"{name}.json"
+    return layout.collection_file(name)
 
 
 def check_collection(name: Any) -> str:

@@ -5,8 +5,8 @@
         data/<Scenario>/<run>/<index:05d>.rec         one record per recorded frame (mirrors ROOT/data)
 
 A record is one msgpack map, ``{"format": CACHE_FORMAT, "crc32": <crc32 of body>, "body": <bytes>}``.
-``body`` is zstandard (level ZSTD_LEVEL) of a msgpack map from the sample's keys (tools.dataset.samples)
-to arrays ``{"codec", "dtype", "shape", "data"}``: codec ``jpeg`` for the RGB image at the model's input
+``body`` is zstandard (tools.dataset.codec.ZSTD_LEVEL) of a msgpack map from the sample's keys (tools.dataset.samples)
+to arrays (tools.dataset.codec blobs): codec ``jpeg`` for the RGB image at the model's input
 size, ``raw`` (C-order little-endian bytes) for everything else. No pickle anywhere: a shared cache
 cannot run code on its reader. docs/cache.md describes the format and its version.
 
@@ -17,38 +17,28 @@ from the dataset in a separate process.
 
 from __future__ import annotations
 
-import functools
-import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
 import msgpack
-import numpy as np
 import zstandard
-from PIL import Image
 
 from tools.dataset import layout as _layout
+from tools.dataset.codec import decode_array, encode_array, zstd_compress, zstd_decompress
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import DATA, Layout
+from tools.dataset.layout import Layout
 from tools.dataset.samples import CACHE_FORMAT, CacheSettings
 
 run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
 run_key = _layout.run_key
 
-#: Path templates inside a cache folder.
-CACHE_SETTINGS = "settings.json"
-RECORD_NAME = "{index:05d}.rec"
-RECORD_SUFFIX = ".rec"
-
-#: zstd level of a record's body: levels 1 to 3 read equally fast; 3 is a little smaller (docs/cache.md).
-ZSTD_LEVEL = 3
+RECORD_SUFFIX = Path(_layout.RECORD_NAME).suffix
 
 #: No valid record is smaller than this (the outer map alone takes more); the builder's cheap
 #: "already done" test is existence and at least this size (`verify` checks the checksum).
@@ -66,19 +56,16 @@ class CacheRecordError(ToolError):
 
 def cache_dir(layout: Layout, settings: CacheSettings) -> Path:
     """ROOT/cache/<settings.key()>: the cache of one preprocessing configuration."""
-    return layout.cache / settings.key()
+    return layout.cache_folder(settings.key())
 
 
 def record_path(cache_root: Path, run_rel: str, index: int) -> Path:
     """The record of frame `index` of run `run_rel` ("data/<Scenario>/<run>") in the cache folder."""
-    key = run_key(run_rel)  # refuses absolute paths, "..", and anything not a run
-    if int(index) < 0:
-        raise ValueError(f"frame index {index} is negative")
-    return Path(cache_root) / DATA / key.scenario / key.name / RECORD_NAME.format(index=int(index))
+    return Layout.record_path(cache_root, run_key(run_rel), index)  # run_key refuses "..", absolute paths
 
 
 def settings_path(cache_root: Path) -> Path:
-    return Path(cache_root) / CACHE_SETTINGS
+    return Layout.cache_settings(cache_root)
 
 
 def read_cache_settings(cache_root: Path) -> CacheSettings:
@@ -96,54 +83,24 @@ def read_cache_settings(cache_root: Path) -> CacheSettings:
         raise ToolError(f"{path}: not a readable cache settings file ({e})") from None
 
 
+def read_frame_dt(cache_root: Path) -> float:
+    """Seconds between consecutive recorded frames of the data a cache folder was built from (its
+    settings.json `frame_dt`, taken from the runs' run.json by the builder): the time step of the
+    samples' waypoints. ToolError when the folder does not record it."""
+    path = settings_path(cache_root)
+    try:
+        value = json.loads(path.read_text())["frame_dt"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 3600:
+            raise ValueError(f"frame_dt {value!r}")
+        return float(value)
+    except FileNotFoundError:
+        raise ToolError(f"{path}: missing; not a cache folder (build one with bin/build-cache)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ToolError(f"{path}: no usable frame_dt ({e}): the cache does not say how far apart its frames are; "
+                        "build it again (bin/build-cache --force)") from None
+
+
 # ----------------------------------------------------------------------------- records
-
-
-def _pack_array(array: np.ndarray, codec: str = "raw", quality: int = 93) -> dict[str, Any]:
-    array = np.asarray(array)
-    if codec == "jpeg":
-        buf = io.BytesIO()
-        # optimize: Huffman tables fitted to the image, 7% smaller at no cost to decoding (docs/cache.md)
-        image = Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8))
-        image.save(buf, format="JPEG", quality=quality, optimize=True)
-        data = buf.getvalue()
-    else:
-        data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-    return {"codec": codec, "dtype": array.dtype.str.lstrip("<>|="), "shape": list(array.shape), "data": data}
-
-
-@functools.lru_cache(maxsize=64)
-def _dtypes(name: str) -> tuple[np.dtype, np.dtype]:
-    """(native, little-endian) dtypes of a stored dtype name."""
-    native = np.dtype(name)
-    return native, native.newbyteorder("<")
-
-
-def _unpack_array(blob: dict[str, Any]) -> np.ndarray:
-    codec, shape, data = blob["codec"], blob["shape"], blob["data"]
-    dtype, stored = _dtypes(blob["dtype"])
-    if codec == "jpeg":
-        with Image.open(io.BytesIO(data)) as image:
-            array = np.array(image)  # a writable copy (np.asarray of an image is read-only)
-    elif codec == "raw":
-        # bytearray: the array owns writable memory (torch.from_numpy warns on read-only buffers)
-        array = np.frombuffer(bytearray(data), dtype=stored)
-    else:
-        raise ValueError(f"unknown codec {codec!r}")
-    if array.dtype != dtype:
-        array = array.astype(dtype)
-    return array.reshape(shape)
-
-
-_local = threading.local()
-
-
-def _decompress(body: bytes) -> bytes:
-    """zstd decompression with one decompressor per thread (making one per call costs a fifth of the time)."""
-    decompressor = getattr(_local, "zstd", None)
-    if decompressor is None:
-        decompressor = _local.zstd = zstandard.ZstdDecompressor()
-    return decompressor.decompress(body)
 
 
 #: How each sample key is stored; anything not named here is raw.
@@ -152,8 +109,10 @@ _CODECS = {"rgb": "jpeg"}
 
 def encode_record(sample: dict[str, Any], jpeg_quality: int = 93) -> bytes:
     """The bytes of a record holding `sample` (the sample dict of tools.dataset.samples)."""
-    fields = {name: _pack_array(value, _CODECS.get(name, "raw"), jpeg_quality) for name, value in sample.items()}
-    body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(msgpack.packb(fields, use_bin_type=True))
+    # optimize: Huffman tables fitted to the image, 7% smaller at no cost to decoding (docs/cache.md)
+    fields = {name: encode_array(value, _CODECS.get(name, "raw"), jpeg_quality=jpeg_quality, jpeg_optimize=True)
+              for name, value in sample.items()}
+    body = zstd_compress(msgpack.packb(fields, use_bin_type=True))
     return msgpack.packb({"format": CACHE_FORMAT, "crc32": zlib.crc32(body), "body": body}, use_bin_type=True)
 
 
@@ -183,9 +142,8 @@ def decode_record(data: bytes, path: Path | str = "<record>") -> dict[str, Any]:
     """The sample dict held by a record's bytes (what a session cache stores); CacheRecordError when bad."""
     body = _open_record(data, Path(path))
     try:
-        fields = msgpack.unpackb(_decompress(body), raw=False,
-                                 max_bin_len=_MAX_RECORD_BYTES)
-        return {name: _unpack_array(blob) for name, blob in fields.items()}
+        fields = msgpack.unpackb(zstd_decompress(body), raw=False, max_bin_len=_MAX_RECORD_BYTES)
+        return {name: decode_array(blob) for name, blob in fields.items()}
     except (ValueError, TypeError, KeyError, OSError, zstandard.ZstdError, msgpack.UnpackException) as e:
         # the checksum matched, so the writer itself wrote something unreadable
         raise CacheRecordError(f"{path}: undecodable record ({e}); rebuild it "

@@ -8,7 +8,14 @@
           frames/<index:05d>.msgpack             one file per recorded frame (tools.dataset.frames)
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
-      buckets/  cache/                           later stages
+      buckets/<collection>.json                  bucket files (tools.dataset.buckets)
+      buckets/index.json                         the bucket builder's per-frame index
+      cache/<key>/settings.json                  one training cache per preprocessing key (tools.dataset.cache)
+      cache/<key>/data/<Scenario>/<run>/<index:05d>.rec   one record per recorded frame
+
+A route run's folder name (<run>) is `RunKey.for_route`'s one rule: `<route file stem>_rep<K>` when the
+route's id is the file's stem (one route per file, named after it, as LEAD ships them), else
+`<route file stem>_route<id>_rep<K>`.
 
 See docs/dataset-format.md for the schemas.
 """
@@ -24,7 +31,8 @@ from pathlib import Path, PurePosixPath
 from tools.dataset.atomic import is_temporary
 from tools.dataset.errors import ToolError
 
-DATASET_FORMAT = 1
+#: 2: run folders of a route whose id is its file's stem are named <stem>_rep<K> (docs/dataset-format.md).
+DATASET_FORMAT = 2
 
 MANIFEST = "manifest.json"
 DATA = "data"
@@ -38,6 +46,11 @@ HEARTBEAT = "heartbeat.json"
 FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
+COLLECTION_FILE = "{name}.json"
+BUCKET_INDEX = "index.json"
+BUCKET_LOCK = ".tmp-build.lock"
+CACHE_SETTINGS = "settings.json"
+RECORD_NAME = "{index:05d}.rec"
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -75,8 +88,11 @@ class RunKey:
 
     @staticmethod
     def for_route(scenario: str, route_stem: str, route_id: str, repetition: int) -> RunKey:
-        """The one naming rule of route runs: `<route file stem>_route<id>_rep<K>`."""
-        return RunKey(scenario, f"{route_stem}_route{route_id}_rep{repetition}")
+        """The one naming rule of route runs: `<stem>_rep<K>` when the route's id is its file's stem,
+        else `<stem>_route<id>_rep<K>`."""
+        route_id = str(route_id)
+        base = route_stem if route_id == route_stem else f"{route_stem}_route{route_id}"
+        return RunKey(scenario, f"{base}_rep{int(repetition)}")
 
     def __str__(self) -> str:
         return f"{self.scenario}/{self.name}"
@@ -112,6 +128,35 @@ class Layout:
     @property
     def cache(self) -> Path:
         return self.root / CACHE
+
+    def collection_file(self, name: str) -> Path:
+        """ROOT/buckets/<name>.json: one bucket collection."""
+        return self.buckets / COLLECTION_FILE.format(name=name)
+
+    @property
+    def bucket_index(self) -> Path:
+        return self.buckets / BUCKET_INDEX
+
+    @property
+    def bucket_lock(self) -> Path:
+        return self.buckets / BUCKET_LOCK
+
+    def cache_folder(self, key: str) -> Path:
+        """ROOT/cache/<key>: the training cache of one preprocessing key."""
+        if not _NAME_OK.match(str(key)):
+            raise ValueError(f"invalid cache key {key!r}")
+        return self.cache / str(key)
+
+    @staticmethod
+    def cache_settings(folder: Path) -> Path:
+        return Path(folder) / CACHE_SETTINGS
+
+    @staticmethod
+    def record_path(folder: Path, key: RunKey, index: int) -> Path:
+        """The cache record of frame `index` of run `key` in a cache folder (mirrors ROOT/data)."""
+        if int(index) < 0:
+            raise ValueError(f"frame index {index} is negative")
+        return Path(folder) / DATA / key.scenario / key.name / RECORD_NAME.format(index=int(index))
 
     def run_dir(self, key: RunKey) -> Path:
         return self.root / DATA / key.scenario / key.name
