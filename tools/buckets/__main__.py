@@ -12,9 +12,7 @@ stale one by itself. docs/buckets.md describes the buckets and the file format.
 
 from __future__ import annotations
 
-import fire
-
-from tools.dataset.errors import run_cli
+from tools.dataset import cli
 
 
 def build(root: str | None = None, collection: str = "all", holdout: str | None = None, weights: str | None = None,
@@ -63,4 +61,4 @@ def show(root: str | None = None, collection: str = "all") -> None:
 COMMANDS = {"build": build, "show": show}
 
 if __name__ == "__main__":
-    run_cli("buckets", lambda: fire.Fire(COMMANDS, name="python -m tools.buckets"))
+    cli.main("buckets", COMMANDS, name="python -m tools.buckets")

@@ -11,11 +11,7 @@ explains each command. Record format: docs/cache.md.
 
 from __future__ import annotations
 
-import sys
-
-import fire
-
-from tools.dataset.errors import run_cli
+from tools.dataset import cli
 
 
 def build(root: str | None = None, shard: str | None = None, force: bool = False, only: str | None = None,
@@ -61,7 +57,4 @@ def verify(root: str | None = None, repair: bool = False, **settings) -> None:
 COMMANDS = {"build": build, "verify": verify}
 
 if __name__ == "__main__":
-    # The commands take **settings, which would swallow --help: hand it to fire the explicit way.
-    if "--" not in sys.argv and {"-h", "--help"} & set(sys.argv[2:]):
-        sys.argv = [a for a in sys.argv if a not in ("-h", "--help")] + ["--", "--help"]
-    run_cli("cache", lambda: fire.Fire(COMMANDS, name="python -m tools.cache"))
+    cli.main("cache", COMMANDS, name="python -m tools.cache")

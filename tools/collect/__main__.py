@@ -14,9 +14,7 @@ Commands:
 
 from __future__ import annotations
 
-import fire
-
-from tools.dataset.errors import run_cli
+from tools.dataset import cli
 
 
 def town(out: str, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: float = 100.0) -> None:
@@ -155,4 +153,4 @@ COMMANDS = {
 }
 
 if __name__ == "__main__":
-    run_cli("collect", lambda: fire.Fire(COMMANDS, name="python -m tools.collect"))
+    cli.main("collect", COMMANDS, name="python -m tools.collect")
