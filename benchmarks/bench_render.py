@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.collect.render import Renderer, RigConfig, Scene
+from tools.collect.render import Renderer
+from tools.collect.scene import Scene
 from tools.collect.state import Box, Light, Snapshot
 from tools.collect.town import Town, make_town
 from tools.dataset import semantics as sem
-from tools.dataset.frames import encode_array
+from tools.dataset.codec import encode_array
+from tools.dataset.rig import JPEG_QUALITY, RigConfig
 
 
 def lane_pose(line: np.ndarray, s: float) -> tuple[float, float, float]:
@@ -96,7 +98,7 @@ def main() -> None:
             if i < 30:
                 t = time.perf_counter()
                 for array, codec in out.values():
-                    encode_array(array, codec)
+                    encode_array(array, codec, jpeg_quality=JPEG_QUALITY)
                 encode.append((time.perf_counter() - t) * 1000.0)
 
     print(f"town {args.grid}: {len(town.lanes)} lanes, made in {t_town:.2f} s; scene {t_scene:.2f} s "

@@ -9,28 +9,22 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tools.collect.render import (
-    STATIC_ID0,
-    BevConfig,
-    CameraConfig,
-    LidarConfig,
-    Renderer,
-    RigConfig,
-    Scene,
-    camera_intrinsics,
-    ego_to_bev_pixels,
-    ego_to_world,
-    project,
-    world_to_ego,
-)
+from tools.collect.render import Renderer
+from tools.collect.run import box_label
+from tools.collect.scene import SHADES, SLOT_LINE, SLOT_ROAD, SLOT_SIDEWALK, SLOT_TERRAIN, STATIC_ID0, Scene
 from tools.collect.show import show_frame
 from tools.collect.state import Box, Light, Snapshot
 from tools.collect.town import Town, make_town
 from tools.dataset import semantics as sem
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame, write_frame
+from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, project, world_to_ego
+from tools.dataset.measurements import Measurements, RoadOption
+from tools.dataset.rig import BevConfig, CameraConfig, LidarConfig, RigConfig
 
 GROUND = (sem.ROAD, sem.ROADLINE, sem.SIDEWALK, sem.TERRAIN)
+#: The ground slot of the scene's raster behind each ground class.
+SLOT_OF = {sem.ROAD: SLOT_ROAD, sem.ROADLINE: SLOT_LINE, sem.SIDEWALK: SLOT_SIDEWALK, sem.TERRAIN: SLOT_TERRAIN}
 
 
 def lane_pose(lane, s: float) -> tuple[float, float, float]:
@@ -40,6 +34,13 @@ def lane_pose(lane, s: float) -> tuple[float, float, float]:
     k = int(np.clip(np.searchsorted(arc, s), 1, len(line) - 1))
     yaw = math.degrees(math.atan2(line[k, 1] - line[k - 1, 1], line[k, 0] - line[k - 1, 0]))
     return float(np.interp(s, arc, line[:, 0])), float(np.interp(s, arc, line[:, 1])), yaw
+
+
+def ground_slots(raster, pts_world: np.ndarray) -> np.ndarray:
+    """The scene raster's ground slot under world points (N, 2)."""
+    rows = np.floor((pts_world[:, 1] - raster.y0) / raster.res).astype(int)
+    cols = np.floor((pts_world[:, 0] - raster.x0) / raster.res).astype(int)
+    return raster.codes[rows, cols] // SHADES
 
 
 def lane_length(lane) -> float:
@@ -86,6 +87,16 @@ def one_car(world):
 @pytest.fixture(scope="module")
 def traffic(world):
     return world["renderer"].render(world["traffic"])
+
+
+@pytest.fixture(scope="module")
+def turned(world, traffic):
+    """(snapshot, sensors) of the traffic frame as it is and with the ego turned 33 degrees off its lane, by turn."""
+    snap = world["traffic"]
+    e = snap.ego
+    off = Snapshot(time=snap.time, actors=snap.actors, lights=snap.lights,
+                   ego=Box(e.id, e.cls, e.x, e.y, e.z, e.yaw + 33.0, e.length, e.width, e.height, e.speed))
+    return {0.0: (snap, traffic), 33.0: (off, world["renderer"].render(off))}
 
 
 # ------------------------------------------------------------------------------------------- config
@@ -158,6 +169,8 @@ def test_scene_structures_stand_off_the_road_with_ids_that_never_clash_with_acto
 
 def test_render_returns_every_sensor_with_its_dtype_and_codec(one_car):
     cam = CameraConfig()
+    assert {name: codec for name, (_, codec) in one_car.items()} == RigConfig().sensor_names()
+    assert list(one_car) == list(RigConfig().sensor_names())  # the rig's recording order
     expect = {"rgb_front": ((cam.height, cam.width, 3), np.uint8, "jpeg"),
               "semantics_front": ((cam.height, cam.width), np.uint8, "png"),
               "depth_front": ((cam.height, cam.width), np.uint16, "png"),
@@ -250,6 +263,27 @@ def test_camera_sees_the_red_head_over_the_ego_lane(world, one_car):
     assert red > 150 > green  # the lamp facing the ego shows its state
 
 
+@pytest.mark.parametrize("turn", [0.0, 33.0])
+def test_camera_ground_pixels_show_the_ground_where_the_geometry_puts_their_rays(world, turned, turn):
+    """The renderer turns its rays into the world inline, in float32: each ground pixel's class is the ground
+    under its ray's hit point as geometry.ego_to_world places it (ties at raster cell edges aside)."""
+    (snap, sensors), cam = turned[turn], CameraConfig()
+    ego, labels = snap.ego, sensors["semantics_front"][0]
+    k = camera_intrinsics(cam)
+    rows, cols = np.nonzero(np.isin(labels, GROUND))
+    drop = (rows + 0.5 - k[1, 2]) / k[1, 1]  # the ray's fall per metre along the optical axis
+    t = cam.z / drop
+    near = t < 80.0
+    rows, cols, t = rows[near], cols[near], t[near]
+    right = (cols + 0.5 - k[0, 2]) / k[0, 0]
+    c, s = math.cos(math.radians(cam.yaw)), math.sin(math.radians(cam.yaw))
+    hits = np.stack([cam.x + t * (c - s * right), cam.y + t * (s + c * right)], axis=1)
+    expected = ground_slots(world["scene"].ground, ego_to_world(ego, hits))
+    got = np.vectorize(SLOT_OF.get)(labels[rows, cols])
+    assert len(rows) > 20000
+    assert (got != expected).mean() < 1e-3
+
+
 def test_render_is_deterministic(world, traffic):
     again = Renderer(world["scene"], RigConfig()).render(world["traffic"])
     assert again.keys() == traffic.keys()
@@ -293,21 +327,95 @@ def test_lidar_ground_is_flat_nothing_is_beyond_range_and_nothing_comes_from_the
     assert ((points[:, 3] > 0) & (points[:, 3] <= 1)).all()
 
 
+@pytest.mark.parametrize("turn", [0.0, 33.0])
+def test_lidar_ground_points_show_the_ground_under_them(world, turned, turn):
+    (snap, sensors), scene = turned[turn], world["scene"]
+    points, labels = sensors["lidar"][0], sensors["lidar_labels"][0]
+    ground = np.isin(labels[:, 0], GROUND)
+    under = ground_slots(scene.ground, ego_to_world(snap.ego, points[ground, :2].astype(np.float64)))
+    np.testing.assert_array_equal(np.vectorize(SLOT_OF.get)(labels[ground, 0]), under)
+
+
 # ------------------------------------------------------------------------------------------- bev
 
 
 def test_bev_shows_the_ego_a_vehicle_ten_metres_ahead_and_the_red_stop_line(world, one_car):
     bev_cfg, ego, signal = BevConfig(), world["one_car"].ego, world["signal"]
     bev = one_car["bev"][0]
-    (ec, er), (vc, vr) = np.floor(ego_to_bev_pixels(bev_cfg, np.array([[0.0, 0.0], [10.0, 0.0]]))).astype(int)
+    grid = BevGrid.of_rig(bev_cfg)
+    (ec, er), (vc, vr) = np.floor(grid.ego_to_pixel(np.array([[0.0, 0.0], [10.0, 0.0]]))).astype(int)
     assert (er, ec) == (bev_cfg.pixels // 2 + bev_cfg.ego_offset_px, bev_cfg.pixels // 2)
     assert bev[er, ec] == sem.BEV_EGO
     assert (vr, vc) == (er - 40, ec) and bev[vr, vc] == sem.BEV_VEHICLE
     stop = world_to_ego(ego, np.array([[signal.x, signal.y, 0.0]]))[:, :2]
-    sc, sr = np.floor(ego_to_bev_pixels(bev_cfg, stop)[0]).astype(int)
+    sc, sr = np.floor(grid.ego_to_pixel(stop)[0]).astype(int)
     assert bev[sr, sc] == sem.BEV_LIGHT_RED
     assert (bev == sem.BEV_LIGHT_GREEN).any()  # the opposite approach's light
     assert (bev == sem.BEV_ROAD).mean() > 0.1 and (bev == sem.BEV_LANE_MARKING).any()
+
+
+@pytest.mark.parametrize("turn", [0.0, 33.0])
+def test_bev_ground_cells_show_the_ground_where_the_geometry_puts_them(world, turned, turn):
+    """The renderer places the BEV's cells in the world with an inline outer sum; each ground cell shows the
+    ground at its centre as BevGrid and geometry.ego_to_world place it (ties at raster cell edges aside)."""
+    (snap, sensors), renderer = turned[turn], world["renderer"]
+    ego, grid, bev = snap.ego, BevGrid.of_rig(BevConfig()), sensors["bev"][0]
+    bev_of_slot = {SLOT_TERRAIN: sem.BEV_EMPTY, SLOT_SIDEWALK: sem.BEV_EMPTY, SLOT_ROAD: sem.BEV_ROAD,
+                   SLOT_LINE: sem.BEV_LANE_MARKING}
+    rows, cols = np.nonzero(np.isin(bev, (sem.BEV_EMPTY, sem.BEV_ROAD, sem.BEV_LANE_MARKING)))
+    centres = ego_to_world(ego, grid.pixel_to_ego(cols + 0.5, rows + 0.5))
+    expected = np.vectorize(bev_of_slot.get)(ground_slots(renderer.bev_raster, centres))
+    assert len(rows) > 0.7 * bev.size
+    assert (bev[rows, cols] != expected).mean() < 1e-3
+
+
+@pytest.mark.parametrize("turn", [0.0, 33.0])
+def test_bev_draws_each_vehicle_on_the_cells_its_box_covers(turned, turn):
+    (snap, sensors) = turned[turn]
+    bev = sensors["bev"][0]
+    grid = BevGrid.of_rig(BevConfig())
+    rows, cols = np.nonzero(bev == sem.BEV_VEHICLE)
+    centres = ego_to_world(snap.ego, grid.pixel_to_ego(cols + 0.5, rows + 0.5))
+    slack = grid.resolution * math.sqrt(2)  # PIL also fills the cells a polygon's edge passes through
+    assert _outside(np.column_stack([centres, np.full(len(rows), 1.0)]), snap.actors).max() <= slack
+    for actor in snap.actors:
+        col, row = np.floor(grid.ego_to_pixel(world_to_ego(snap.ego, np.array([actor.x, actor.y])))).astype(int)
+        assert bev[row, col] == sem.BEV_VEHICLE, f"actor {actor.id}"
+
+
+def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, short_routes):
+    """The SUMO world names its lights "<tls id>:<link index>" as the scene's heads do: the renderer finds every
+    light's head by id, every head is driven, and the ego's next light is one of the lights."""
+    from tools.collect.planner import RoutePlanner
+    from tools.collect.routes import read_routes
+    from tools.collect.world import SumoWorld
+
+    town = Town(town_xodr)
+    route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
+    scene = Scene(town)
+    renderer = Renderer(scene, RigConfig())
+    sumo = SumoWorld(town, dense, seed=1, vehicles=10, sim_hz=20)
+    driven, states, ego_lights = set(), set(), 0
+    try:
+        for tick in range(600):
+            if sumo.step().arrived:
+                break
+            if tick % 50:
+                continue
+            snap = sumo.snapshot()
+            assert snap.lights
+            assert renderer.unmatched_lights(snap.lights) == []
+            driven |= {s.head for s in scene.signals for light in snap.lights if light.id in s.links}
+            states |= {light.state for light in snap.lights}
+            light = sumo.ego_state()["light"]
+            if light is not None:
+                assert light["id"] in {li.id for li in snap.lights}
+                ego_lights += 1
+    finally:
+        sumo.close()
+    assert driven == {s.head for s in scene.signals}
+    assert {"red", "green"} <= states and ego_lights > 0
 
 
 # ------------------------------------------------------------------------------------------- show
@@ -316,12 +424,16 @@ def test_bev_shows_the_ego_a_vehicle_ten_metres_ahead_and_the_red_stop_line(worl
 def _record(world, sensors, run_dir):
     snap = world["traffic"]
     e = snap.ego
-    measurements = {"time": snap.time, "command": "LANEFOLLOW",
-                    "ego": {"x": e.x, "y": e.y, "z": e.z, "yaw": e.yaw, "speed": e.speed,
-                            "extent": [e.length, e.width, e.height]}}
+    measurements = Measurements(
+        frame=0, tick=40, time=snap.time, speed=e.speed, acceleration=0.0, target_speed=e.speed, speed_limit=13.9,
+        ego={"x": e.x, "y": e.y, "z": e.z, "yaw": e.yaw, "speed": e.speed, "extent": [e.length, e.width, e.height]},
+        command=int(RoadOption.LANEFOLLOW), next_command=int(RoadOption.STRAIGHT), command_name="LANEFOLLOW",
+        target_point=[e.x, e.y], target_point_next=[e.x, e.y], route=[], junction=False, light_hazard=True,
+        vehicle_hazard=False)
     (run_dir / "frames").mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"rig": RigConfig().to_dict()}))
-    write_frame(run_dir / "frames" / "00000.msgpack", 0, measurements, [b.to_dict() for b in snap.actors], sensors)
+    write_frame(run_dir / "frames" / "00000.msgpack", 0, measurements, [box_label(b, e) for b in snap.actors],
+                sensors)
 
 
 def test_show_frame_draws_a_recorded_frame_into_one_png(world, traffic, tmp_path, monkeypatch):

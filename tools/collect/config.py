@@ -4,27 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tools.dataset.errors import ToolError
+from tools.dataset.rig import RecordingRate, RigConfig, read_rig_file
+
+_RATE = RecordingRate()
 
 
 @dataclass(frozen=True)
 class CollectSettings:
     world: str = "sim"  # "sim": the embedded world (SUMO + carla.Map + our renderer)
     vehicles: int = 40  # background vehicles kept in the town
-    sim_hz: int = 20  # simulation ticks per simulated second
-    record_every: int = 5  # record one frame every N ticks (20 Hz / 5 = 4 Hz)
+    sim_hz: int = _RATE.sim_hz  # simulation ticks per simulated second (tools.dataset.rig.RecordingRate)
+    record_every: int = _RATE.record_every  # record one frame every N ticks (20 Hz / 5 = 4 Hz)
     seed: int = 0  # added to the seed derived from (route, repetition)
     blocked_after: float = 90.0  # seconds with the ego standing still before "Agent got blocked"
     max_deviation: float = 30.0  # metres from the route before "Agent deviated from the route"
     timeout_base: float = 60.0  # route time budget: base seconds + length / timeout_speed
     timeout_speed: float = 2.0  # m/s
     route_ahead: int = 20  # route points stored per frame (every 2 m ahead of the ego)
-    rig: str = ""  # JSON file of a sensor rig (tools.collect.render.RigConfig); default rig when empty
+    rig: str = ""  # JSON file of a sensor rig (tools.dataset.rig.RigConfig); default rig when empty
 
     def __post_init__(self) -> None:
         checks = {
@@ -64,14 +65,16 @@ class CollectSettings:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def load_rig(self):
-        from tools.collect.render import RigConfig
+    @property
+    def rate(self) -> RecordingRate:
+        """The recording rate (run.json keeps sim_hz and record_every in `settings`: rig.run_rate)."""
+        return RecordingRate(sim_hz=self.sim_hz, record_every=self.record_every)
 
+    def load_rig(self) -> RigConfig:
+        """The rig of --rig, or the default rig; ToolError naming --rig when the file is missing or wrong."""
         if not self.rig:
             return RigConfig()
         try:
-            return RigConfig.from_dict(json.loads(Path(self.rig).read_text()))
-        except OSError as e:
-            raise ToolError(f"--rig {self.rig}: cannot read ({e.strerror})") from None
+            return read_rig_file(self.rig)
         except ValueError as e:
-            raise ToolError(f"--rig {self.rig}: {e}") from None
+            raise ToolError(f"--rig: {e}") from None

@@ -3,28 +3,19 @@
 Only `carla.Map` and `carla.Waypoint` are used, so the same code serves the embedded world (a map built
 offline from OpenDRIVE text) and a CARLA server (`world.get_map()`).
 
-Commands use the values of CARLA's agents.navigation RoadOption, as the leaderboard does:
+Commands use the values of CARLA's agents.navigation RoadOption, as the leaderboard does
+(tools.dataset.measurements.RoadOption, the frame contract's numbering; imported here for this module).
 """
 
 from __future__ import annotations
 
-import enum
 import heapq
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-
-class RoadOption(enum.IntEnum):
-    VOID = -1
-    LEFT = 1
-    RIGHT = 2
-    STRAIGHT = 3
-    LANEFOLLOW = 4
-    CHANGELANELEFT = 5
-    CHANGELANERIGHT = 6
-
+from tools.dataset.measurements import RoadOption
 
 #: Heading change through a junction (degrees) above which it is a turn, not straight on.
 TURN_DEGREES = 30.0

@@ -1,318 +1,84 @@
 """The embedded world's sensors: pinhole cameras (RGB, semantics, depth), a LiDAR and a BEV raster.
 
-Everything is drawn from the world state (`Snapshot`) and a static `Scene` built once per town from
-its real geometry: the lanes and junction shapes of the SUMO network, the traffic-light connections,
-and roadside structures placed beside the roads from a seed. One ray-casting model serves every sensor,
-so labels match pixels by construction:
+Everything is drawn from the world state (`Snapshot`) and the town's static `Scene` (tools.collect.scene:
+the ground raster, roadside structures, traffic-light heads), for the sensors a rig names
+(tools.dataset.rig), under the names and codecs the rig gives them. One ray-casting model serves every
+sensor, so labels match pixels by construction:
 
-- the ground is the plane z=0, drawn once into a top-down raster (terrain, sidewalk, road, lane
-  markings); the cameras and the LiDAR are level with the ego, so where each pixel's or ray's ray meets
-  the ground is fixed in the ego frame and a frame only moves those points into the world and reads
-  the raster;
+- the ground is the plane z=0, drawn once into the scene's top-down raster (terrain, sidewalk, road,
+  lane markings); the cameras and the LiDAR are level with the ego, so where each pixel's or ray's ray
+  meets the ground is fixed in the ego frame and a frame only moves those points into the world and
+  reads the raster;
 - vehicles and structures are oriented boxes, hit by the slab method. Because the sensors have no pitch
   or roll, a ray's horizontal direction depends on the image column (LiDAR: azimuth) only and its slope on
   the row (LiDAR: channel) only, so the x/y slabs are solved per column and the z slab per row; a box
   costs two small vectors and a few passes over its projected rectangle;
 - the nearest hit wins in a depth buffer; the label, colour and depth of a pixel come from that hit.
 
-Frames. World: CARLA's (x east, y = -y OpenDRIVE, z up, yaw degrees, see tools.collect.state). Ego
-frame: origin on the ground under the ego box's centre, x forward, y right, z up. A camera looks along
-its yaw in the ego frame; its image has u to the right and v down, pixel (row i, column j) spans
-[j, j+1) x [i, i+1) so `floor(uv)` is the pixel a projected point falls in. Depth is along the optical
-axis. The ego itself is not drawn in the cameras and gives no LiDAR points (as if the sensors sat
-in front of it); it is drawn in the BEV.
+Frames and pixels are tools.dataset.geometry's: world (CARLA's), ego (x forward, y right, z up, origin
+on the ground under the ego box's centre), camera pixels (`floor(uv)` is the pixel a projected point
+falls in, depth along the optical axis) and the BEV grid (`BevGrid.of_rig`). Where a transform runs
+per pixel it is written out inline for speed (float32 where the rays are); tests/test_render.py checks
+each inline form against the geometry module. The ego itself is not drawn in the cameras and gives no
+LiDAR points (as if the sensors sat in front of it); it is drawn in the BEV.
+
+Traffic lights: a light (`Light`, one per signalled link) is shown on the scene's head over its lane,
+found by its id "<tls id>:<link index>" (`Scene.signals`); a lane with several links shows its most
+permissive one, on its head and on its stop line in the BEV. A light whose id names no head of the scene
+is drawn in the BEV only (`unmatched_lights` lists them; the SUMO world has none).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect.state import Box, Snapshot
-from tools.collect.town import Town
+from tools.collect.scene import (
+    MARKING_WIDTH,
+    SHADES,
+    SLOT_LINE,
+    SLOT_ROAD,
+    SLOT_SIDEWALK,
+    SLOT_TERRAIN,
+    Scene,
+)
+from tools.collect.state import Light, Snapshot
 from tools.dataset import semantics as sem
-
-# ----------------------------------------------------------------------------------------- settings
+from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, world_to_ego
+from tools.dataset.rig import (
+    BEV,
+    LIDAR,
+    LIDAR_LABELS,
+    MAX_DEPTH_M,
+    BevConfig,
+    CameraConfig,
+    LidarConfig,
+    RigConfig,
+    camera_sensors,
+)
 
 #: Boxes farther than this from a camera are not drawn (the ground still is, to the horizon).
 CAMERA_BOX_RANGE = 150.0
-#: Largest depth a uint16 centimetre image holds; farther ground reads as this, the sky as 0.
-MAX_DEPTH_M = 655.0
-#: Static structures' ids start here, far from actor ids (0 is the ego, actors count up from 1).
-STATIC_ID0 = 1_000_000
 
 _NEAR = 0.05  # metres: points nearer to a camera than this are behind it
 _SKY_Z = 1e30  # depth buffer value of the sky
-_SIDEWALK_WIDTH = 2.0
-_MARKING_WIDTH = 0.15
-_DASH, _GAP = 3.0, 5.0
-_RASTER_MARGIN = 40.0  # metres of terrain around the town's lanes
-_RASTER_MAX_PIXELS = 8192  # per side: beyond ~800 m the raster is coarser than 0.1 m per pixel
-
-
-def _check_number(owner: str, name: str, value: Any, *, integer: bool = False, positive: bool = False) -> Any:
-    kind = "an integer" if integer else "a number"
-    ok = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok or (not integer and not math.isfinite(value)):
-        raise ValueError(f"{owner}.{name}: {value!r} is not {kind}")
-    if positive and value <= 0:
-        raise ValueError(f"{owner}.{name}: {value!r}, expected a positive {kind[2:] if integer else 'number'}")
-    return value if integer else float(value)
-
-
-class _Config:
-    """Shared checks of the frozen sensor configs: numbers coerced and range-checked in __post_init__."""
-
-    _ints: tuple[str, ...] = ()
-    _positive: tuple[str, ...] = ()
-
-    def _owner(self) -> str:
-        return type(self).__name__
-
-    def _coerce(self) -> None:
-        for f in fields(self):  # type: ignore[arg-type]
-            if f.type in ("float", "int", float, int):
-                value = _check_number(self._owner(), f.name, getattr(self, f.name), integer=f.name in self._ints,
-                                      positive=f.name in self._positive)
-                object.__setattr__(self, f.name, value)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "") -> Any:
-        where = where or cls.__name__
-        if not isinstance(d, dict):
-            raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        for key in d:
-            if key not in known:
-                raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})")
-        return cls(**d)
-
-
-@dataclass(frozen=True)
-class CameraConfig(_Config):
-    """A level pinhole camera mounted on the ego: x forward from the ego box centre, y right, z above ground."""
-
-    name: str = "front"
-    width: int = 512
-    height: int = 256
-    fov: float = 100.0  # horizontal, degrees
-    x: float = -1.5
-    y: float = 0.0
-    z: float = 2.0
-    yaw: float = 0.0  # degrees, positive to the right
-
-    _ints = ("width", "height")
-    _positive = ("width", "height", "z")
-
-    def _owner(self) -> str:
-        return f"camera {self.name!r}"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", self.name):
-            raise ValueError(f"camera.name: {self.name!r}, expected letters, digits or _ (it names the sensors)")
-        self._coerce()
-        if not 0.0 < self.fov < 180.0:
-            raise ValueError(f"camera {self.name!r}.fov: {self.fov}, expected degrees in (0, 180)")
-
-
-@dataclass(frozen=True)
-class LidarConfig(_Config):
-    """A spinning LiDAR on the ego: `channels` rings from upper_fov down to lower_fov, `azimuth_steps` per turn."""
-
-    channels: int = 32
-    azimuth_steps: int = 720
-    range: float = 70.0  # metres
-    z: float = 2.5
-    x: float = 0.0
-    upper_fov: float = 10.0  # degrees above the horizon
-    lower_fov: float = -30.0
-
-    _ints = ("channels", "azimuth_steps")
-    _positive = ("channels", "azimuth_steps", "range", "z")
-
-    def _owner(self) -> str:
-        return "lidar"
-
-    def __post_init__(self) -> None:
-        self._coerce()
-        if not -90.0 < self.lower_fov <= self.upper_fov < 90.0:
-            raise ValueError(f"lidar.upper_fov/lower_fov: {self.upper_fov}/{self.lower_fov}, "
-                             "expected -90 < lower_fov <= upper_fov < 90")
-
-
-@dataclass(frozen=True)
-class BevConfig(_Config):
-    """An ego-centred top view: image up is ego forward, image right is ego right.
-
-    The ego's centre is at pixel (row pixels/2 + ego_offset_px, column pixels/2): with the defaults it sees
-    48 m ahead and 16 m behind, 32 m to each side.
-    """
-
-    pixels: int = 256
-    resolution: float = 0.25  # metres per pixel
-    ego_offset_px: int = 64  # how far below the image centre the ego sits
-
-    _ints = ("pixels", "ego_offset_px")
-    _positive = ("pixels", "resolution")
-
-    def _owner(self) -> str:
-        return "bev"
-
-    def __post_init__(self) -> None:
-        self._coerce()
-        if not 0 <= self.ego_offset_px < self.pixels // 2:
-            raise ValueError(f"bev.ego_offset_px: {self.ego_offset_px}, expected 0 to {self.pixels // 2 - 1} "
-                             "(the ego must stay in the image)")
-
-
-@dataclass(frozen=True)
-class RigConfig:
-    """The sensors of a run: cameras, one LiDAR, one BEV. Written into run.json as `rig`."""
-
-    cameras: tuple[CameraConfig, ...] = (CameraConfig(),)
-    lidar: LidarConfig = field(default_factory=LidarConfig)
-    bev: BevConfig = field(default_factory=BevConfig)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cameras", tuple(self.cameras))
-        for i, cam in enumerate(self.cameras):
-            if not isinstance(cam, CameraConfig):
-                raise ValueError(f"rig.cameras[{i}]: expected a CameraConfig, got {type(cam).__name__}")
-        names = [cam.name for cam in self.cameras]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"rig.cameras: camera names must be unique, {', '.join(dupes)} repeated")
-        if not isinstance(self.lidar, LidarConfig):
-            raise ValueError(f"rig.lidar: expected a LidarConfig, got {type(self.lidar).__name__}")
-        if not isinstance(self.bev, BevConfig):
-            raise ValueError(f"rig.bev: expected a BevConfig, got {type(self.bev).__name__}")
-
-    def to_dict(self) -> dict:
-        return {"cameras": [asdict(c) for c in self.cameras], "lidar": asdict(self.lidar), "bev": asdict(self.bev)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> RigConfig:
-        if not isinstance(d, dict):
-            raise ValueError(f"rig: expected a mapping, got {type(d).__name__}")
-        for key in d:
-            if key not in ("cameras", "lidar", "bev"):
-                raise ValueError(f"rig: unknown key {key!r} (known: bev, cameras, lidar)")
-        kwargs: dict[str, Any] = {}
-        if "cameras" in d:
-            if not isinstance(d["cameras"], list | tuple):
-                raise ValueError("rig.cameras: expected a list of cameras")
-            cams = enumerate(d["cameras"])
-            kwargs["cameras"] = tuple(CameraConfig.from_dict(c, f"rig.cameras[{i}]") for i, c in cams)
-        if "lidar" in d:
-            kwargs["lidar"] = LidarConfig.from_dict(d["lidar"], "rig.lidar")
-        if "bev" in d:
-            kwargs["bev"] = BevConfig.from_dict(d["bev"], "rig.bev")
-        return cls(**kwargs)
-
-
-# ----------------------------------------------------------------------------------------- geometry
-
-
-def camera_intrinsics(cam: CameraConfig) -> np.ndarray:
-    """3x3 K of a camera: square pixels, principal point at the image centre."""
-    f = cam.width / 2.0 / math.tan(math.radians(cam.fov) / 2.0)
-    return np.array([[f, 0.0, cam.width / 2.0], [0.0, f, cam.height / 2.0], [0.0, 0.0, 1.0]])
-
-
-def world_to_ego(ego: Box, pts: np.ndarray) -> np.ndarray:
-    """World points (N, 3) to the ego frame: origin on the ground (z=0) under the ego centre, x fwd, y right."""
-    pts = np.asarray(pts, dtype=np.float64)
-    c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-    dx, dy = pts[..., 0] - ego.x, pts[..., 1] - ego.y
-    return np.stack([c * dx + s * dy, -s * dx + c * dy, pts[..., 2]], axis=-1)
-
-
-def ego_to_world(ego: Box, pts: np.ndarray) -> np.ndarray:
-    """Inverse of world_to_ego."""
-    pts = np.asarray(pts, dtype=np.float64)
-    c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-    x, y = pts[..., 0], pts[..., 1]
-    return np.stack([ego.x + c * x - s * y, ego.y + s * x + c * y, pts[..., 2]], axis=-1)
-
-
-def project(cam: CameraConfig, ego: Box, pts_world: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """World points (N, 3) to pixels: uv (N, 2) and depth along the optical axis (N,).
-
-    A point behind the camera has depth <= 0 and uv NaN.
-    """
-    p = world_to_ego(ego, pts_world)
-    c, s = math.cos(math.radians(cam.yaw)), math.sin(math.radians(cam.yaw))
-    rx, ry, rz = p[..., 0] - cam.x, p[..., 1] - cam.y, p[..., 2] - cam.z
-    depth = c * rx + s * ry
-    right = -s * rx + c * ry
-    k = camera_intrinsics(cam)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        safe = np.where(depth > 1e-9, depth, np.nan)
-        uv = np.stack([k[0, 2] + k[0, 0] * right / safe, k[1, 2] - k[1, 1] * rz / safe], axis=-1)
-    return uv, depth
-
-
-def ego_to_bev_pixels(bev: BevConfig, pts_ego: np.ndarray) -> np.ndarray:
-    """Ego-frame points (N, 2) to continuous BEV pixel coordinates (column, row); floor gives the cell."""
-    pts = np.asarray(pts_ego, dtype=np.float64)
-    col = bev.pixels / 2.0 + pts[..., 1] / bev.resolution
-    row = bev.pixels / 2.0 + bev.ego_offset_px - pts[..., 0] / bev.resolution
-    return np.stack([col, row], axis=-1)
-
-
-def _polyline_clean(line: np.ndarray) -> np.ndarray:
-    line = np.asarray(line, dtype=np.float64)
-    keep = np.ones(len(line), dtype=bool)
-    keep[1:] = np.hypot(*np.diff(line, axis=0).T) > 1e-6
-    return line[keep]
-
-
-def _offset(line: np.ndarray, d: float) -> np.ndarray:
-    """A polyline moved sideways by d metres, to the right of its direction (CARLA's frame is left-handed)."""
-    seg = np.diff(line, axis=0)
-    t = seg / np.hypot(seg[:, 0], seg[:, 1])[:, None]
-    n = np.stack([-t[:, 1], t[:, 0]], axis=1)  # right of (tx, ty) when y points south
-    vn = np.zeros_like(line)
-    vn[:-1] += n
-    vn[1:] += n
-    vn /= np.maximum(np.hypot(vn[:, 0], vn[:, 1]), 1e-9)[:, None]
-    # Miter: keep the offset edges parallel to the segments at a bend.
-    cos_half = np.ones(len(line))
-    cos_half[1:-1] = np.maximum((vn[1:-1] * n[:-1]).sum(1), 0.5)
-    return line + vn * (d / cos_half)[:, None]
-
-
-def _resample(line: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
-    """Points every `step` metres along a polyline (ends included) and their arc length."""
-    arc = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(line, axis=0).T))])
-    s = np.append(np.arange(0.0, arc[-1], step), arc[-1])
-    return np.stack([np.interp(s, arc, line[:, 0]), np.interp(s, arc, line[:, 1])], axis=1), s
-
-
-def _yaw_of(p0: np.ndarray, p1: np.ndarray) -> float:
-    return math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
-
 
 # ----------------------------------------------------------------------------------------- materials
 # A pixel's material (uint16) gives both its class and its colour through two lookup tables:
-#   0..255      ground: slot * 32 + texture shade (slots below)
+#   0..255      ground: the scene's raster code, slot * SHADES + texture shade
 #   256..319    sky, by elevation
 #   512 + 16*p + k   paint p under light level k (0 dark .. 15 lit)
 
-_SLOT_TERRAIN, _SLOT_SIDEWALK, _SLOT_ROAD, _SLOT_LINE = 0, 1, 2, 3
-_SLOT_CLASS = {_SLOT_TERRAIN: sem.TERRAIN, _SLOT_SIDEWALK: sem.SIDEWALK, _SLOT_ROAD: sem.ROAD,
-               _SLOT_LINE: sem.ROADLINE}
-_SLOT_RGB = {_SLOT_TERRAIN: (92, 116, 58), _SLOT_SIDEWALK: (150, 147, 140), _SLOT_ROAD: (72, 72, 78),
-             _SLOT_LINE: (225, 225, 214)}
-_SLOT_TO_BEV = {_SLOT_TERRAIN: sem.BEV_EMPTY, _SLOT_SIDEWALK: sem.BEV_EMPTY, _SLOT_ROAD: sem.BEV_ROAD,
-                _SLOT_LINE: sem.BEV_LANE_MARKING}
+_SLOT_CLASS = {SLOT_TERRAIN: sem.TERRAIN, SLOT_SIDEWALK: sem.SIDEWALK, SLOT_ROAD: sem.ROAD,
+               SLOT_LINE: sem.ROADLINE}
+_SLOT_RGB = {SLOT_TERRAIN: (92, 116, 58), SLOT_SIDEWALK: (150, 147, 140), SLOT_ROAD: (72, 72, 78),
+             SLOT_LINE: (225, 225, 214)}
+_SLOT_TO_BEV = {SLOT_TERRAIN: sem.BEV_EMPTY, SLOT_SIDEWALK: sem.BEV_EMPTY, SLOT_ROAD: sem.BEV_ROAD,
+                SLOT_LINE: sem.BEV_LANE_MARKING}
 _MAT_SKY = 256
 _SKY_LEVELS = 64
 _MAT_PAINT = 512
@@ -330,6 +96,8 @@ _PAINT_CAR = 256
 _PAINT_BUILDING = _PAINT_CAR + len(_CAR_RGB)
 _PAINT_LAMP = {state: _PAINT_BUILDING + len(_BUILDING_RGB) + i for i, state in enumerate(_LAMP_RGB)}
 _N_PAINTS = max(_PAINT_LAMP.values()) + 1
+#: How permissive a light's state is: a lane with several links shows its most permissive one.
+_LAMP_RANK = {"off": 0, "red": 1, "yellow": 2, "green": 3}
 
 # Faces of a box: 0 +x (front), 1 -x, 2 +y, 3 -y, 4 top, 5 bottom.
 _SUN = np.array([math.cos(math.radians(205)) * math.cos(math.radians(50)),
@@ -341,10 +109,10 @@ def _material_tables() -> tuple[np.ndarray, np.ndarray]:
     n = _MAT_PAINT + 16 * _N_PAINTS
     cls = np.zeros(n, dtype=np.uint8)
     rgb = np.zeros((n, 3), dtype=np.float64)
-    shade = 0.78 + 0.3 * np.arange(32) / 31.0  # ground texture brightness
+    shade = 0.78 + 0.3 * np.arange(SHADES) / (SHADES - 1)  # ground texture brightness
     for slot, c in _SLOT_CLASS.items():
-        cls[slot * 32:(slot + 1) * 32] = c
-        rgb[slot * 32:(slot + 1) * 32] = np.outer(shade, _SLOT_RGB[slot])
+        cls[slot * SHADES:(slot + 1) * SHADES] = c
+        rgb[slot * SHADES:(slot + 1) * SHADES] = np.outer(shade, _SLOT_RGB[slot])
     lv = np.linspace(0.0, 1.0, _SKY_LEVELS)[:, None]  # 0 at the horizon, 1 high up
     cls[_MAT_SKY:_MAT_SKY + _SKY_LEVELS] = sem.SKY
     rgb[_MAT_SKY:_MAT_SKY + _SKY_LEVELS] = (1 - lv) * np.array([205, 218, 232]) + lv * np.array([70, 120, 190])
@@ -371,259 +139,13 @@ def _face_levels(yaw_deg: np.ndarray) -> np.ndarray:
     return np.clip(np.round(b * 15), 0, 15).astype(np.uint16)
 
 
-# ----------------------------------------------------------------------------------------- the scene
-
-
-@dataclass(frozen=True)
-class Signal:
-    """A traffic-light head over one incoming lane, and the light ids (`tls:link`) that drive it."""
-
-    lane: str
-    x: float  # stop line centre, world
-    y: float
-    yaw: float
-    width: float
-    head: int  # index of the head's box in Scene.static_boxes
-    links: tuple[str, ...]
-
-
-@dataclass
-class GroundRaster:
-    """A top-down raster of ground codes, pixel (r, c) covering x in [x0 + c*res, ...), y in [y0 + r*res, ...)."""
-
-    codes: np.ndarray  # uint8 (H, W)
-    x0: float
-    y0: float
-    res: float
-
-
-class Scene:
-    """The static world of one town: a ground raster and roadside structures, built once.
-
-    Structures (deterministic from `seed`): buildings set back behind the sidewalks (never on the road,
-    checked on the raster), street lamps along the sidewalks, and at every signalled stop line of the
-    SUMO network a pole with a mast arm and one traffic-light head per lane.
-    """
-
-    def __init__(self, town: Town, seed: int = 0, resolution: float = 0.1):
-        self.town = town
-        self.seed = int(seed)
-        self.lanes = sorted(town.lanes, key=lambda lane: lane.id)
-        self._junctions, self._tls = _parse_net(town)
-        xmin, ymin, xmax, ymax = town.bounds
-        extent = max(xmax - xmin, ymax - ymin) + 2 * _RASTER_MARGIN
-        self.resolution = max(float(resolution), extent / _RASTER_MAX_PIXELS)
-        self._rasters: dict[tuple[float, float, bool], GroundRaster] = {}
-        self.ground = self.raster(self.resolution, _MARKING_WIDTH, texture=True)
-        self.static_boxes: list[Box] = []
-        self.signals: list[Signal] = []
-        rng = np.random.default_rng(self.seed)
-        self._place_signals()
-        self._place_buildings_and_lamps(rng)
-        self._static_arrays()
-
-    # ------------------------------------------------------------------ ground
-    def raster(self, resolution: float, marking_width: float, texture: bool = False) -> GroundRaster:
-        """The ground drawn at `resolution` m/px (cached). Codes are slot*32 + texture shade."""
-        key = (round(resolution, 6), round(marking_width, 6), texture)
-        if key in self._rasters:
-            return self._rasters[key]
-        xmin, ymin, xmax, ymax = self.town.bounds
-        x0, y0 = xmin - _RASTER_MARGIN, ymin - _RASTER_MARGIN
-        w = int(math.ceil((xmax - xmin + 2 * _RASTER_MARGIN) / resolution))
-        h = int(math.ceil((ymax - ymin + 2 * _RASTER_MARGIN) / resolution))
-        img = Image.new("L", (w, h), _SLOT_TERRAIN)
-        draw = ImageDraw.Draw(img)
-
-        def px(p: np.ndarray) -> list[tuple[float, float]]:  # PIL puts pixel centres on integers
-            return [((x - x0) / resolution - 0.5, (y - y0) / resolution - 0.5) for x, y in p]
-
-        normal = [(lane, _polyline_clean(lane.centerline)) for lane in self.lanes]
-        normal = [(lane, line) for lane, line in normal if len(line) >= 2]
-        for lane, line in normal:  # sidewalks along the outer edge of each road
-            if not lane.internal and lane.index == 0:
-                outer = _offset(line, lane.width / 2)
-                far = _offset(line, lane.width / 2 + _SIDEWALK_WIDTH)
-                draw.polygon(px(np.concatenate([outer, far[::-1]])), fill=_SLOT_SIDEWALK)
-        for shape in self._junctions:  # and round the corners of junctions
-            draw.line(px(np.concatenate([shape, shape[:1]])), fill=_SLOT_SIDEWALK,
-                      width=max(1, round(2 * _SIDEWALK_WIDTH / resolution)), joint="curve")
-        for shape in self._junctions:
-            draw.polygon(px(shape), fill=_SLOT_ROAD)
-        for lane, line in normal:
-            left, right = _offset(line, -lane.width / 2), _offset(line, lane.width / 2)
-            draw.polygon(px(np.concatenate([left, right[::-1]])), fill=_SLOT_ROAD)
-        lw = max(1, round(marking_width / resolution))
-        for lane, line in normal:
-            if lane.internal:
-                continue
-            if lane.index == 0:  # the outer edge of the road: solid
-                draw.line(px(_offset(line, lane.width / 2)), fill=_SLOT_LINE, width=lw)
-            left = _offset(line, -lane.width / 2)
-            if lane.index == lane.lanes_in_edge - 1:  # the road centre: solid
-                draw.line(px(left), fill=_SLOT_LINE, width=lw)
-            else:  # between lanes of one direction: dashed
-                pts, s = _resample(left, 0.5)
-                on = (s % (_DASH + _GAP)) < _DASH
-                edges = np.flatnonzero(np.diff(np.concatenate([[0], on.astype(np.int8), [0]])))
-                for a, b in zip(edges[::2], edges[1::2], strict=True):
-                    if b - a >= 2:
-                        draw.line(px(pts[a:b]), fill=_SLOT_LINE, width=lw)
-        slots = np.asarray(img, dtype=np.uint8)
-        codes = slots * np.uint8(32)
-        if texture:
-            codes += _texture(slots.shape, self.seed)
-        raster = GroundRaster(codes=codes, x0=x0, y0=y0, res=resolution)
-        self._rasters[key] = raster
-        return raster
-
-    # ------------------------------------------------------------------ structures
-    def _add(self, cls: int, x: float, y: float, z: float, yaw: float, length: float, width: float,
-             height: float) -> int:
-        self.static_boxes.append(Box(STATIC_ID0 + len(self.static_boxes), cls, x, y, z, yaw, length, width, height))
-        return len(self.static_boxes) - 1
-
-    def _place_signals(self) -> None:
-        """A pole at the right edge of each signalled approach, a mast arm across it, one head per lane."""
-        by_lane = {lane.id: lane for lane in self.lanes}
-        approaches: dict[str, dict[int, list[str]]] = {}
-        for edge, lane_index, link in self._tls:
-            approaches.setdefault(edge, {}).setdefault(lane_index, []).append(link)
-        for edge in sorted(approaches):
-            lanes = {i: by_lane.get(f"{edge}_{i}") for i in approaches[edge]}
-            lanes = {i: lane for i, lane in lanes.items() if lane is not None and len(lane.centerline) >= 2}
-            if not lanes:
-                continue
-            ref = lanes[min(lanes)]
-            line = _polyline_clean(ref.centerline)
-            end, before = line[-1], line[-2]
-            yaw = _yaw_of(before, end)
-            t = np.array([math.cos(math.radians(yaw)), math.sin(math.radians(yaw))])
-            n = np.array([-t[1], t[0]])  # right
-            # Pole on the sidewalk, 1 m before the stop line, right of the rightmost signalled lane.
-            right_edge = end + n * (ref.width / 2 + 0.8 + ref.width * min(lanes)) - t * 1.0
-            pole_h, arm_z = 6.2, 5.9
-            self._add(sem.POLE, *right_edge, pole_h / 2, yaw, 0.3, 0.3, pole_h)
-            heads = []
-            for i, lane in sorted(lanes.items()):
-                stop = _polyline_clean(lane.centerline)[-1]
-                head_xy = stop - t * 1.0
-                heads.append((i, lane, stop, head_xy))
-            far = heads[-1][3]
-            span = float(np.hypot(*(far - right_edge))) + 0.6
-            mid = (right_edge + far) / 2 + (far - right_edge) / max(span, 1e-6) * 0.3
-            self._add(sem.POLE, *mid, arm_z, yaw + 90.0, span, 0.2, 0.2)
-            for i, lane, stop, head_xy in heads:
-                k = self._add(sem.TRAFFIC_LIGHT, *head_xy, arm_z - 0.65, yaw, 0.4, 0.4, 1.1)
-                self.signals.append(Signal(lane=lane.id, x=float(stop[0]), y=float(stop[1]), yaw=yaw,
-                                           width=lane.width, head=k, links=tuple(approaches[edge][i])))
-
-    def _place_buildings_and_lamps(self, rng: np.random.Generator) -> None:
-        """Buildings behind the sidewalks and lamps on them, walking along the outer edge of every road."""
-        occ_res = 0.5
-        g = self.ground
-        f = max(1, int(round(occ_res / g.res)))
-        h, w = g.codes.shape[0] // f, g.codes.shape[1] // f
-        blocks = (g.codes[:h * f, :w * f] >> 5).reshape(h, f, w, f) != _SLOT_TERRAIN
-        occ = blocks.any(axis=(1, 3))
-        occ_res = g.res * f
-        # Keep a metre of terrain between the sidewalk and any wall.
-        grown = occ.copy()
-        for _ in range(max(1, round(1.0 / occ_res))):
-            grown[1:] |= occ[:-1]
-            grown[:-1] |= occ[1:]
-            grown[:, 1:] |= occ[:, :-1]
-            grown[:, :-1] |= occ[:, 1:]
-            occ = grown.copy()
-
-        def cells(cx: float, cy: float, yaw: float, length: float, width: float) -> tuple[np.ndarray, np.ndarray]:
-            c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
-            a = np.arange(-length / 2, length / 2 + 1e-9, occ_res / 2)
-            b = np.arange(-width / 2, width / 2 + 1e-9, occ_res / 2)
-            aa, bb = np.meshgrid(a, b)
-            x = cx + c * aa - s * bb
-            y = cy + s * aa + c * bb
-            return ((y - g.y0) / occ_res).astype(np.int64).ravel(), ((x - g.x0) / occ_res).astype(np.int64).ravel()
-
-        def free(rows: np.ndarray, cols: np.ndarray) -> bool:
-            inside = (rows >= 0) & (rows < occ.shape[0]) & (cols >= 0) & (cols < occ.shape[1])
-            return bool(inside.all()) and not occ[rows, cols].any()
-
-        for lane in self.lanes:
-            if lane.internal or lane.index != 0:
-                continue
-            line = _polyline_clean(lane.centerline)
-            if len(line) < 2:
-                continue
-            # Lamps first (on the sidewalk), then buildings behind them.
-            walk = _offset(line, lane.width / 2 + 0.6)
-            pts, s = _resample(walk, 1.0)
-            for a in np.arange(8.0, s[-1] - 8.0, 28.0):
-                k = int(np.searchsorted(s, a))
-                x, y = pts[k]
-                r, c = int((y - g.y0) / g.res), int((x - g.x0) / g.res)
-                if g.codes[r, c] >> 5 == _SLOT_SIDEWALK:
-                    self._add(sem.POLE, float(x), float(y), 3.75, _yaw_of(pts[k - 1], pts[k]), 0.22, 0.22, 7.5)
-            base = _offset(line, lane.width / 2 + _SIDEWALK_WIDTH + 1.5)
-            pts, s = _resample(base, 0.5)
-            a = float(rng.uniform(0.0, 4.0))
-            while a < s[-1]:
-                length, depth = float(rng.uniform(8.0, 22.0)), float(rng.uniform(8.0, 16.0))
-                height = float(rng.choice([rng.uniform(5.0, 12.0), rng.uniform(12.0, 30.0)], p=[0.7, 0.3]))
-                k0 = int(np.searchsorted(s, a))
-                k1 = min(int(np.searchsorted(s, a + length)), len(s) - 1)
-                if k1 <= k0:
-                    break
-                p0, p1 = pts[k0], pts[k1]
-                yaw = _yaw_of(p0, p1)
-                length = float(np.hypot(*(p1 - p0)))
-                n = np.array([-math.sin(math.radians(yaw)), math.cos(math.radians(yaw))])
-                centre = (p0 + p1) / 2 + n * (depth / 2 + float(rng.uniform(0.0, 2.5)))
-                rows, cols = cells(*centre, yaw, length, depth)
-                if length > 4.0 and free(rows, cols):
-                    self._add(sem.BUILDING, float(centre[0]), float(centre[1]), height / 2, yaw, length, depth, height)
-                    rows, cols = cells(*centre, yaw, length + 2 * occ_res, depth + 2 * occ_res)
-                    ok = (rows >= 0) & (rows < occ.shape[0]) & (cols >= 0) & (cols < occ.shape[1])
-                    occ[rows[ok], cols[ok]] = True
-                    a += length + float(rng.uniform(1.0, 6.0))
-                else:
-                    a += 2.0
-
-    def _static_arrays(self) -> None:
-        """The structures as arrays, for culling and casting without Python loops over all of them."""
-        b = self.static_boxes
-        self.static_xyz = np.array([[x.x, x.y, x.z] for x in b], dtype=np.float64).reshape(-1, 3)
-        self.static_yaw = np.array([x.yaw for x in b], dtype=np.float64)
-        self.static_half = np.array([[x.length / 2, x.width / 2, x.height / 2] for x in b]).reshape(-1, 3)
-        self.static_cls = np.array([x.cls for x in b], dtype=np.uint8)
-        paint = self.static_cls.astype(np.int64)
-        bidx = np.flatnonzero(self.static_cls == sem.BUILDING)
-        paint[bidx] = _PAINT_BUILDING + (bidx * 7919 + self.seed) % len(_BUILDING_RGB)
-        self.static_faces = (_MAT_PAINT + 16 * paint[:, None] + _face_levels(self.static_yaw)).astype(np.uint16)
-
-
-def _parse_net(town: Town) -> tuple[list[np.ndarray], list[tuple[str, int, str]]]:
-    """Junction outlines (CARLA frame) and signalled connections (from edge, from lane, "tls:link") of a town."""
-    junctions, tls = [], []
-    for _, el in ET.iterparse(str(town.net)):
-        if el.tag == "junction" and el.get("type") not in ("internal", "dead_end") and el.get("shape"):
-            pts = np.array([[float(v) for v in p.split(",")[:2]] for p in el.get("shape").split()])
-            if len(pts) >= 3:
-                junctions.append(town.sumo_to_carla(pts))
-        elif el.tag == "connection" and el.get("tl") is not None and el.get("linkIndex") is not None:
-            tls.append((el.get("from"), int(el.get("fromLane")), f"{el.get('tl')}:{el.get('linkIndex')}"))
-        if el.tag != "edge":  # an edge's lanes are read through Town.lanes; free the rest as we go
-            el.clear()
-    return junctions, tls
-
-
-def _texture(shape: tuple[int, int], seed: int) -> np.ndarray:
-    """Ground texture shades 0..31: metre-scale blotches plus a little grain, deterministic."""
-    rng = np.random.default_rng(seed + 7)
-    h, w = shape
-    coarse = rng.integers(0, 24, size=(h // 24 + 2, w // 24 + 2), dtype=np.uint8)
-    big = np.asarray(Image.fromarray(coarse).resize((w + 48, h + 48), Image.Resampling.BILINEAR))[24:24 + h, 24:24 + w]
-    return big + rng.integers(0, 8, size=shape, dtype=np.uint8)
+def _static_faces(scene: Scene) -> np.ndarray:
+    """(K, 6) materials of the scene's structures: their class's paint (buildings in one of several colours,
+    picked from the scene's seed), lit by the sun."""
+    paint = scene.static_cls.astype(np.int64)
+    bidx = np.flatnonzero(scene.static_cls == sem.BUILDING)
+    paint[bidx] = _PAINT_BUILDING + (bidx * 7919 + scene.seed) % len(_BUILDING_RGB)
+    return (_MAT_PAINT + 16 * paint[:, None] + _face_levels(scene.static_yaw)).astype(np.uint16)
 
 
 # ----------------------------------------------------------------------------------------- rendering
@@ -686,13 +208,15 @@ class Renderer:
         self.scene = scene
         self.rig = rig
         self.cls_lut, self.rgb_lut = _material_tables()
-        self.slot_cls = np.array([_SLOT_CLASS.get(i >> 5, sem.TERRAIN) for i in range(256)], dtype=np.uint8)
+        self.slot_cls = np.array([_SLOT_CLASS.get(i // SHADES, sem.TERRAIN) for i in range(256)], dtype=np.uint8)
+        self.codecs = rig.sensor_names()  # sensor name -> codec (tools.dataset.rig)
         self.cameras = [_CameraRays(cam) for cam in rig.cameras]
         self._init_lidar(rig.lidar)
         self._init_bev(rig.bev)
-        self._link_head = {link: s.head for s in scene.signals for link in s.links}
-        self._head_xy = np.array([[s.x, s.y] for s in scene.signals]).reshape(-1, 2)
+        self.static_faces = _static_faces(scene)
+        # Traffic-light heads (boxes of the scene) and, for each light id "<tls id>:<link index>", its head.
         self._head_box = np.array([s.head for s in scene.signals], dtype=np.int64)
+        self._light_head = {link: i for i, s in enumerate(scene.signals) for link in s.links}
 
     # ------------------------------------------------------------------ setup
     def _init_lidar(self, cfg: LidarConfig) -> None:
@@ -709,14 +233,14 @@ class Renderer:
 
     def _init_bev(self, cfg: BevConfig) -> None:
         r = cfg.resolution
-        self.bev_x = (cfg.pixels / 2.0 + cfg.ego_offset_px - np.arange(cfg.pixels) - 0.5) * r  # per row
-        self.bev_y = (np.arange(cfg.pixels) + 0.5 - cfg.pixels / 2.0) * r  # per column
+        self.bev_grid = BevGrid.of_rig(cfg)
+        self.bev_x, self.bev_y = self.bev_grid.cell_centres()  # ego x of each row's centre, y of each column's
         # A raster at half the BEV's cell size with markings a cell and a half wide, so that sampling it at
         # the cell centres never drops a line.
-        self.bev_raster = self.scene.raster(min(r / 2, 0.25), max(_MARKING_WIDTH, 1.5 * r))
+        self.bev_raster = self.scene.raster(min(r / 2, 0.25), max(MARKING_WIDTH, 1.5 * r))
         lut = np.zeros(256, dtype=np.uint8)
         for slot, c in _SLOT_TO_BEV.items():
-            lut[slot * 32:(slot + 1) * 32] = c
+            lut[slot * SHADES:(slot + 1) * SHADES] = c
         self.bev_lut = lut
 
     # ------------------------------------------------------------------ per frame
@@ -733,9 +257,9 @@ class Renderer:
         car = a_cls == sem.CAR
         paint[car] = _PAINT_CAR + (a_ids[car].astype(np.int64) * 2654435761 % 4093) % len(_CAR_RGB)
         a_faces = (_MAT_PAINT + 16 * paint[:, None] + _face_levels(a_yaw)).astype(np.uint16)
-        s_faces = sc.static_faces
+        s_faces = self.static_faces
         if len(self._head_box):
-            states = self._head_states(snap)
+            states = self._head_states(snap.lights)
             if states is not None:
                 s_faces = s_faces.copy()
                 s_faces[self._head_box, 1] = _MAT_PAINT + 16 * states + 15  # lamps glow whatever the sun
@@ -750,28 +274,25 @@ class Renderer:
             faces=np.concatenate([a_faces, s_faces]),
         )
 
-    def _head_states(self, snap: Snapshot) -> np.ndarray | None:
-        """Paint of every head's lamp face from the lights' states; a light is matched by id, else by place."""
-        if not snap.lights:
+    def _head_states(self, lights: list[Light]) -> np.ndarray | None:
+        """Paint of every head's lamp face from the states of the lights it shows (found by id); None: no lights."""
+        if not lights:
             return None
         paint = np.full(len(self._head_box), _PAINT_LAMP["off"], dtype=np.uint16)
-        order = {"off": 0, "red": 1, "yellow": 2, "green": 3}
-        best = np.zeros(len(self._head_box), dtype=np.int64) - 1
-        head_index = {int(h): i for i, h in enumerate(self._head_box)}
-        for light in snap.lights:
-            h = self._link_head.get(light.id)
-            if h is None:
-                d = np.hypot(self._head_xy[:, 0] - light.x, self._head_xy[:, 1] - light.y)
-                if not len(d) or d.min() > 2.0:
-                    continue
-                i = int(d.argmin())
-            else:
-                i = head_index[h]
-            rank = order.get(light.state, 0)
+        best = np.full(len(self._head_box), -1, dtype=np.int64)
+        for light in lights:
+            i = self._light_head.get(light.id)
+            if i is None:
+                continue  # on no head of this scene: drawn in the BEV only
+            rank = _LAMP_RANK.get(light.state, 0)
             if rank > best[i]:  # a lane with several links shows its most permissive one
                 best[i] = rank
                 paint[i] = _PAINT_LAMP.get(light.state, _PAINT_LAMP["off"])
         return paint
+
+    def unmatched_lights(self, lights: list[Light]) -> list[str]:
+        """Ids of the lights that no traffic-light head of the scene shows (they appear in the BEV only)."""
+        return [light.id for light in lights if light.id not in self._light_head]
 
     def render(self, snap: Snapshot, timings: dict[str, float] | None = None) -> dict[str, tuple[np.ndarray, str]]:
         """Every sensor of the rig for one snapshot. `timings`, if given, receives seconds per part."""
@@ -784,19 +305,17 @@ class Renderer:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for rays in self.cameras:
                 t = clock()
-                rgb, labels, depth = self._camera(rays, snap, boxes)
-                name = rays.cam.name
-                out[f"rgb_{name}"] = (rgb, "jpeg")
-                out[f"semantics_{name}"] = (labels, "png")
-                out[f"depth_{name}"] = (depth, "png")
-                times[f"camera_{name}"] = clock() - t
+                arrays = self._camera(rays, snap, boxes)  # rgb, semantics, depth
+                for name, array in zip(camera_sensors(rays.cam.name), arrays, strict=True):
+                    out[name] = (array, self.codecs[name])
+                times[f"camera_{rays.cam.name}"] = clock() - t
             t = clock()
             points, labels = self._lidar(snap, boxes)
-            out["lidar"] = (points, "zstd")
-            out["lidar_labels"] = (labels, "zstd")
+            out[LIDAR] = (points, self.codecs[LIDAR])
+            out[LIDAR_LABELS] = (labels, self.codecs[LIDAR_LABELS])
             times["lidar"] = clock() - t
             t = clock()
-            out["bev"] = (self._bev(snap), "png")
+            out[BEV] = (self._bev(snap), self.codecs[BEV])
             times["bev"] = clock() - t
         if timings is not None:
             timings.update(times)
@@ -810,14 +329,16 @@ class Renderer:
         zb = rays.base_z.copy()
         mat = rays.base_mat.copy()
         if rays.h0 < cam.height:
-            # Ground: the hit point of row i, column j is origin + t_i * (dx_j, dy_j); in raster pixels this
-            # is an outer product plus a constant.
+            # Ground: the hit point of row i, column j is origin + t_i * (dx_j, dy_j) in the ego frame; in
+            # raster pixels an outer product plus a constant. The camera's place in the world is
+            # geometry.ego_to_world's; the rays are turned to the world inline, in float32 like the rays
+            # (tests/test_render.py checks the pixels' ground against ego_to_world).
             c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-            ox, oy = rays.origin[0], rays.origin[1]
             col_d = (c * rays.dx - s * rays.dy) / g.res
             row_d = (s * rays.dx + c * rays.dy) / g.res
-            col0 = (ego.x + c * ox - s * oy - g.x0) / g.res
-            row0 = (ego.y + s * ox + c * oy - g.y0) / g.res
+            ox, oy = ego_to_world(ego, np.array(rays.origin[:2])).tolist()  # Python floats keep float32 below
+            col0 = (ox - g.x0) / g.res
+            row0 = (oy - g.y0) / g.res
             t = rays.ground_t[:, None]
             cols = (t * col_d[None, :] + col0).astype(np.int32)
             rows = (t * row_d[None, :] + row0).astype(np.int32)
@@ -938,10 +459,9 @@ class Renderer:
         ids[on_box] = b.ids[box[on_box]]
         ground = ~on_box
         if ground.any():
-            c, sn = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-            gx, gy = x[ground].astype(np.float64), y[ground].astype(np.float64)
-            cols = ((ego.x + c * gx - sn * gy - g.x0) / g.res).astype(np.int64)
-            rows = ((ego.y + sn * gx + c * gy - g.y0) / g.res).astype(np.int64)
+            world = ego_to_world(ego, np.stack([x[ground], y[ground]], axis=-1).astype(np.float64))
+            cols = ((world[:, 0] - g.x0) / g.res).astype(np.int64)
+            rows = ((world[:, 1] - g.y0) / g.res).astype(np.int64)
             np.clip(cols, 0, g.codes.shape[1] - 1, out=cols)
             np.clip(rows, 0, g.codes.shape[0] - 1, out=rows)
             cls[ground] = self.slot_cls[g.codes[rows, cols]]
@@ -1030,7 +550,9 @@ class Renderer:
         ego = snap.ego
         g = self.bev_raster
         c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-        # Cell (r, q) is at ego (bev_x[r], bev_y[q]); in raster pixels an outer sum of a row and a column term.
+        # Cell (r, q) is at ego (bev_x[r], bev_y[q]) (BevGrid.cell_centres); its place in the world is
+        # geometry.ego_to_world's, written here as an outer sum of a row and a column term, in raster pixels
+        # (tests/test_render.py checks the BEV's ground against ego_to_world).
         cols = (((c * self.bev_x)[:, None] - (s * self.bev_y)[None, :]) + (ego.x - g.x0)) / g.res
         rows = (((s * self.bev_x)[:, None] + (c * self.bev_y)[None, :]) + (ego.y - g.y0)) / g.res
         h, w = g.codes.shape
@@ -1042,23 +564,27 @@ class Renderer:
         # Rectangles on top, in this order: lights' stop lines, vehicles, the ego.
         reach = cfg.pixels * cfg.resolution  # farther than this from the ego is off the image
         state_cls = {"red": sem.BEV_LIGHT_RED, "yellow": sem.BEV_LIGHT_YELLOW, "green": sem.BEV_LIGHT_GREEN}
-        rects = [(li.x, li.y, li.yaw, 1.0, li.width, state_cls[li.state]) for li in snap.lights
-                 if li.state in state_cls and abs(li.x - ego.x) < reach and abs(li.y - ego.y) < reach]
+        # The links of a lane share its stop line: drawn once, in the most permissive state among them.
+        stop_lines: dict[tuple[float, float, float, float], str] = {}
+        for li in snap.lights:
+            if li.state in state_cls and abs(li.x - ego.x) < reach and abs(li.y - ego.y) < reach:
+                line = (li.x, li.y, li.yaw, li.width)
+                if _LAMP_RANK[li.state] > _LAMP_RANK[stop_lines.get(line, "off")]:
+                    stop_lines[line] = li.state
+        rects = [(x, y, yaw, 1.0, width, state_cls[state]) for (x, y, yaw, width), state in stop_lines.items()]
         rects += [(a.x, a.y, a.yaw, a.length, a.width, sem.BEV_VEHICLE) for a in snap.actors
                   if a.id != 0 and abs(a.x - ego.x) < reach + a.length and abs(a.y - ego.y) < reach + a.length]
         rects.append((ego.x, ego.y, ego.yaw, ego.length, ego.width, sem.BEV_EGO))
         r = np.array(rects, dtype=np.float64)
         yaw = np.radians(r[:, 2] - ego.yaw)
-        dx, dy = r[:, 0] - ego.x, r[:, 1] - ego.y
-        cx, cy = c * dx + s * dy, -s * dx + c * dy  # centres in the ego frame
+        cx, cy = world_to_ego(ego, r[:, :2]).T  # centres in the ego frame
         hl = r[:, 3:4] / 2 * np.array([1, 1, -1, -1])
         hw = r[:, 4:5] / 2 * np.array([1, -1, -1, 1])
         cyaw, syaw = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
         px = cx[:, None] + cyaw * hl - syaw * hw
         py = cy[:, None] + syaw * hl + cyaw * hw
         # PIL puts pixel centres on integer coordinates, our cells span [k, k+1): shift by half a cell.
-        col = cfg.pixels / 2.0 + py / cfg.resolution - 0.5
-        row = cfg.pixels / 2.0 + cfg.ego_offset_px - px / cfg.resolution - 0.5
+        col, row = np.moveaxis(self.bev_grid.ego_to_pixel(np.stack([px, py], axis=-1)) - 0.5, -1, 0)
         img = Image.fromarray(bev)
         draw = ImageDraw.Draw(img)
         for k in range(len(r)):

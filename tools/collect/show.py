@@ -3,7 +3,8 @@
     python -m tools.collect show RUN_DIR [--frame N] [--out frame.png]
 
 RUN_DIR is a route-run folder (data/<Scenario>/<run>/), its frames/ folder, or one frame file (*.msgpack).
-The rig (camera placement) is read from the run's run.json; without one the default rig is assumed.
+The rig (camera placement) is read from the run's run.json; without one the default rig is assumed. The
+frame is read through the frame contract (tools.dataset: measurements, box labels, the rig's sensor names).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tools.collect.render import CameraConfig, RigConfig, project, world_to_ego
 from tools.collect.state import Box
 from tools.dataset import atomic, layout
 from tools.dataset import semantics as sem
 from tools.dataset.errors import ToolError
-from tools.dataset.frames import FrameError, read_frame
+from tools.dataset.frames import FrameError, read_boxes, read_frame
+from tools.dataset.geometry import project, world_to_ego
+from tools.dataset.measurements import Measurements
+from tools.dataset.rig import BEV, LIDAR, LIDAR_LABELS, CameraConfig, RigConfig, camera_sensors, run_rig
 
 _BG = (24, 24, 28)
 _TEXT = (235, 235, 235)
@@ -56,7 +59,10 @@ def show_frame(path: str | Path, frame: int = 0, out: str | Path | None = None) 
     except (FrameError, OSError) as e:
         raise ToolError(f"{frame_path}: cannot read the frame ({e})") from e
     rig, rig_note = _rig(run_dir)
-    picture = compose(data, rig, title=f"{run_dir.name}  ·  {rig_note}" if rig_note else run_dir.name)
+    try:
+        picture = compose(data, rig, title=f"{run_dir.name}  ·  {rig_note}" if rig_note else run_dir.name)
+    except (FrameError, ValueError) as e:
+        raise ToolError(f"{frame_path}: not a frame of the frame contract ({e})") from e
     out = Path(out) if out is not None else Path.cwd() / f"frame-{int(data.get('index', 0)):05d}.png"
     buf = io.BytesIO()
     picture.save(buf, format="PNG")
@@ -97,33 +103,34 @@ def _locate(path: Path, frame: int) -> tuple[Path, Path]:
 
 
 def _rig(run_dir: Path) -> tuple[RigConfig, str]:
-    settings = run_dir / layout.RUN_SETTINGS
-    if not settings.is_file():
+    """The run's rig (rig.run_rig) and a note when it is assumed."""
+    path = run_dir / layout.RUN_SETTINGS
+    if not path.is_file():
         return RigConfig(), "no run.json: default rig assumed"
     try:
-        rig = json.loads(settings.read_text()).get("rig")
-        return (RigConfig.from_dict(rig), "") if rig is not None else (RigConfig(), "run.json has no rig: default rig")
-    except (ValueError, AttributeError) as e:
-        raise ToolError(f"{settings}: bad rig ({e})") from e
+        settings = json.loads(path.read_text())
+        if not isinstance(settings, dict):
+            raise ValueError(f"expected a JSON object, got {type(settings).__name__}")
+        return run_rig(settings), "" if settings.get("rig") is not None else "run.json has no rig: default rig"
+    except ValueError as e:
+        raise ToolError(f"{path}: bad rig ({e})") from e
 
 
-def _ego_box(m: dict[str, Any]) -> Box:
-    e = m.get("ego") or {}
-    length, width, height = (e.get("extent") or [4.8, 2.0, 1.5])[:3]
-    return Box(0, sem.CAR, float(e.get("x", 0.0)), float(e.get("y", 0.0)), float(e.get("z", height / 2)),
-               float(e.get("yaw", 0.0)), float(length), float(width), float(height), float(e.get("speed", 0.0)))
+def _ego_box(m: Measurements) -> Box:
+    e = m.ego
+    length, width, height = (float(v) for v in e["extent"][:3])
+    return Box(0, sem.CAR, float(e["x"]), float(e["y"]), float(e["z"]), float(e["yaw"]), length, width, height,
+               float(e["speed"]))
 
 
 def _boxes(frame: dict[str, Any]) -> list[Box]:
+    """The frame's box labels (never the ego) as boxes to draw."""
     out = []
-    for d in frame.get("boxes") or []:
-        try:
-            (x, y, z), (length, width, height) = d["center"][:3], d["extent"][:3]
-            out.append(Box(int(d["id"]), int(d["class"]), x, y, z, float(d["yaw"]), length, width, height,
-                           float(d.get("speed", 0.0))))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return [b for b in out if b.id != 0]
+    for b in read_boxes(frame):
+        if b.id != 0:
+            (x, y, z), (length, width, height) = b.center[:3], b.extent[:3]
+            out.append(Box(int(b.id), int(b.cls), x, y, z, float(b.yaw), length, width, height, float(b.speed)))
+    return out
 
 
 # ------------------------------------------------------------------------------------------- panels
@@ -232,7 +239,7 @@ def _bev(bev: np.ndarray, size: int) -> Image.Image:
     return Image.fromarray(sem.BEV_PALETTE[bev]).resize((size, size), Image.Resampling.NEAREST)
 
 
-def _legend(frame: dict[str, Any], semantics: list[np.ndarray], width: int, height: int) -> Image.Image:
+def _legend(m: Measurements, semantics: list[np.ndarray], width: int, height: int) -> Image.Image:
     img = Image.new("RGB", (width, height), _BG)
     draw = ImageDraw.Draw(img)
     font, small = _font(13), _font(12)
@@ -261,7 +268,7 @@ def _legend(frame: dict[str, Any], semantics: list[np.ndarray], width: int, heig
     y += 30
     draw.text((x, y), "measurements", fill=_TEXT, font=font)
     y += 20
-    for line in _measurement_lines(frame.get("measurements") or {}):
+    for line in _measurement_lines(m.to_dict()):
         if y > height - 16:
             draw.text((x, y), "…", fill=_DIM, font=small)
             break
@@ -298,12 +305,16 @@ def _fmt(v: Any) -> str:
 
 
 def compose(frame: dict[str, Any], rig: RigConfig, title: str = "") -> Image.Image:
-    """The picture of a decoded frame (read_frame's dict) recorded with `rig`."""
+    """The picture of a decoded frame (read_frame's dict) recorded with `rig`; ValueError (FrameError) when
+    its measurements or boxes are not the frame contract's."""
     sensors = frame.get("sensors") or {}
-    m = frame.get("measurements") or {}
-    ego = _ego_box(m)
+    m = Measurements.from_dict(frame.get("measurements"))
+    try:
+        ego = _ego_box(m)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"measurements: bad ego {m.ego!r} ({type(e).__name__}: {e})") from None
     boxes = _boxes(frame)
-    cams = [c for c in rig.cameras if f"rgb_{c.name}" in sensors or f"semantics_{c.name}" in sensors]
+    cams = [c for c in rig.cameras if any(name in sensors for name in camera_sensors(c.name))]
     cam_w = max([c.width for c in cams], default=0)
     width = max(3 * cam_w, 3 * _PANEL)
     height = _HEADER_H + sum(_CAPTION_H + c.height for c in cams) + _CAPTION_H + _PANEL
@@ -311,13 +322,8 @@ def compose(frame: dict[str, Any], rig: RigConfig, title: str = "") -> Image.Ima
     draw = ImageDraw.Draw(canvas)
     font, small = _font(16), _font(13)
 
-    header = [f"frame {int(frame.get('index', 0)):05d}"]
-    if m.get("time") is not None:
-        header.append(f"t {float(m['time']):.2f} s")
-    if isinstance(m.get("ego"), dict) and m["ego"].get("speed") is not None:
-        header.append(f"speed {float(m['ego']['speed']):.1f} m/s ({float(m['ego']['speed']) * 3.6:.0f} km/h)")
-    if m.get("command") is not None:
-        header.append(f"command {m['command']}")
+    header = [f"frame {int(frame.get('index', 0)):05d}", f"t {float(m.time):.2f} s",
+              f"speed {ego.speed:.1f} m/s ({ego.speed * 3.6:.0f} km/h)", f"command {m.command_name or m.command}"]
     if title:
         header.append(title)
     draw.text((10, 6), "   ·   ".join(header), fill=_TEXT, font=font)
@@ -328,31 +334,31 @@ def compose(frame: dict[str, Any], rig: RigConfig, title: str = "") -> Image.Ima
     y = _HEADER_H
     semantics = []
     for cam in cams:
+        rgb, labels, depth = (sensors.get(name) for name in camera_sensors(cam.name))
         panels = []
-        if f"rgb_{cam.name}" in sensors:
+        if rgb is not None:
             panels.append((f"{cam.name} camera, {cam.fov:.0f}° fov, 3D boxes (red = front, number = actor id)",
-                           _camera_rgb(sensors[f"rgb_{cam.name}"], cam, ego, boxes)))
-        if f"semantics_{cam.name}" in sensors:
-            semantics.append(sensors[f"semantics_{cam.name}"])
-            panels.append((f"{cam.name} semantics", Image.fromarray(sem.PALETTE[sensors[f"semantics_{cam.name}"]])))
-        if f"depth_{cam.name}" in sensors:
-            panels.append((f"{cam.name} depth: 1 m yellow … 200 m dark (log), black = sky",
-                           _depth_colours(sensors[f"depth_{cam.name}"])))
+                           _camera_rgb(rgb, cam, ego, boxes)))
+        if labels is not None:
+            semantics.append(labels)
+            panels.append((f"{cam.name} semantics", Image.fromarray(sem.PALETTE[labels])))
+        if depth is not None:
+            panels.append((f"{cam.name} depth: 1 m yellow … 200 m dark (log), black = sky", _depth_colours(depth)))
         for i, (text, img) in enumerate(panels):
             caption(i * cam_w, y, text)
             canvas.paste(img, (i * cam_w, y + _CAPTION_H))
         y += _CAPTION_H + cam.height
 
-    lidar = sensors.get("lidar")
+    lidar = sensors.get(LIDAR)
     if lidar is not None:
         view = min(rig.lidar.range, _LIDAR_VIEW_M)
         caption(0, y, f"LiDAR from above (±{view:.0f} m of {rig.lidar.range:.0f}), up = forward, by class")
-        canvas.paste(_lidar_top(lidar, sensors.get("lidar_labels"), view, ego, boxes, _PANEL),
+        canvas.paste(_lidar_top(lidar, sensors.get(LIDAR_LABELS), view, ego, boxes, _PANEL),
                      (0, y + _CAPTION_H))
-    bev = sensors.get("bev")
+    bev = sensors.get(BEV)
     if bev is not None:
         reach = rig.bev.pixels * rig.bev.resolution
         caption(_PANEL, y, f"BEV {reach:.0f} m square, up = forward, ego yellow")
         canvas.paste(_bev(bev, _PANEL), (_PANEL, y + _CAPTION_H))
-    canvas.paste(_legend(frame, semantics, width - 2 * _PANEL, _PANEL + _CAPTION_H), (2 * _PANEL, y))
+    canvas.paste(_legend(m, semantics, width - 2 * _PANEL, _PANEL + _CAPTION_H), (2 * _PANEL, y))
     return canvas

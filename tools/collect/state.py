@@ -1,8 +1,9 @@
 """The world state handed from a world backend (embedded SUMO world, or CARLA) to the sensors.
 
-All positions are in CARLA's world frame: metres, x east, y = -y(OpenDRIVE) (left-handed), z up;
-yaw in degrees, positive turning from +x towards +y (a right turn seen from above). A vehicle's
-local frame is x forward, y right, z up, as in CARLA.
+All positions are in CARLA's world frame (tools.dataset.geometry): metres, x east, y = -y(OpenDRIVE)
+(left-handed), z up; yaw in degrees, positive turning from +x towards +y (a right turn seen from above).
+A vehicle's local frame is x forward, y right, z up, as in CARLA. What a recorded frame says about
+these boxes is tools.dataset.measurements.BoxLabel (tools.collect.run.box_label).
 """
 
 from __future__ import annotations
@@ -36,20 +37,15 @@ class Box:
         dz = np.array([-1, -1, -1, -1, 1, 1, 1, 1]) * self.height / 2
         return np.stack([self.x + c * dx - s * dy, self.y + s * dx + c * dy, self.z + dz], axis=1)
 
-    def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "class": int(self.cls),
-            "center": [round(self.x, 3), round(self.y, 3), round(self.z, 3)],
-            "yaw": round(self.yaw, 3),
-            "extent": [round(self.length, 3), round(self.width, 3), round(self.height, 3)],
-            "speed": round(self.speed, 3),
-        }
-
 
 @dataclass(frozen=True)
 class Light:
-    """A traffic-light signal over one incoming lane: its stop line and current state."""
+    """One signalled link (a connection from an incoming lane through a junction): its stop line and state.
+
+    The links leaving one lane share its stop line. The id names the link as the world's traffic-light
+    controller does, "<tls id>:<link index>" (SUMO: the index into trafficlight.getControlledLinks and the
+    network's `connection linkIndex`); the renderer finds the lane's head by it (tools.collect.render).
+    """
 
     id: str  # "<tls id>:<link index>"
     x: float  # centre of the stop line (end of the incoming lane), world frame

@@ -156,7 +156,10 @@ class SumoWorld:
         self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
 
     def _light_geometry(self) -> list[tuple[str, str, list[int], float, float, float, float]]:
-        """Static stop lines: (tls, incoming lane, link indices, x, y, yaw, width) in CARLA's frame."""
+        """Static stop lines: (tls, incoming lane, its link indices, x, y, yaw, width) in CARLA's frame.
+
+        A link index is the position of a connection in the signal's state string, as in
+        trafficlight.getControlledLinks and the network's `connection linkIndex` (tools.collect.scene)."""
         out = []
         for tls in self.ls.trafficlight.getIDList():
             lanes: dict[str, list[int]] = {}
@@ -227,10 +230,10 @@ class SumoWorld:
         ids = self.ls.vehicle.getIDList()
         lights = []
         states = {tls: self.ls.trafficlight.getRedYellowGreenState(tls) for tls in self.ls.trafficlight.getIDList()}
-        for tls, lane, indices, x, y, yaw, width in self._lights:
-            chars = [_STATE.get(states[tls][i], "off") for i in indices if i < len(states[tls])]
-            state = next((s for s in ("green", "yellow", "red") if s in chars), "off")
-            lights.append(Light(id=f"{tls}:{lane}", x=x, y=y, yaw=yaw, width=width, state=state))
+        for tls, _, indices, x, y, yaw, width in self._lights:
+            for i in indices:  # one light per link, on its lane's stop line
+                state = _STATE.get(states[tls][i], "off") if i < len(states[tls]) else "off"
+                lights.append(Light(id=f"{tls}:{i}", x=x, y=y, yaw=yaw, width=width, state=state))
         return Snapshot(time=self.time, ego=self._box(EGO), actors=[self._box(v) for v in ids if v != EGO],
                         lights=lights)
 
