@@ -148,9 +148,10 @@ def main() -> None:
     args = parser.parse_args()
     cpu = pin_one_core()
 
-    from tools.cache.build import Preprocessor, build_cache, finished_runs, read_rig
+    from tools.cache.build import build_cache, cacheable_runs, read_run_source
+    from tools.cache.preprocess import Preprocessor
     from tools.dataset.cache import cache_dir, read_record, record_path, run_rel
-    from tools.dataset.frames import read_frame
+    from tools.dataset.frames import read_frame, read_measurements
     from tools.dataset.layout import Layout
     from tools.dataset.samples import CacheSettings
 
@@ -168,10 +169,10 @@ def main() -> None:
         folder = cache_dir(layout, settings)
 
         raw_items, ours, lead = [], [], []
-        for key in finished_runs(layout):
+        for key in cacheable_runs(layout):
             frames = layout.frame_paths(key)
-            measurements = [read_frame(p, sensors=False)["measurements"] for p in frames]
-            pre = Preprocessor(settings, read_rig(layout, key))
+            measurements = [read_measurements(p) for p in frames]
+            pre = Preprocessor(settings, read_run_source(layout, key).rig)
             for i, p in enumerate(frames):
                 future = [measurements[j] if j < len(frames) else None for j in range(i + 1, i + 1 + settings.horizon)]
                 raw_items.append((p, pre, future))

@@ -5,18 +5,16 @@ epoch sampler, stale and foreign files, and each bad input as one line with noth
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import copy_root, tree
+from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
-from tools.buckets.build import BUCKETS
+from tools.buckets.rules import BUCKETS
 from tools.dataset import atomic
 from tools.dataset.buckets import (
     COLLECTIONS,
@@ -35,18 +33,11 @@ from tools.dataset.manifest import dataset_id, update_manifest
 from tools.dataset.results import RouteRecord, RunState, read_status, run_state
 from tools.dataset.samples import CacheSettings
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
 HORIZON = CacheSettings().horizon
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG", "DRIVEKIT_IMAGES")}
-    return subprocess.run(list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-
-
 def build_buckets(*args: str) -> subprocess.CompletedProcess:
-    return run(str(REPO / "bin" / "build-buckets"), *args)
+    return run_bin("build-buckets", *args)
 
 
 def finished_frames(root: Path) -> dict[str, int]:
@@ -78,7 +69,7 @@ def built(collected_root, tmp_path_factory) -> Path:
 
 def test_every_frame_of_every_finished_run_is_in_exactly_one_pretrain_bucket(built):
     layout = Layout(built)
-    coll = load_collection(layout, "pretrain", rebuild=False)
+    coll = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
     frames = [f for b in coll.buckets for f in b.frames]
     assert len(frames) == len(set(frames))
     expected = {(rel, i) for rel, n in finished_frames(built).items() for i in range(n)}
@@ -103,7 +94,7 @@ def test_every_frame_of_every_finished_run_is_in_exactly_one_pretrain_bucket(bui
 
 
 def test_posttrain_skips_the_first_4_and_last_horizon_frames_of_each_run(built):
-    coll = load_collection(Layout(built), "posttrain", rebuild=False)
+    coll = load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False)
     by_run: dict[str, set[int]] = {}
     for split in ("train", "val"):
         for rel, index in coll.frames(split):
@@ -122,31 +113,31 @@ def test_auto_holdout_puts_the_scenario_type_with_fewest_frames_in_val_only(buil
     assert len(per_scenario) == 2  # one town, two scenario types: a scenario type is held out
     fewest = min(per_scenario, key=lambda s: (per_scenario[s], s))
     for name in COLLECTIONS:
-        coll = load_collection(Layout(built), name, rebuild=False)
+        coll = load_collection(Layout(built), name, horizon=HORIZON, rebuild=False)
         assert coll.holdout == f"scenario:{fewest}" and coll.settings["holdout"] == "auto"
         assert coll.frames("val") and {run_key(rel).scenario for rel, _ in coll.frames("val")} == {fewest}
         assert coll.frames("train") and fewest not in {run_key(rel).scenario for rel, _ in coll.frames("train")}
 
 
 def test_bucket_files_are_relative_and_still_load_after_the_root_moves(built, tmp_path):
-    original = {name: load_collection(Layout(built), name, rebuild=False) for name in COLLECTIONS}
+    original = {name: load_collection(Layout(built), name, horizon=HORIZON, rebuild=False) for name in COLLECTIONS}
     moved = Path(shutil.move(copy_root(built, tmp_path / "a"), tmp_path / "elsewhere" / "b"))
     for name in COLLECTIONS:
         text = collection_path(Layout(moved), name).read_text()
         assert str(built) not in text and str(tmp_path) not in text
         assert all(rel.startswith("data/") for b in json.loads(text)["buckets"] for rel in b["frames"])
-        coll = load_collection(Layout(moved), name, rebuild=False)  # fresh: no rebuild needed or allowed
+        coll = load_collection(Layout(moved), name, horizon=HORIZON, rebuild=False)  # fresh: no rebuild needed
         assert coll.frames("train") == original[name].frames("train")
         assert coll.frames("val") == original[name].frames("val")
 
 
 def test_epoch_samples_are_deterministic_per_seed_and_epoch_and_as_long_as_the_split(built):
-    coll = load_collection(Layout(built), "posttrain", rebuild=False)
+    coll = load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False)
     train = coll.frames("train")
     first = coll.epoch_samples("train", 0, seed=7)
     assert len(first) == len(train) and set(first) <= set(train)
-    again = load_collection(Layout(built), "posttrain", rebuild=False).epoch_samples("train", 0, seed=7)
-    assert again == first
+    again = load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False)  # read anew
+    assert again.epoch_samples("train", 0, seed=7) == first
     assert coll.epoch_samples("train", 1, seed=7) != first
     assert coll.epoch_samples("train", 0, seed=8) != first
     assert coll.epoch_samples("val", 3, seed=7) == coll.frames("val")
@@ -180,7 +171,7 @@ def test_weights_file_overrides_defaults_and_is_recorded(built, tmp_path):
     weights.write_text(json.dumps({"stop": 0, "follow": [3]}))
     proc = build_buckets("--root", str(root), "--collection", "posttrain", "--weights", str(weights))
     assert proc.returncode == 0, proc.stderr
-    coll = load_collection(Layout(root), "posttrain", rebuild=False)
+    coll = load_collection(Layout(root), "posttrain", horizon=HORIZON, rebuild=False)
     assert coll.settings["weights"]["stop"] == [0.0] and coll.settings["weights"]["turn"] == [2.0]  # default kept
     sizes = {b.name: len(b.frames) for b in coll.buckets if b.split == "train"}
     assert sizes["stop"] and sizes["follow"] and sizes["junction"]
@@ -194,25 +185,26 @@ def test_weights_file_overrides_defaults_and_is_recorded(built, tmp_path):
 def test_adding_or_removing_a_run_makes_load_collection_say_stale_and_rebuild(built, tmp_path, capsys):
     root = copy_root(built, tmp_path / "root")
     layout = Layout(root)
-    before = load_collection(layout, "posttrain", rebuild=False)
+    before = load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False)
     train_rel = before.frames("train")[0][0]
     new = add_run_copy(root, train_rel, "town_9999_route9_rep1")
 
-    after = load_collection(layout, "posttrain")
+    after = load_collection(layout, "posttrain", horizon=HORIZON)
     err = capsys.readouterr().err
     assert f"{collection_path(layout, 'posttrain')} is stale: 1 route run added since it was built; rebuilding" in err
     assert "1 read, 4 unchanged" in err  # only the new run's frames were read
     n = finished_frames(root)[new]
     assert len(after.frames("train")) == len(before.frames("train")) + n - 4 - HORIZON
     assert new in after.built_from["runs"] and after.holdout == before.holdout
-    assert load_collection(layout, "posttrain").frames("train") == after.frames("train")  # fresh now: no rebuild
+    fresh = load_collection(layout, "posttrain", horizon=HORIZON)  # fresh now: no rebuild
+    assert fresh.frames("train") == after.frames("train")
     assert "stale" not in capsys.readouterr().err
     counts_after = json.loads(collection_path(layout, "posttrain").read_text())["counts"]
 
     key = run_key(train_rel)
     layout.result_path(key).unlink()
     atomic.remove_tree(layout.run_dir(key))
-    again = load_collection(layout, "posttrain")
+    again = load_collection(layout, "posttrain", horizon=HORIZON)
     assert "is stale: 1 route run removed since it was built; rebuilding" in capsys.readouterr().err
     assert train_rel not in {rel for rel, _ in again.frames("train")}
     assert len(again.frames("train")) == len(after.frames("train")) - (n - 4 - HORIZON)
@@ -223,8 +215,35 @@ def test_load_collection_without_rebuild_refuses_a_stale_file_in_one_line(built,
     root = copy_root(built, tmp_path / "root")
     add_run_copy(root, next(iter(finished_frames(root))), "town_9999_route9_rep1")
     with pytest.raises(ToolError, match="is stale: 1 route run added") as error:
-        load_collection(Layout(root), "pretrain", rebuild=False)
+        load_collection(Layout(root), "pretrain", horizon=HORIZON, rebuild=False)
     assert "\n" not in str(error.value) and "bin/build-buckets --root" in str(error.value)
+
+
+def test_posttrain_follows_the_horizon_of_the_callers_cache_rebuilt_or_refused_in_one_line(built, tmp_path, capsys):
+    root = copy_root(built, tmp_path / "root")
+    layout, longer = Layout(root), HORIZON + 2
+    with pytest.raises(ToolError) as error:
+        load_collection(layout, "posttrain", horizon=longer, rebuild=False)
+    message = str(error.value)
+    assert "\n" not in message
+    assert f"was built for horizon {HORIZON}, the cache being read has horizon {longer}" in message
+    assert f"bin/build-buckets --root {root} --collection posttrain --horizon {longer}" in message
+    pretrain = load_collection(layout, "pretrain", horizon=longer, rebuild=False)  # takes every frame: no horizon
+    assert "horizon" not in pretrain.settings
+
+    coll = load_collection(layout, "posttrain", horizon=longer)
+    assert f"horizon {HORIZON}, the cache being read has horizon {longer}; rebuilding" in capsys.readouterr().err
+    assert coll.settings["horizon"] == longer and coll.horizon == longer
+    indices: dict[str, set[int]] = {}
+    for rel, index in coll.frames("train") + coll.frames("val"):
+        indices.setdefault(rel, set()).add(index)
+    assert indices == {rel: set(range(4, n - longer)) for rel, n in finished_frames(root).items()}
+    # a later build without --horizon keeps the file's; --horizon sets it back
+    kept = build_buckets("--root", str(root), "--collection", "posttrain")
+    assert kept.returncode == 0 and "is up to date" in kept.stderr
+    back = build_buckets("--root", str(root), "--collection", "posttrain", "--horizon", str(HORIZON))
+    assert back.returncode == 0 and f"horizon {HORIZON} from --horizon" in back.stderr
+    assert load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False).horizon == HORIZON
 
 
 def test_a_rebuild_keeps_the_holdout_rule_the_file_was_built_with(built, tmp_path):
@@ -234,7 +253,7 @@ def test_a_rebuild_keeps_the_holdout_rule_the_file_was_built_with(built, tmp_pat
     proc = build_buckets("--root", str(root), "--collection", "pretrain", "--holdout", keep)
     assert proc.returncode == 0, proc.stderr
     add_run_copy(root, next(iter(finished_frames(root))), "town_9999_route9_rep1")
-    coll = load_collection(Layout(root), "pretrain")
+    coll = load_collection(Layout(root), "pretrain", horizon=HORIZON)
     assert coll.holdout == keep and coll.settings["holdout"] == keep
     assert {run_key(rel).scenario for rel, _ in coll.frames("val")} == {scenarios[-1]}
 
@@ -262,7 +281,7 @@ def test_buckets_copied_from_another_dataset_are_refused_in_one_line_and_left_un
     content, before = target.read_bytes(), tree(other)
 
     with pytest.raises(ToolError) as error:
-        load_collection(Layout(other), "pretrain")
+        load_collection(Layout(other), "pretrain", horizon=HORIZON)
     message = str(error.value)
     assert "\n" not in message and str(target) in message and "another dataset" in message
     assert f"bin/build-buckets --root {other} --collection pretrain --force" in message
@@ -274,8 +293,8 @@ def test_buckets_copied_from_another_dataset_are_refused_in_one_line_and_left_un
 
     forced = build_buckets("--root", str(other), "--collection", "pretrain", "--force")
     assert forced.returncode == 0, forced.stderr
-    assert load_collection(Layout(other), "pretrain", rebuild=False).built_from["dataset_id"] == dataset_id(
-        Layout(other))
+    rebuilt = load_collection(Layout(other), "pretrain", horizon=HORIZON, rebuild=False)
+    assert rebuilt.built_from["dataset_id"] == dataset_id(Layout(other))
 
 
 def _only_failed(root: Path) -> None:
@@ -298,6 +317,7 @@ BAD_INPUTS = {
     "holdout_leaving_no_training_frames": ("built", ["--holdout", "town:town"], "leaves no training frames"),
     "malformed_holdout": ("built", ["--holdout", "sideways"], "expected auto, town:NAME"),
     "weights_of_an_unknown_bucket": ("built", ["--weights", "{weights}"], "unknown bucket 'cruise'"),
+    "horizon_out_of_range": ("built", ["--horizon", "0"], "--horizon 0: expected an integer from 1 to 100"),
 }
 
 
@@ -327,15 +347,15 @@ def test_bad_input_is_one_line_with_nonzero_exit_and_nothing_changed(case, built
 
 def test_show_prints_the_buckets_of_each_collection_fresh_then_stale(built, tmp_path):
     root = copy_root(built, tmp_path / "root")
-    proc = run(PYTHON, "-m", "tools.buckets", "show", "--root", str(root))
+    proc = run_tool(PYTHON, "-m", "tools.buckets", "show", "--root", str(root))
     assert proc.returncode == 0, proc.stderr
     for name in COLLECTIONS:
         assert f"{collection_path(Layout(root), name)}: fresh" in proc.stdout
-    coll = load_collection(Layout(root), "posttrain", rebuild=False)
+    coll = load_collection(Layout(root), "posttrain", horizon=HORIZON, rebuild=False)
     turn_train = next(b for b in coll.buckets if b.name == "turn" and b.split == "train")
     assert any(line.split() == ["turn", "train", str(len(turn_train.frames)), "2"] for line in proc.stdout.splitlines())
     add_run_copy(root, next(iter(finished_frames(root))), "town_9999_route9_rep1")
-    stale = run(PYTHON, "-m", "tools.buckets", "show", "--root", str(root), "--collection", "posttrain")
+    stale = run_tool(PYTHON, "-m", "tools.buckets", "show", "--root", str(root), "--collection", "posttrain")
     assert "posttrain.json: stale: 1 route run added since it was built" in stale.stdout
 
 
@@ -349,8 +369,8 @@ def test_an_unreadable_frame_is_reported_and_left_out_with_the_posttrain_frames_
     proc = build_buckets("--root", str(root))
     assert proc.returncode == 0, proc.stderr
     assert f"buckets: {broken}: unreadable frame, left out" in proc.stderr
-    pre = load_collection(layout, "pretrain", rebuild=False)
-    post = load_collection(layout, "posttrain", rebuild=False)
+    pre = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
+    post = load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False)
     pre_idx = {i for split in ("train", "val") for r, i in pre.frames(split) if r == rel}
     post_idx = {i for split in ("train", "val") for r, i in post.frames(split) if r == rel}
     assert pre_idx == set(range(n)) - {30}
@@ -364,7 +384,7 @@ def test_two_builders_at_once_leave_one_valid_file(collected_root, tmp_path):
              for _ in range(2)]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
-    assert load_collection(Layout(root), "posttrain", rebuild=False).frames("train")
+    assert load_collection(Layout(root), "posttrain", horizon=HORIZON, rebuild=False).frames("train")
     assert [p.name for p in (root / "buckets").iterdir() if p.name.startswith(".tmp-")] == [".tmp-build.lock"]
 
 
@@ -390,6 +410,6 @@ def test_a_new_manifest_gets_a_dataset_id_and_an_older_one_a_stable_derived_id(t
 def test_help_of_the_wrapper_and_the_tool():
     proc = build_buckets("--help")
     assert proc.returncode == 0 and proc.stdout.startswith("Usage: bin/build-buckets ")
-    tool = run(PYTHON, "-m", "tools.buckets", "build", "--help")
+    tool = run_tool(PYTHON, "-m", "tools.buckets", "build", "--help")
     text = tool.stdout + tool.stderr  # fire prints help on stderr when it is not a terminal
     assert tool.returncode == 0 and "--holdout" in text and "every:N" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -19,11 +20,13 @@ from tools.dataset.cache import (
     CacheRecordError,
     SessionCache,
     cache_dir,
+    read_frame_dt,
     read_record,
     rebuild_record,
     record_path,
     run_rel,
 )
+from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.results import RouteRecord, RunState, run_state
@@ -120,7 +123,7 @@ def test_build_writes_one_record_per_frame_of_every_finished_run_matching_the_sa
     stderr = (built.parent / "build.stderr").read_text()
     assert f"using cache {folder}: settings" in stderr  # the tool says which cache it uses
     assert "samples/s" in stderr and "KiB per sample" in stderr
-    assert (folder / "settings.json").is_file()
+    assert json.loads((folder / "settings.json").read_text())["frame_dt"] == 0.25  # 20 Hz, every 5th tick
     expected = expected_records(built)
     assert len(expected) > 400
     assert records(built) == expected
@@ -312,6 +315,44 @@ def test_a_settings_change_builds_a_second_folder_and_leaves_the_first_intact(tm
     assert f'"format": {CACHE_FORMAT}' in (second / "settings.json").read_text()
 
 
+def set_record_every(root: Path, key, record_every: int) -> None:
+    """Make a run's run.json say it recorded every `record_every`-th of its 20 Hz ticks."""
+    path = Layout(root).run_settings(key)
+    run = json.loads(path.read_text())
+    run["settings"]["record_every"] = record_every
+    path.write_text(json.dumps(run))
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["new-cache", "existing-cache"])
+def test_a_run_recorded_at_another_rate_is_one_line_naming_it_and_both_rates_and_nothing_is_written(
+        tmp_path, small_root, small_built, cached):
+    root = copy_root(small_built if cached else small_root, tmp_path / "root")
+    odd = sorted(k for k in Layout(root).iter_runs())[-1]
+    set_record_every(root, odd, 2)  # 0.1 s between frames instead of 0.25
+    before = tree(root)
+    proc = run_tool(BUILD_CACHE, "--root", str(root))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cache: {odd}: frames recorded 0.1 s apart"), proc.stderr
+    assert "--record_every=2" in lines[0] and "0.25 s apart" in lines[0] and "dataset root of their own" in lines[0]
+    if cached:
+        assert str(cache_dir(Layout(root), CacheSettings())) in lines[0]
+    assert tree(root) == before
+
+
+def test_a_cache_built_before_frame_dt_was_recorded_gets_it_from_the_runs_without_rebuilding(tmp_path, small_built):
+    root = copy_root(small_built, tmp_path / "root")
+    folder = cache_dir(Layout(root), CacheSettings())
+    settings = json.loads((folder / "settings.json").read_text())
+    del settings["frame_dt"]
+    (folder / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(ToolError, match="no usable frame_dt"):
+        read_frame_dt(folder)
+    proc = cache_cli("build", "--root", str(root))
+    assert "recorded frame_dt 0.25 s" in proc.stderr and "0 samples built" in proc.stderr
+    assert read_frame_dt(folder) == 0.25
+
+
 # ----------------------------------------------------------------------------- the session cache
 
 
@@ -319,7 +360,7 @@ def test_session_cache_round_trips_bytes_and_stays_within_its_size_limit(tmp_pat
     monkeypatch.setenv("SLURM_TMPDIR", str(tmp_path / "slurm"))
     limit = 2_000_000
     cache = SessionCache("abc123", size_limit=limit)
-    assert cache.path == tmp_path / "slurm" / "drivekit-session-abc123"
+    assert cache.path == tmp_path / "slurm" / f"drivekit-session-{os.getuid()}-abc123"
     rng = np.random.default_rng(0)
     values = {f"data/S/run:{i}": rng.bytes(60_000) for i in range(100)}  # 6 MB offered, 2 MB allowed
     stored = [k for k, v in values.items() if cache.set(k, v)]
@@ -333,7 +374,7 @@ def test_session_cache_round_trips_bytes_and_stays_within_its_size_limit(tmp_pat
     assert stats["hits"] == len(stored) and stats["misses"] == 1
     cache.close()
     explicit = SessionCache("abc123", size_limit=limit, folder=tmp_path / "local")  # the flag wins
-    assert explicit.path == tmp_path / "local" / "drivekit-session-abc123"
+    assert explicit.path == tmp_path / "local" / f"drivekit-session-{os.getuid()}-abc123"
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -1,5 +1,6 @@
-"""Build bucket files: put every frame of every finished route run in one behaviour bucket, then write the
-collections (pretrain, posttrain) with a held-out validation split and a weight schedule per bucket.
+"""Build bucket files: put every frame of every finished route run in one behaviour bucket (the rules of
+tools/buckets/rules.py), then write the collections (pretrain, posttrain) with a held-out validation
+split and a weight schedule per bucket.
 
     ROOT/buckets/index.json        behaviour of every frame, per run (reused for runs unchanged since)
     ROOT/buckets/<collection>.json the collections (tools.dataset.buckets reads them; docs/buckets.md)
@@ -25,45 +26,29 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tools.dataset import atomic
+from tools.buckets.rules import BUCKETS, RULES, classify
+from tools.dataset import atomic, cli
 from tools.dataset.buckets import (
     BUCKETS_FORMAT,
     COLLECTIONS,
-    INDEX,
     SPLITS,
     Bucket,
     Collection,
     bucket_to_json,
     check_same_dataset,
-    collection_path,
     dataset_state,
     describe_change,
     read_collection,
     run_key,
 )
 from tools.dataset.errors import ToolError
-from tools.dataset.frames import FrameError, read_frame
-from tools.dataset.layout import Layout, resolve_root
+from tools.dataset.frames import FrameError, read_measurements
+from tools.dataset.layout import Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
 from tools.dataset.results import RunState, is_failed, run_state
 from tools.dataset.samples import CacheSettings
 
-# ----------------------------------------------------------------------------- behaviour buckets
-
-#: Buckets in the order their rules are tried: a frame goes to the first whose rule holds.
-BUCKETS = ("stop", "start", "hazard", "turn", "junction", "follow")
-
-#: Thresholds of the rules (docs/buckets.md). Changing one changes `version`: the index is redone.
-RULES: dict[str, Any] = {
-    "version": 1,
-    "stand_speed": 0.5,  # m/s: below it the ego stands
-    "start_speed": 4.0,  # m/s: below it, with a target speed start_margin higher, the ego is starting
-    "start_margin": 2.0,  # m/s
-    "turn_angle": 30.0,  # degrees: the route turns by more than this within turn_ahead metres
-    "turn_ahead": 20.0,  # metres
-}
-
-LEFT, RIGHT = 1, 2  # RoadOption values of `command`
+# ----------------------------------------------------------------------------- collection settings
 
 #: Default weight schedules. Pre-training (perception) sees every frame once per epoch; post-training
 #: (planning) sees the rare manoeuvres twice as often and the long waits at red lights half as often.
@@ -76,43 +61,10 @@ DEFAULT_WEIGHTS: dict[str, dict[str, list[float]]] = {
 #: posttrain skips the first frames of a run (the ego starting from rest at the spawn point).
 SKIP_FIRST = 4
 
+#: posttrain's future horizon when neither --horizon nor an existing file gives one: the default cache's.
+DEFAULT_HORIZON = CacheSettings().horizon
+
 INDEX_FORMAT = 1
-LOCK = ".tmp-build.lock"  # in ROOT/buckets/: one builder at a time per root
-
-
-def route_turn(route: list[list[float]], ahead: float) -> float:
-    """Largest heading change (degrees) of the route within `ahead` metres, relative to its first segment."""
-    headings, travelled = [], 0.0
-    for (x0, y0), (x1, y1) in zip(route, route[1:], strict=False):
-        if travelled > ahead:
-            break
-        step = math.hypot(x1 - x0, y1 - y0)
-        if step > 1e-6:
-            headings.append(math.atan2(y1 - y0, x1 - x0))
-        travelled += step
-    if len(headings) < 2:
-        return 0.0
-    return max(abs(math.degrees((h - headings[0] + math.pi) % (2 * math.pi) - math.pi)) for h in headings)
-
-
-def classify(m: dict[str, Any], rules: dict[str, Any] = RULES) -> str:
-    """The behaviour bucket of one frame's measurements (the rules of docs/buckets.md, in order)."""
-    speed, target = float(m["speed"]), float(m["target_speed"])
-    stand = rules["stand_speed"]
-    if speed < stand and target < stand:
-        return "stop"
-    if speed < rules["start_speed"] and target > speed + rules["start_margin"]:
-        return "start"
-    if speed >= stand and (m["light_hazard"] or m["vehicle_hazard"]):
-        return "hazard"
-    junction = bool(m["junction"])
-    if m["command"] in (LEFT, RIGHT):
-        return "turn"
-    if junction and route_turn(m["route"], rules["turn_ahead"]) > rules["turn_angle"]:
-        return "turn"
-    if junction:
-        return "junction"
-    return "follow"
 
 
 # ----------------------------------------------------------------------------- the frame index
@@ -132,15 +84,24 @@ def _unrle(pairs: list[list[Any]]) -> list[str | None]:
     return [label for label, count in pairs for _ in range(int(count))]
 
 
+def read_town(layout: Layout, rel: str) -> str:
+    """The town of a route run (its run.json `town`); ValueError when run.json cannot say."""
+    path = layout.run_settings(run_key(rel))
+    try:
+        return str(json.loads(path.read_text())["town"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: cannot read the run's town ({type(e).__name__}: {e})") from None
+
+
 def label_run(layout: Layout, rel: str) -> dict[str, Any]:
     """Read one run's measurements: its town and the bucket of every frame (None: unreadable)."""
     key = run_key(rel)
     problems = []
     try:
-        town = str(json.loads(layout.run_settings(key).read_text())["town"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        town = read_town(layout, rel)
+    except ValueError as e:
         town = "?"
-        problems.append(f"{layout.run_settings(key)}: cannot read the run's town ({e}); its frames are left out")
+        problems.append(f"{e}; its frames are left out")
     paths = layout.frame_paths(key)
     labels: list[str | None] = [None] * len(paths)
     for path in paths:
@@ -153,15 +114,15 @@ def label_run(layout: Layout, rel: str) -> dict[str, Any]:
         if town == "?":
             continue
         try:
-            labels[index] = classify(read_frame(path, sensors=False)["measurements"])
-        except (OSError, FrameError, KeyError, TypeError, ValueError) as e:
+            labels[index] = classify(read_measurements(path))
+        except (OSError, FrameError, TypeError, ValueError) as e:
             problems.append(f"{path}: unreadable frame, left out ({type(e).__name__}: {e})")
     return {"town": town, "labels": labels, "problems": problems}
 
 
 def read_index(layout: Layout, this_id: str) -> dict[str, Any]:
     """The runs of ROOT/buckets/index.json that can be reused: same dataset, same rules. Else empty."""
-    path = layout.buckets / f"{INDEX}.json"
+    path = layout.bucket_index
     try:
         data = json.loads(path.read_text())
         if data["format"] == INDEX_FORMAT and data["dataset_id"] == this_id and data["rules"] == RULES:
@@ -174,15 +135,12 @@ def read_index(layout: Layout, this_id: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- holdout
 
 
-def _parse_holdout(rule: Any) -> str:
-    if rule is True:
-        raise ToolError("--holdout needs a value: auto, town:NAME, scenario:TYPE or every:N")
-    text = str(rule) if isinstance(rule, str) else ""
+def _parse_holdout(text: str) -> str:
     kind, _, value = text.partition(":")
     ok = text == "auto" or (kind in ("town", "scenario") and value) or (kind == "every" and value.isdigit()
                                                                          and int(value) >= 2)
     if not ok:
-        raise ToolError(f"--holdout {rule}: expected auto, town:NAME, scenario:TYPE or every:N (N >= 2)")
+        raise ToolError(f"--holdout {text}: expected auto, town:NAME, scenario:TYPE or every:N (N >= 2)")
     return text
 
 
@@ -224,10 +182,11 @@ def resolve_holdout(rule: str, runs: dict[str, dict[str, Any]]) -> tuple[str, se
 # ----------------------------------------------------------------------------- collections
 
 
-def eligible(name: str, labels: list[str | None], horizon: int, skip_first: int) -> list[int]:
-    """Frame indices of one run that belong to collection `name`."""
+def eligible(name: str, labels: list[str | None], horizon: int | None, skip_first: int) -> list[int]:
+    """Frame indices of one run that belong to collection `name` (posttrain needs a `horizon`)."""
     if name == "pretrain":
         return [i for i, label in enumerate(labels) if label is not None]
+    assert horizon is not None, "posttrain needs a horizon"
     # posttrain: the frame and its `horizon` future frames readable; not the first `skip_first`.
     readable = [label is not None for label in labels]
     return [i for i in range(skip_first, len(labels) - horizon) if all(readable[i: i + horizon + 1])]
@@ -241,20 +200,27 @@ class Plan:
     path: Path
     holdout_rule: str  # as asked (auto, town:..., ...)
     weights: dict[str, list[float]]
-    origin: str  # where holdout and weights come from, for messages
+    horizon: int | None  # posttrain: future frames a frame needs; pretrain: None (it takes every frame)
+    origin: str  # where holdout, weights and horizon come from, for messages
     up_to_date: bool
 
     @property
+    def skip_first(self) -> int:
+        return SKIP_FIRST if self.name == "posttrain" else 0
+
+    @property
     def settings(self) -> dict[str, Any]:
-        return {"holdout": self.holdout_rule, "horizon": CacheSettings().horizon,
-                "skip_first": SKIP_FIRST if self.name == "posttrain" else 0, "rules": RULES,
-                "weights": self.weights}
+        """What the file records under `settings` (and what makes an existing file up to date)."""
+        out: dict[str, Any] = {"holdout": self.holdout_rule}
+        if self.horizon is not None:
+            out["horizon"] = self.horizon
+        return {**out, "skip_first": self.skip_first, "rules": RULES, "weights": self.weights}
 
 
-def load_weights(path: Any) -> dict[str, list[float]]:
+def load_weights(path: str) -> dict[str, list[float]]:
     """--weights FILE.json: {bucket: weight or [weight per epoch, ...]}; the last entry holds on."""
-    if not isinstance(path, str) or not path:
-        raise ToolError(f"--weights {path}: give a JSON file of {{bucket: weight or [per-epoch weights]}}")
+    if not path:
+        raise ToolError("--weights needs a JSON file of {bucket: weight or [per-epoch weights]}")
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -276,29 +242,36 @@ def load_weights(path: Any) -> dict[str, list[float]]:
 
 
 def make_plans(layout: Layout, names: list[str], state: dict[str, Any], holdout: str | None,
-               weights: dict[str, list[float]] | None, force: bool) -> list[Plan]:
+               weights: dict[str, list[float]] | None, horizon: int | None, force: bool) -> list[Plan]:
     """Per collection: its settings (flags, else the existing file's, else defaults), refusing a file of
     another dataset or an unreadable one unless --force, and whether the file is already up to date."""
     plans = []
     for name in names:
-        path = collection_path(layout, name)
+        path = layout.collection_file(name)
         existing = None
         if path.exists() and not force:
             existing, _ = read_collection(path)  # ToolError for an unreadable file: the message says --force
             check_same_dataset(path, layout, existing.built_from, state["dataset_id"])
-        rule, schedule = "auto", dict(DEFAULT_WEIGHTS[name])
-        rule_from = weights_from = "default"
+        rule, schedule, steps = "auto", dict(DEFAULT_WEIGHTS[name]), DEFAULT_HORIZON
+        rule_from = weights_from = steps_from = "default"
         if existing is not None:
             rule = str(existing.settings.get("holdout", rule))
             kept = existing.settings.get("weights") or {}
             schedule.update({b: [float(x) for x in w] for b, w in kept.items() if b in BUCKETS})
+            kept_horizon = existing.settings.get("horizon")
+            if isinstance(kept_horizon, int) and not isinstance(kept_horizon, bool) and kept_horizon >= 1:
+                steps, steps_from = kept_horizon, f"kept from {path.name}"
             rule_from = weights_from = f"kept from {path.name}"
         if holdout is not None:
             rule, rule_from = holdout, "from --holdout"
         if weights is not None:
             schedule, weights_from = {**DEFAULT_WEIGHTS[name], **weights}, "from --weights"
+        if horizon is not None:
+            steps, steps_from = horizon, "from --horizon"
         origin = f"holdout rule {rule_from}, weights {weights_from}"
-        plan = Plan(name, path, rule, schedule, origin, up_to_date=False)
+        if name == "posttrain":
+            origin += f", horizon {steps} {steps_from}"
+        plan = Plan(name, path, rule, schedule, steps if name == "posttrain" else None, origin, up_to_date=False)
         if (existing is not None and describe_change(existing.built_from, state) is None
                 and existing.settings == json.loads(json.dumps(plan.settings))):
             plan = dataclasses.replace(plan, up_to_date=True)
@@ -327,8 +300,7 @@ def _no_training(plan: Plan, applied: str, held: set[str], runs: dict[str, dict[
 def _precheck(plan: Plan, meta: dict[str, dict[str, Any]]) -> None:
     """Refuse a holdout or weights that cannot work, from frame counts alone (all frames taken readable)."""
     applied, held, _ = resolve_holdout(plan.holdout_rule, meta)
-    settings = plan.settings
-    train = sum(len(eligible(plan.name, [""] * r["frames"], settings["horizon"], settings["skip_first"]))
+    train = sum(len(eligible(plan.name, [""] * r["frames"], plan.horizon, plan.skip_first))
                 for rel, r in meta.items() if rel not in held)
     if not train:
         raise _no_training(plan, applied, held, meta)
@@ -345,7 +317,7 @@ def assemble(plan: Plan, runs: dict[str, dict[str, Any]], state: dict[str, Any]
     for rel, run in runs.items():
         split = "val" if rel in held else "train"
         labels = run["labels"]
-        for i in eligible(plan.name, labels, settings["horizon"], settings["skip_first"]):
+        for i in eligible(plan.name, labels, plan.horizon, plan.skip_first):
             frames[(labels[i], split)].append((rel, i))
     counts = {s: {b: len(frames[(b, s)]) for b in BUCKETS} for s in SPLITS}
     if not sum(counts["train"].values()):
@@ -377,20 +349,12 @@ def write_collection(plan: Plan, collection: Collection, counts: dict, why: str,
 # ----------------------------------------------------------------------------- the command
 
 
-def _collections(name: Any) -> list[str]:
+def _collections(name: str) -> list[str]:
     if name == "all":
         return list(COLLECTIONS)
     if name not in COLLECTIONS:
         raise ToolError(f"--collection {name}: unknown collection; choose {', '.join(COLLECTIONS)} or all")
-    return [str(name)]
-
-
-def open_root(root: Any) -> Layout:
-    layout = Layout(resolve_root(None if root is None else str(root)))  # fire makes "2024" an int
-    if not layout.root.is_dir():
-        raise ToolError(f"{layout.root}: no such dataset root; give the --root you collected into "
-                        "(bin/collect ROUTES_DIR --root ROOT)")
-    return layout
+    return [name]
 
 
 def _no_finished_runs(layout: Layout) -> ToolError:
@@ -409,7 +373,7 @@ def build_lock(layout: Layout) -> Iterator[None]:
     """One builder at a time per root (DDP ranks may all find a stale file at once): the others wait,
     then find the file up to date. Where the file system has no locks, go on without."""
     layout.buckets.mkdir(parents=True, exist_ok=True)
-    with open(layout.buckets / LOCK, "a") as f:
+    with open(layout.bucket_lock, "a") as f:
         try:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -422,23 +386,23 @@ def build_lock(layout: Layout) -> Iterator[None]:
 
 
 def build(root: Any = None, collection: Any = "all", holdout: Any = None, weights: Any = None,
-          force: Any = False) -> None:
+          horizon: Any = None, force: Any = False) -> None:
     """See `python -m tools.buckets build --help`."""
-    if not isinstance(force, bool):
-        raise ToolError(f"--force takes no value (got {force!r})")
-    names = _collections(collection)
-    rule = None if holdout is None else _parse_holdout(holdout)
-    overrides = None if weights is None else load_weights(weights)
-    layout = open_root(root)
+    force = cli.switch(force, "force")
+    names = _collections(cli.text(collection, "collection"))
+    rule = None if holdout is None else _parse_holdout(cli.text(holdout, "holdout"))
+    overrides = None if weights is None else load_weights(cli.text(weights, "weights"))
+    steps = None if horizon is None else cli.integer(horizon, "horizon", 1, 100)
+    layout = cli.open_root(root)
     state = dataset_state(layout)  # ToolError for a root without a manifest
     if not state["runs"]:
         raise _no_finished_runs(layout)
 
     # Everything that can be refused is refused before anything is written or frames are read.
-    plans = make_plans(layout, names, state, rule, overrides, force)
+    plans = make_plans(layout, names, state, rule, overrides, steps, force)
     if any(not p.up_to_date for p in plans):
         index = read_index(layout, state["dataset_id"])
-        meta = {rel: {"town": index[rel]["town"] if _unchanged(index.get(rel), r) else _peek_town(layout, rel),
+        meta = {rel: {"town": index[rel]["town"] if _unchanged(index.get(rel), r) else _town_or_unknown(layout, rel),
                       "frames": r["frames"]} for rel, r in state["runs"].items()}
         for plan in plans:
             if not plan.up_to_date:
@@ -459,7 +423,7 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
     with build_lock(layout):
         # Another builder may have finished while we waited: decide again on what is on disk now.
         state = dataset_state(layout)
-        plans = [p for p in make_plans(layout, [p.name for p in todo], state, rule, overrides, force)
+        plans = [p for p in make_plans(layout, [p.name for p in todo], state, rule, overrides, steps, force)
                  if not p.up_to_date]
         if not plans:
             print(f"buckets: {', '.join(p.path.name for p in todo)} built meanwhile by another builder; up to date",
@@ -468,7 +432,7 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
         index = {} if force else read_index(layout, state["dataset_id"])  # --force reads every frame again
         runs, reused, unreadable = _label_runs(layout, state, index)
         built = [(plan, *assemble(plan, runs, state)) for plan in plans]
-        atomic.write_text(layout.buckets / f"{INDEX}.json", json.dumps({
+        atomic.write_text(layout.bucket_index, json.dumps({
             "format": INDEX_FORMAT, "dataset_id": state["dataset_id"], "rules": RULES,
             "runs": {rel: {**state["runs"][rel], "town": r["town"], "labels": _rle(r["labels"])}
                      for rel, r in runs.items()},
@@ -483,10 +447,10 @@ def _unchanged(indexed: dict[str, Any] | None, now: dict[str, Any]) -> bool:
     return indexed is not None and all(indexed.get(k) == v for k, v in now.items())
 
 
-def _peek_town(layout: Layout, rel: str) -> str:
+def _town_or_unknown(layout: Layout, rel: str) -> str:
     try:
-        return str(json.loads(layout.run_settings(run_key(rel)).read_text())["town"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_town(layout, rel)
+    except ValueError:
         return "?"
 
 
@@ -511,8 +475,8 @@ def _label_runs(layout: Layout, state: dict[str, Any], index: dict[str, Any]
             runs[rel] = {"town": result["town"], "frames": state["runs"][rel]["frames"], "labels": result["labels"]}
             bar.update(1)
     bar.close()
-    unreadable = sorted(f"{rel}/frames/{i:05d}.msgpack" for rel, r in runs.items()
-                        for i, label in enumerate(r["labels"]) if label is None)
+    unreadable = sorted(layout.frame_path(run_key(rel), i).relative_to(layout.root).as_posix()
+                        for rel, r in runs.items() for i, label in enumerate(r["labels"]) if label is None)
     return dict(sorted(runs.items())), reused, unreadable
 
 
@@ -540,11 +504,11 @@ def _schedule(weights: list[float]) -> str:
 
 def show(root: Any = None, collection: Any = "all") -> None:
     """See `python -m tools.buckets show --help`."""
-    names = _collections(collection)
-    layout = open_root(root)
+    names = _collections(cli.text(collection, "collection"))
+    layout = cli.open_root(root)
     state = dataset_state(layout)
     for name in names:
-        path = collection_path(layout, name)
+        path = layout.collection_file(name)
         if not path.exists():
             print(f"{path}: not built; bin/build-buckets --root {layout.root} --collection {name}")
             continue

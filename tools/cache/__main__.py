@@ -6,7 +6,7 @@ Commands:
 
 Settings (tools/dataset/samples.py CacheSettings) are given as --name=value, e.g. --image_width=320;
 other settings make another cache folder beside the first. `python -m tools.cache COMMAND --help`
-explains each command. Record format: docs/cache.md.
+explains each command. Record format: docs/cache.md; frame to sample: tools/cache/preprocess.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ def build(root: str | None = None, shard: str | None = None, force: bool = False
     """Preprocess every frame of every finished route run of ROOT into its training cache.
 
     The cache folder is ROOT/cache/<hash of the settings and the cache format>/; it says which on
-    start. Resumable: records already there are skipped (--force redoes them); every record is written
+    start. Its settings.json records how far apart the frames are (frame_dt, from the runs' run.json):
+    one cache holds one recording rate, and a run of another rate is refused before anything is
+    written. Resumable: records already there are skipped (--force redoes them); every record is written
     atomically, so an interrupted build just runs again. Several processes may build at once, also on
     several machines: --shard I/N takes the route runs whose stable hash is I modulo N (SLURM array
     task I of N).

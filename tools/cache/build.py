@@ -1,7 +1,8 @@
 """Build and check the persistent training cache: every frame of every finished route run, preprocessed once.
 
-`Preprocessor` turns one recorded frame (and the poses of the frames after it) into the training sample
-of tools.dataset.samples; `build_cache` runs it over a dataset root into ROOT/cache/<settings.key()>/;
+`build_cache` runs tools.cache.preprocess.Preprocessor (frame -> training sample of
+tools.dataset.samples) over a dataset root into ROOT/cache/<settings.key()>/, and records in its
+settings.json how far apart the frames are (`frame_dt`, from the runs' run.json: one rate per cache);
 `verify_cache` checks every record's checksum and can rebuild the damaged ones. Record format and
 layout: tools.dataset.cache and docs/cache.md.
 """
@@ -13,19 +14,19 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import signal
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from PIL import Image
 from tqdm import tqdm
 
-from tools.dataset import atomic
+from tools.cache.preprocess import Preprocessor
+from tools.dataset import atomic, cli
 from tools.dataset.cache import (
     MIN_RECORD_BYTES,
     CacheRecordError,
@@ -33,22 +34,22 @@ from tools.dataset.cache import (
     check_record,
     read_cache_settings,
     record_path,
+    recorded_frame_dt,
     run_key,
     run_rel,
     settings_path,
     write_record,
 )
 from tools.dataset.errors import ToolError
-from tools.dataset.frames import FrameError, read_frame
-from tools.dataset.layout import Layout, RunKey, resolve_root
+from tools.dataset.frames import FrameError, read_frame, read_measurements
+from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import read_manifest
+from tools.dataset.measurements import Measurements
 from tools.dataset.results import RunState, run_state
-from tools.dataset.samples import CACHE_FORMAT, SEMANTIC_TO_TRAIN, CacheSettings
+from tools.dataset.rig import RecordingRate, RigConfig, run_rate, run_rig
+from tools.dataset.samples import CACHE_FORMAT, CacheSettings
 
 PROG = "cache"
-_SEM_LUT = np.array(SEMANTIC_TO_TRAIN, dtype=np.uint8)
-#: A temporary file older than this in a cache folder was left by a killed builder: removed.
-_STALE_TMP_S = 600.0
 
 
 def _log(message: str) -> None:
@@ -57,9 +58,12 @@ def _log(message: str) -> None:
 
 # ----------------------------------------------------------------------------- settings and flags
 
+_CONVERT = {"int": cli.integer, "float": cli.number, "str": cli.text}
+
 
 def parse_settings(overrides: dict[str, Any], flags: Iterable[str] = ()) -> CacheSettings:
-    """CacheSettings from `--name=value` overrides, each converted to its field's type.
+    """CacheSettings from `--name=value` overrides, each converted to its field's type (fire guesses types:
+    "64" is an int, "1e3" a float; equal settings must hash to the same cache folder).
 
     An unknown name is an error listing the near matches (among settings and the command's `flags`).
     """
@@ -71,41 +75,19 @@ def parse_settings(overrides: dict[str, Any], flags: Iterable[str] = ()) -> Cach
             near = difflib.get_close_matches(name, [*fields, *flags], n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join('--' + n for n in near)}?" if near else ""
             raise ToolError(f"unknown setting --{raw_name}{hint} (settings: {', '.join(fields)})")
-        values[name] = _convert(name, fields[name].type, value)
+        kind = fields[name].type
+        values[name] = _CONVERT[kind if isinstance(kind, str) else kind.__name__](value, name)
     try:
         return CacheSettings(**values)
     except ValueError as e:
         raise ToolError(f"{e}; see tools/dataset/samples.py CacheSettings") from None
 
 
-def _convert(name: str, kind: Any, value: Any) -> Any:
-    """Fire guesses types ("64" is an int, "1e3" a float): give each setting its declared type, so that
-    equal settings always hash to the same cache folder."""
-    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
-    try:
-        if isinstance(value, bool) or value is None or isinstance(value, list | tuple | dict):
-            raise ValueError
-        if kind == "int":
-            number = float(value)
-            if not number.is_integer():
-                raise ValueError
-            return int(number)
-        if kind == "float":
-            number = float(value)
-            if not math.isfinite(number):
-                raise ValueError
-            return number
-        return str(value)
-    except (TypeError, ValueError):
-        expected = {"int": "an integer", "float": "a number"}.get(kind, "a string")
-        raise ToolError(f"--{name}={value!r}: expected {expected}") from None
-
-
 def parse_shard(shard: Any) -> tuple[int, int]:
     """`--shard I/N` -> (I, N) with 0 <= I < N; None -> (0, 1)."""
     if shard is None:
         return 0, 1
-    text = str(shard).strip()
+    text = cli.text(shard, "shard").strip()
     parts = text.split("/")
     try:
         if len(parts) != 2:
@@ -123,7 +105,8 @@ def parse_only(only: Any) -> tuple[str, int] | None:
     """`--only data/<Scenario>/<run>:INDEX` -> (run_rel, index)."""
     if only is None:
         return None
-    rel, sep, index = str(only).rpartition(":")
+    text = cli.text(only, "only")
+    rel, sep, index = text.rpartition(":")
     try:
         if not sep:
             raise ValueError
@@ -132,7 +115,7 @@ def parse_only(only: Any) -> tuple[str, int] | None:
         if i < 0:
             raise ValueError
     except ValueError:
-        raise ToolError(f"--only {only}: expected data/<Scenario>/<run>:INDEX, e.g. "
+        raise ToolError(f"--only {text}: expected data/<Scenario>/<run>:INDEX, e.g. "
                         "--only data/NoScenario/town_0000_route0_rep0:12") from None
     return rel.strip("/"), i
 
@@ -142,166 +125,12 @@ def shard_of(rel: str, n: int) -> int:
     return int.from_bytes(hashlib.sha256(rel.encode()).digest()[:8], "big") % n
 
 
-def _as_flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ToolError(f"--{name} takes no value (got {value!r}): write --{name} alone")
-
-
-# ----------------------------------------------------------------------------- preprocessing
-
-
-def to_ego(points: np.ndarray, ego: dict[str, Any]) -> np.ndarray:
-    """World points (N, 2), CARLA frame, into the ego frame of pose `ego` (x, y, yaw in degrees): x forward,
-    y right. CARLA's yaw turns from +x towards +y, so the rotation is the plain 2D one."""
-    yaw = math.radians(float(ego["yaw"]))
-    c, s = math.cos(yaw), math.sin(yaw)
-    d = np.asarray(points, dtype=np.float64).reshape(-1, 2) - (float(ego["x"]), float(ego["y"]))
-    return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], axis=1)
-
-
-def _nearest(n_out: int, start: int, n_in: int) -> np.ndarray:
-    """Source indices of nearest-neighbour resampling of `n_in` pixels from `start` onto `n_out`."""
-    return start + np.minimum(((np.arange(n_out) + 0.5) * n_in / n_out).astype(np.int64), n_in - 1)
-
-
-@dataclass
-class Preprocessor:
-    """Recorded frame -> training sample (the schema of tools.dataset.samples) for one run's rig."""
-
-    settings: CacheSettings
-    rig: dict[str, Any]
-    _bev_index: tuple[np.ndarray, ...] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        cams = {c["name"]: c for c in self.rig.get("cameras", [])}
-        cam = self.settings.camera
-        if cam not in cams:
-            raise ToolError(f"camera {cam!r} not in this run's rig (cameras: {', '.join(cams) or 'none'}); "
-                            f"pick one with --camera=NAME")
-        self.sensor_names = [f"rgb_{cam}", f"semantics_{cam}", f"depth_{cam}", "lidar", "bev"]
-
-    def _crop(self, width: int, height: int) -> tuple[int, int, int, int]:
-        """The largest centred (left, top, crop width, crop height) with the model input's aspect ratio."""
-        s = self.settings
-        cw = min(width, round(height * s.image_width / s.image_height))
-        ch = min(height, round(width * s.image_height / s.image_width))
-        return (width - cw) // 2, (height - ch) // 2, cw, ch
-
-    def camera(self, rgb: np.ndarray, semantics: np.ndarray, depth_cm: np.ndarray) -> dict[str, np.ndarray]:
-        s = self.settings
-        h, w = rgb.shape[:2]
-        left, top, cw, ch = self._crop(w, h)
-        image = Image.fromarray(rgb).resize((s.image_width, s.image_height), Image.Resampling.LANCZOS,
-                                            box=(left, top, left + cw, top + ch))
-        rows, cols = _nearest(s.image_height, top, ch), _nearest(s.image_width, left, cw)
-        return {
-            "rgb": np.asarray(image, dtype=np.uint8),
-            "semantics": _SEM_LUT[semantics[rows][:, cols]],
-            "depth": (depth_cm[rows][:, cols].astype(np.float32) / 100.0).astype(np.float16),
-        }
-
-    def lidar_bev(self, points: np.ndarray) -> np.ndarray:
-        """Points per cell of the settings' grid (row 0 farthest ahead, column 0 farthest left), below and
-        above `lidar_split_height`, saturated at 255."""
-        s = self.settings
-        g, cell = s.bev_pixels, s.bev_range / s.bev_pixels
-        row = np.floor((s.bev_ahead - points[:, 0]) / cell).astype(np.int64)
-        col = np.floor((points[:, 1] + s.bev_range / 2) / cell).astype(np.int64)
-        inside = (row >= 0) & (row < g) & (col >= 0) & (col < g)
-        channel = (points[:, 2] > s.lidar_split_height).astype(np.int64)
-        cells = (channel * g * g + row * g + col)[inside]
-        counts = np.bincount(cells, minlength=2 * g * g)
-        return np.minimum(counts, 255).astype(np.uint8).reshape(2, g, g)
-
-    def bev(self, recorded: np.ndarray) -> np.ndarray:
-        """The recorded BEV raster (tools.collect.render.BevConfig) resampled (nearest) onto the settings'
-        grid; cells outside the recorded raster are BEV_EMPTY (0)."""
-        if self._bev_index is None or self._bev_index[0] != recorded.shape:
-            s, b = self.settings, self.rig["bev"]
-            pixels, res, offset = int(b["pixels"]), float(b["resolution"]), int(b["ego_offset_px"])
-            g, cell = s.bev_pixels, s.bev_range / s.bev_pixels
-            x = s.bev_ahead - (np.arange(g) + 0.5) * cell  # ego x of each row's centre
-            y = -s.bev_range / 2 + (np.arange(g) + 0.5) * cell  # ego y of each column's centre
-            rows = np.floor(pixels / 2 + offset - x / res).astype(np.int64)
-            cols = np.floor(pixels / 2 + y / res).astype(np.int64)
-            h, w = recorded.shape
-            self._bev_index = (recorded.shape, np.clip(rows, 0, h - 1), np.clip(cols, 0, w - 1),
-                               (rows >= 0) & (rows < h), (cols >= 0) & (cols < w))
-        _, rows, cols, row_ok, col_ok = self._bev_index
-        out = recorded[rows][:, cols].astype(np.uint8)
-        out[~row_ok, :] = 0
-        out[:, ~col_ok] = 0
-        return out
-
-    def __call__(self, frame: dict[str, Any], future: list[dict[str, Any] | None]) -> dict[str, np.ndarray]:
-        """The sample of `frame` (read_frame with self.sensor_names); `future` holds the measurements of the
-        next `horizon` frames (None past the end of the run)."""
-        s, m = self.settings, frame["measurements"]
-        sensors = frame["sensors"]
-        missing = [n for n in self.sensor_names if n not in sensors]
-        if missing:
-            raise FrameError(f"frame {m.get('frame')}: no {', '.join(missing)} sensor")
-        cam = s.camera
-        sample = self.camera(sensors[f"rgb_{cam}"], sensors[f"semantics_{cam}"], sensors[f"depth_{cam}"])
-        sample["lidar_bev"] = self.lidar_bev(sensors["lidar"])
-        sample["bev"] = self.bev(sensors["bev"])
-
-        ego = m["ego"]
-        waypoints = np.zeros((s.horizon, 2), dtype=np.float32)
-        valid = np.zeros(s.horizon, dtype=bool)
-        for k, later in enumerate(future[: s.horizon]):
-            if later is not None:
-                waypoints[k] = to_ego([[later["ego"]["x"], later["ego"]["y"]]], ego)[0]
-                valid[k] = True
-        sample["waypoints"], sample["waypoints_valid"] = waypoints, valid
-
-        target = to_ego([m["target_point"]], ego).astype(np.float32)[0]
-        route_world = [p for p in m.get("route") or []][: s.route_points]
-        route = to_ego(route_world, ego).astype(np.float32) if route_world else target[None, :]
-        if len(route) < s.route_points:  # near the end of the route: repeat its last point
-            route = np.concatenate([route, np.repeat(route[-1:], s.route_points - len(route), axis=0)])
-        sample["route"], sample["target_point"] = route, target
-
-        command = int(m["command"]) - 1
-        sample["command"] = np.array(command if 0 <= command <= 5 else 3, dtype=np.int64)  # unknown: follow lane
-        sample["speed"] = np.array(m["speed"], dtype=np.float32)
-        sample["target_speed"] = np.array(m["target_speed"], dtype=np.float32)
-        sample["light_hazard"] = np.array(bool(m["light_hazard"]), dtype=bool)
-        sample["vehicle_hazard"] = np.array(bool(m["vehicle_hazard"]), dtype=bool)
-        boxes = [b for b in frame.get("boxes") or [] if b.get("id") != 0]
-        sample["boxes"] = np.array(
-            [[*b["center_ego"][:3], *b["extent"][:3], math.radians(b["yaw_ego"]), b["class"]] for b in boxes],
-            dtype=np.float32).reshape(-1, 8)
-        return sample
-
-
-def read_rig(layout: Layout, key: RunKey) -> dict[str, Any]:
-    path = layout.run_settings(key)
-    try:
-        return json.loads(path.read_text())["rig"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FrameError(f"{path}: cannot read the run's rig ({e})") from None
-
-
 # ----------------------------------------------------------------------------- the dataset side
 
 
-def open_root(root: Any) -> Layout:
-    """The dataset root's layout; ToolError when it is missing or not a dataset root."""
-    layout = Layout(resolve_root(None if root is None else str(root)))  # fire makes "2024" an int
-    if not layout.root.is_dir():
-        raise ToolError(f"{layout.root}: no such dataset root; give the --root you collected into "
-                        "(bin/collect ROUTES_DIR --root ROOT)")
-    manifest = read_manifest(layout)
-    if manifest is None and not (layout.root / "data").is_dir():
-        raise ToolError(f"{layout.root}: not a dataset root (no {layout.manifest.name}, no data/); "
-                        "collect into it first: bin/collect ROUTES_DIR --root ROOT")
-    return layout
-
-
-def finished_runs(layout: Layout) -> list[RunKey]:
-    """Every FINISHED route run (tools.dataset.results.run_state, the one definition); ToolError when none."""
+def cacheable_runs(layout: Layout) -> list[RunKey]:
+    """The keys of every FINISHED route run (tools.dataset.results.run_state, the one definition), sorted;
+    ToolError when there is none."""
     states = {key: run_state(layout, key) for key in layout.iter_runs()}
     runs = [key for key, state in states.items() if state is RunState.FINISHED]
     if not states:
@@ -316,17 +145,109 @@ def finished_runs(layout: Layout) -> list[RunKey]:
     return runs
 
 
-def prepare_cache_dir(layout: Layout, settings: CacheSettings) -> Path:
-    """Create ROOT/cache/<key>/ with its settings.json (written first); refuse a folder of other settings."""
+@dataclass(frozen=True)
+class RunSource:
+    """What the cache needs of a route run's run.json: its rig (sensor names, BEV grid) and its rate."""
+
+    key: RunKey
+    rig: RigConfig
+    rate: RecordingRate
+
+
+def read_run_source(layout: Layout, key: RunKey) -> RunSource:
+    """The rig and recording rate of a route run; FrameError when its run.json cannot say."""
+    path = layout.run_settings(key)
+    try:
+        run = json.loads(path.read_text())
+        return RunSource(key, run_rig(run), run_rate(run))
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise FrameError(f"{path}: cannot read the run's rig and recording rate ({e})") from None
+
+
+def read_run_sources(layout: Layout, keys: list[RunKey]) -> tuple[dict[RunKey, RunSource], dict[RunKey, str]]:
+    """(sources of the readable runs, why each other one is unreadable)."""
+    sources, problems = {}, {}
+    for key in keys:
+        try:
+            sources[key] = read_run_source(layout, key)
+        except FrameError as e:
+            problems[key] = str(e)
+    return sources, problems
+
+
+def _rate_text(rate: RecordingRate) -> str:
+    return f"{rate.frame_dt:g} s apart (--sim_hz={rate.sim_hz} --record_every={rate.record_every})"
+
+
+def common_frame_dt(folder: Path, cached: float | None, sources: Iterable[RunSource]) -> float | None:
+    """The time between frames all `sources` share, and the cache folder's `cached` one if it records one.
+
+    A cache holds one recording rate (the time step of its waypoints): a run of another rate is one
+    ToolError naming it, both rates and the fix. None when there is nothing to go by."""
+    fix = ("a cache holds one recording rate (its waypoints' time step): collect the run again at that rate, "
+           "or give runs of another rate a dataset root of their own")
+    reference: RunSource | None = None
+    for source in sorted(sources, key=lambda src: src.key):
+        dt = source.rate.frame_dt
+        if cached is not None and not math.isclose(dt, cached, rel_tol=1e-9):
+            raise ToolError(f"{source.key}: frames recorded {_rate_text(source.rate)}, but the cache {folder} holds "
+                            f"frames {cached:g} s apart; {fix}")
+        if reference is not None and not math.isclose(dt, reference.rate.frame_dt, rel_tol=1e-9):
+            raise ToolError(f"{source.key}: frames recorded {_rate_text(source.rate)}, but those of {reference.key} "
+                            f"{_rate_text(reference.rate)}; {fix}")
+        reference = reference or source
+    if cached is not None:
+        return cached
+    return None if reference is None else reference.rate.frame_dt
+
+
+def _create(path: Path, content: dict[str, Any]) -> bool:
+    """Write `content` as JSON at `path` unless a file is there already (then False): of builders racing
+    on a new folder, exactly one writes its settings.json."""
+    tmp = path.with_name(f"{atomic.TMP_PREFIX}{path.name}.{os.getpid()}")
+    atomic.write_json(tmp, content)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: the last writer wins
+        if path.exists():
+            return False
+        os.replace(tmp, path)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def prepare_cache_dir(layout: Layout, settings: CacheSettings, sources: Iterable[RunSource]
+                      ) -> tuple[Path, float | None]:
+    """ROOT/cache/<key>/ with its settings.json (written first, with the runs' frame_dt), and that frame_dt.
+
+    Refuses a folder of other settings and runs of another rate than each other or than the folder,
+    before anything is written; adds frame_dt to the settings.json of a folder built before it was
+    recorded. Without any run to go by (an empty shard), writes nothing."""
     folder = cache_dir(layout, settings)
     path = settings_path(folder)
-    if path.exists():
-        if read_cache_settings(folder) != settings:
-            raise ToolError(f"{path}: holds other settings than its folder name says; move {folder} aside "
-                            "and build again")
-        return folder
-    atomic.write_json(path, {"format": CACHE_FORMAT, "key": settings.key(), "settings": settings.to_dict()})
-    return folder
+    sources = list(sources)
+    for _ in range(2):  # a second time when another builder created settings.json meanwhile
+        cached = None
+        if path.exists():
+            if read_cache_settings(folder) != settings:
+                raise ToolError(f"{path}: holds other settings than its folder name says; move {folder} aside "
+                                "and build again")
+            cached = recorded_frame_dt(folder)
+        frame_dt = common_frame_dt(folder, cached, sources)
+        if cached is not None or frame_dt is None:
+            return folder, frame_dt
+        if path.exists():  # built before frame_dt was recorded: add it, the runs agree
+            atomic.write_json(path, {**json.loads(path.read_text()), "frame_dt": frame_dt})
+            _log(f"{path}: recorded frame_dt {frame_dt:g} s (from the runs' run.json)")
+            return folder, frame_dt
+        content = {"format": CACHE_FORMAT, "key": settings.key(), "settings": settings.to_dict(), "frame_dt": frame_dt}
+        if _create(path, content):
+            return folder, frame_dt
+    raise ToolError(f"{path}: changed while this builder was starting; run it again")
 
 
 def _describe(settings: CacheSettings) -> str:
@@ -346,16 +267,16 @@ def _done(path: Path) -> bool:
         return False
 
 
-def _remove_stale_tmp(folder: Path) -> None:
-    if not folder.is_dir():
-        return
-    now = time.time()
-    for p in folder.glob(".tmp-*"):
+def _remove_stale_tmp(folder: Path) -> int:
+    """Delete the temporary files of builders killed mid-write in one run's record folder; their count."""
+    removed = 0
+    for p in atomic.stale_temporaries(folder):
         try:
-            if now - p.stat().st_mtime > _STALE_TMP_S:
-                p.unlink()
+            p.unlink()
+            removed += 1
         except OSError:
             pass
+    return removed
 
 
 @dataclass
@@ -366,27 +287,15 @@ class _RunPlan:
     wanted: list[int]
 
 
-def _build_run(layout: Layout, folder: Path, settings: CacheSettings, plan: _RunPlan, force: bool,
-               bar: tqdm, stats: dict[str, int], preprocessors: dict[str, Preprocessor]) -> None:
+def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Preprocessor, force: bool,
+               bar: tqdm, stats: dict[str, int]) -> None:
     rel = run_rel(plan.key)
-    _remove_stale_tmp(record_path(folder, rel, 0).parent)
-    try:
-        rig = read_rig(layout, plan.key)
-    except FrameError as e:
-        _log(f"{plan.key}: {e}; skipping its {len(plan.todo)} samples")
-        stats["unreadable"] += len(plan.todo)
-        bar.update(len(plan.todo))
-        return
-    rig_key = json.dumps(rig, sort_keys=True)
-    if rig_key not in preprocessors:
-        preprocessors[rig_key] = Preprocessor(settings, rig)
-    pre = preprocessors[rig_key]
     # measurements first (poses of the frames i .. i+horizon), then each frame's sensors
     needed = sorted({j for i in plan.todo for j in range(i, i + settings.horizon + 1) if j in plan.frames})
-    measurements: dict[int, dict[str, Any]] = {}
+    measurements: dict[int, Measurements] = {}
     for j in needed:
         try:
-            measurements[j] = read_frame(plan.frames[j], sensors=False)["measurements"]
+            measurements[j] = read_measurements(plan.frames[j])
         except (FrameError, OSError) as e:
             _log(f"{plan.frames[j]}: unreadable frame ({e})")
     for i in plan.todo:
@@ -408,6 +317,44 @@ def _build_run(layout: Layout, folder: Path, settings: CacheSettings, plan: _Run
         write_record(path, sample, settings.jpeg_quality)
         stats["built"] += 1
         bar.update(1)
+
+
+def preprocessors_for(settings: CacheSettings, sources: dict[RunKey, RunSource]) -> dict[RunKey, Preprocessor]:
+    """The Preprocessor of each run (one per distinct rig); ToolError, before anything is built, when a
+    run's rig lacks the settings' camera."""
+    by_rig: dict[RigConfig, Preprocessor] = {}
+    out = {}
+    for key, source in sources.items():
+        if source.rig not in by_rig:
+            try:
+                by_rig[source.rig] = Preprocessor(settings, source.rig)
+            except ToolError as e:
+                raise ToolError(f"{key}: {e}") from None
+        out[key] = by_rig[source.rig]
+    return out
+
+
+def _build_runs(folder: Path, settings: CacheSettings, plans: list[_RunPlan], pres: dict[RunKey, Preprocessor],
+                force: bool, bar: tqdm, stats: dict[str, int]) -> None:
+    """Build the records `plans` name; a run without a Preprocessor (its run.json is unreadable) counts
+    its records unreadable."""
+    for plan in plans:
+        if not plan.todo:
+            continue
+        if plan.key not in pres:
+            _log(f"{plan.key}: skipping its {len(plan.todo)} samples (its run.json is unreadable)")
+            stats["unreadable"] += len(plan.todo)
+            bar.update(len(plan.todo))
+            continue
+        _build_run(folder, settings, plan, pres[plan.key], force, bar, stats)
+
+
+def _read_sources(layout: Layout, keys: list[RunKey]) -> dict[RunKey, RunSource]:
+    """The sources of the runs whose run.json is readable; the others are named on stderr."""
+    sources, problems = read_run_sources(layout, keys)
+    for why in problems.values():
+        _log(why)
+    return sources
 
 
 def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
@@ -432,12 +379,13 @@ def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
 def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: Any = None,
                 settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build (or complete) the cache of `settings` for a dataset root; returns the summary's figures."""
-    force = _as_flag(force, "force")
+    force = cli.switch(force, "force")
     settings_ = parse_settings(settings or {}, flags=("root", "shard", "force", "only"))
     shard_i, shard_n = parse_shard(shard)
     only_ = parse_only(only)
-    layout = open_root(root)
-    runs = finished_runs(layout)
+    layout = cli.open_root(root)
+    read_manifest(layout)  # refuses a root of another dataset format
+    runs = cacheable_runs(layout)
     if only_ is not None:
         key = run_key(only_[0])
         if key not in runs:
@@ -445,18 +393,33 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
         frames = {int(p.stem) for p in layout.frame_paths(key) if p.stem.isdigit()}
         if only_[1] not in frames:
             raise ToolError(f"--only {only}: the run has no frame {only_[1]} (frames 0 to {len(frames) - 1})")
-    mine = runs if only_ is not None else [k for k in runs if shard_of(run_rel(k), shard_n) == shard_i]
+        mine = [key]
+    else:
+        mine = [k for k in runs if shard_of(run_rel(k), shard_n) == shard_i]
 
-    folder = prepare_cache_dir(layout, settings_)
-    _log(f"using cache {folder}: settings {_describe(settings_)} (format {CACHE_FORMAT})")
+    # Everything that can be refused (a rig without the camera, another recording rate) is refused here,
+    # before anything is written.
+    sources = _read_sources(layout, mine)
+    pres = preprocessors_for(settings_, sources)
+    target = cache_dir(layout, settings_)
+    while not target.exists():  # the nearest folder there is: where the builder would create its own
+        target = target.parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ToolError(f"--root {layout.root}: {target} is not writable (a read-only root?); build the cache "
+                        "where you can write, or copy the root")
+    folder, frame_dt = prepare_cache_dir(layout, settings_, sources.values())
+    rate = "" if frame_dt is None else f"; frames {frame_dt:g} s apart"
+    _log(f"using cache {folder}: settings {_describe(settings_)} (format {CACHE_FORMAT}){rate}")
     if shard_n > 1:
         _log(f"shard {shard_i}/{shard_n}: {len(mine)} of {len(runs)} finished route runs")
     plans = _plan(layout, folder, mine, force, only_)
     n_wanted = sum(len(p.wanted) for p in plans)
     n_todo = sum(len(p.todo) for p in plans)
     stats = {"built": 0, "skipped": n_wanted - n_todo, "unreadable": 0}
+    stale = sum(_remove_stale_tmp(record_path(folder, run_rel(p.key), 0).parent) for p in plans)
+    if stale:
+        _log(f"removed {stale} temporary files left by builders killed mid-write")
     start = time.monotonic()
-    preprocessors: dict[str, Preprocessor] = {}
     try:  # scancel / a SLURM time limit: stop cleanly (only the main thread may set a handler)
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:
@@ -464,10 +427,7 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
     try:
         with tqdm(total=n_todo, unit="sample", desc=PROG, file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
                   disable=n_todo == 0) as bar:
-            for plan in plans:
-                if plan.todo:
-                    _build_run(layout, folder, settings_, plan, force or only_ is not None, bar, stats,
-                               preprocessors)
+            _build_runs(folder, settings_, plans, pres, force or only_ is not None, bar, stats)
     except KeyboardInterrupt:
         _log(f"interrupted after {stats['built']} samples built; run the same command again to resume")
         raise
@@ -483,12 +443,12 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
             except OSError:
                 pass
     present = n_wanted - stats["unreadable"]
-    rate = stats["built"] / elapsed if elapsed > 0 else 0.0
+    speed = stats["built"] / elapsed if elapsed > 0 else 0.0
     summary = {"folder": str(folder), "runs": len(plans), "samples": n_wanted, "bytes": size, "seconds": elapsed,
                **stats}
     _log(f"{stats['built']} samples built, {stats['skipped']} skipped (already cached)"
          + (f", {stats['unreadable']} unreadable" if stats["unreadable"] else "")
-         + f" in {elapsed:.1f} s ({rate:.1f} samples/s); {len(plans)} route runs, {present} records, "
+         + f" in {elapsed:.1f} s ({speed:.1f} samples/s); {len(plans)} route runs, {present} records, "
          f"{size / 2**20:.1f} MiB on disk, {size / max(present, 1) / 1024:.1f} KiB per sample; in {folder}")
     if stats["unreadable"]:
         raise ToolError(f"{stats['unreadable']} samples could not be made (frames named above); "
@@ -502,9 +462,9 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
 def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check the checksum of every record of the settings' cache; report damaged and missing records;
     `repair` rebuilds them. Returns the counts."""
-    repair = _as_flag(repair, "repair")
+    repair = cli.switch(repair, "repair")
     settings_ = parse_settings(settings or {}, flags=("root", "repair"))
-    layout = open_root(root)
+    layout = cli.open_root(root)
     folder = cache_dir(layout, settings_)
     if not settings_path(folder).exists():
         others = sorted(p.name for p in layout.cache.glob("*") if settings_path(p).exists()) \
@@ -513,12 +473,17 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
                         f"bin/build-cache --root {layout.root}" + (f" (caches here: {', '.join(others)})"
                                                                    if others else ""))
     read_cache_settings(folder)
-    runs = finished_runs(layout)
+    runs = cacheable_runs(layout)
     _log(f"verifying cache {folder}")
     damaged: list[tuple[RunKey, int]] = []
     missing: list[tuple[RunKey, int]] = []
     checked = 0
     plans = _plan(layout, folder, runs, force=True, only=None)
+    stale = [p for plan in plans for p in atomic.stale_temporaries(record_path(folder, run_rel(plan.key), 0).parent)]
+    for p in stale:
+        _log(f"left by a builder killed mid-write: {p}" + (" (removed)" if repair else ""))
+        if repair:
+            p.unlink(missing_ok=True)
     with tqdm(total=sum(len(p.wanted) for p in plans), unit="record", desc=PROG, file=sys.stderr,
               dynamic_ncols=True, mininterval=0.5) as bar:
         for plan in plans:
@@ -541,16 +506,20 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
             todo.setdefault(key, []).append(i)
         stats = {"built": 0, "skipped": 0, "unreadable": 0}
         by_key = {p.key: p for p in plans}
+        sources = _read_sources(layout, list(todo))
+        pres = preprocessors_for(settings_, sources)
+        common_frame_dt(folder, recorded_frame_dt(folder), sources.values())  # same rate as the cache
+        repairs = [dataclasses.replace(by_key[key], todo=sorted(indices)) for key, indices in todo.items()]
         with tqdm(total=len(damaged) + len(missing), unit="sample", desc=f"{PROG} repair", file=sys.stderr,
                   dynamic_ncols=True) as bar:
-            for key, indices in todo.items():
-                plan = dataclasses.replace(by_key[key], todo=sorted(indices))
-                _build_run(layout, folder, settings_, plan, True, bar, stats, {})
+            _build_runs(folder, settings_, repairs, pres, True, bar, stats)
         repaired = stats["built"]
     _log(f"{checked} records checked: {len(damaged)} damaged, {len(missing)} missing"
-         + (f"; {repaired} rebuilt" if repair else "") + f"; cache {folder}")
+         + (f"; {repaired} rebuilt" if repair else "")
+         + (f"; {len(stale)} temporary files of killed builders" + (" removed" if repair else
+            " (harmless; --repair or the next build removes them)") if stale else "") + f"; cache {folder}")
     result = {"folder": str(folder), "checked": checked, "damaged": len(damaged), "missing": len(missing),
-              "repaired": repaired}
+              "repaired": repaired, "stale_temporary": len(stale)}
     if not repair and (damaged or missing):
         raise ToolError(f"{len(damaged)} damaged and {len(missing)} missing records; rebuild them with "
                         f"python -m tools.cache verify --root {layout.root} --repair")

@@ -7,7 +7,8 @@ A collection holds buckets; a bucket is (name, split) with its frames and a per-
 Frames are named portably, relative to ROOT: ("data/<Scenario>/<run>", frame index). A file records the
 state of the dataset it was built from (`dataset_state`): which finished route runs, their result files'
 content hash and frame counts. `load_collection` compares it with the root now and rebuilds a stale
-file (routes added or removed since) by running the builder, so that nobody has to remember to.
+file (routes added or removed since), or a posttrain file made for another horizon than the caller's
+cache, by running the builder, so that nobody has to remember to.
 
 The readers of this module (cache, train) never decide which route runs are usable or what a bucket
 means: that is the builder's job (tools/buckets) and docs/buckets.md describes the file format.
@@ -37,7 +38,6 @@ BUCKETS_FORMAT = 1
 
 COLLECTIONS = ("pretrain", "posttrain")
 SPLITS = ("train", "val")
-INDEX = "index"  # ROOT/buckets/index.json: the builder's frame index, not a collection
 
 Frame = tuple[str, int]  # ("data/<Scenario>/<run>", frame index)
 
@@ -68,9 +68,9 @@ def _file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def finished_runs(layout: Layout) -> dict[str, dict[str, Any]]:
-    """Every FINISHED route run (tools.dataset.results.run_state, the one definition), sorted:
-    "data/<Scenario>/<run>" -> {"result": content hash of its result file, "frames": frame files}.
+def run_fingerprints(layout: Layout) -> dict[str, dict[str, Any]]:
+    """The fingerprint of every FINISHED route run (tools.dataset.results.run_state, the one definition),
+    sorted: "data/<Scenario>/<run>" -> {"result": content hash of its result file, "frames": frame files}.
     Cheap: reads result files and lists frame folders, decodes no frame."""
     runs = {}
     for key in layout.iter_runs():
@@ -89,7 +89,7 @@ def dataset_state(layout: Layout) -> dict[str, Any]:
 
     `fingerprint` changes whenever a finished run is added, removed, or redone (its result or frame
     count changed); `dataset_id` (manifest) tells this dataset from another one."""
-    runs = finished_runs(layout)
+    runs = run_fingerprints(layout)
     text = json.dumps(runs, sort_keys=True, separators=(",", ":"))
     return {
         "dataset_id": dataset_id(layout),
@@ -144,7 +144,13 @@ class Collection:
     buckets: list[Bucket]
     built_from: dict[str, Any]  # dataset_state at build time
     holdout: str  # the held-out rule applied: "town:NAME", "scenario:TYPE" or "every:N"
-    settings: dict[str, Any]  # the builder's settings (holdout rule asked for, horizon, rules, weights)
+    settings: dict[str, Any]  # the builder's settings (holdout rule asked for, horizon (posttrain), rules, weights)
+
+    @property
+    def horizon(self) -> int | None:
+        """The future frames every frame of this collection has (posttrain); None when it does not say."""
+        value = self.settings.get("horizon")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def frames(self, split: str) -> list[Frame]:
         """Every frame of a split, sorted by run and index."""
@@ -269,15 +275,16 @@ def check_same_dataset(path: Path, layout: Layout, built_from: dict[str, Any], t
         )
 
 
-def build_command(layout: Layout, name: str) -> list[str]:
+def build_command(layout: Layout, name: str, horizon: int) -> list[str]:
     """The builder as a subprocess: stages share only tools/dataset and files."""
-    return [sys.executable, "-m", "tools.buckets", "build", "--root", str(layout.root), "--collection", name]
+    return [sys.executable, "-m", "tools.buckets", "build", "--root", str(layout.root), "--collection", name,
+            "--horizon", str(int(horizon))]
 
 
-def _rebuild(layout: Layout, name: str) -> None:
+def _rebuild(layout: Layout, name: str, horizon: int) -> None:
     """Run the builder; forward its messages (the final state of its progress bar, its summary) on stderr.
     A failure becomes one ToolError line: the builder's own message."""
-    proc = subprocess.run(build_command(layout, name), capture_output=True, text=True)
+    proc = subprocess.run(build_command(layout, name, horizon), capture_output=True, text=True)
     lines = [line.rsplit("\r", 1)[-1] for line in proc.stderr.split("\n")]  # a progress bar: its last state
     lines = [line for line in lines if line.strip()]
     if proc.returncode != 0:
@@ -287,31 +294,41 @@ def _rebuild(layout: Layout, name: str) -> None:
         print(line, file=sys.stderr)
 
 
-def load_collection(layout: Layout, name: str, *, rebuild: bool = True) -> Collection:
-    """The collection `name` of this root, built or rebuilt first when it is missing or stale.
+def load_collection(layout: Layout, name: str, *, horizon: int, rebuild: bool = True) -> Collection:
+    """The collection `name` of this root, built or rebuilt first when it is missing, stale or made for
+    another horizon.
 
-    Missing or stale (finished route runs added, removed or redone since it was built): say so on
-    stderr and run the builder (`python -m tools.buckets build`), unless `rebuild` is False (then
-    ToolError). Built from another dataset: ToolError naming the file and the fix; never overwritten."""
+    `horizon` is the future horizon of the cache the caller reads (CacheSettings.horizon): posttrain
+    frames must have that many readable frames after them. pretrain takes every frame and ignores it.
+
+    Missing, stale (finished route runs added, removed or redone since it was built) or, for posttrain,
+    built for another horizon: say so on stderr and run the builder (`python -m tools.buckets build
+    --horizon H`), unless `rebuild` is False (then ToolError). Built from another dataset: ToolError
+    naming the file and the fix; never overwritten."""
     check_collection(name)
+    horizon = int(horizon)
     path = collection_path(layout, name)
+    fix = f"bin/build-buckets --root {layout.root} --collection {name}" + (
+        f" --horizon {horizon}" if name == "posttrain" else "")
     this_id = dataset_id(layout)
     try:
         collection, _ = read_collection(path)
     except FileNotFoundError:
         if not rebuild:
-            raise ToolError(f"{path}: no such bucket file; build it: bin/build-buckets --root {layout.root} "
-                            f"--collection {name}") from None
+            raise ToolError(f"{path}: no such bucket file; build it: {fix}") from None
         print(f"{path} does not exist yet; building it", file=sys.stderr)
-        _rebuild(layout, name)
+        _rebuild(layout, name, horizon)
         return read_collection(path)[0]
     check_same_dataset(path, layout, collection.built_from, this_id)
     change = describe_change(collection.built_from, dataset_state(layout))
-    if change is None:
+    if change is not None:
+        reason = f"is stale: {change} since it was built"
+    elif name == "posttrain" and collection.horizon != horizon:
+        reason = f"was built for horizon {collection.horizon}, the cache being read has horizon {horizon}"
+    else:
         return collection
     if not rebuild:
-        raise ToolError(f"{path} is stale: {change} since it was built; rebuild it: bin/build-buckets --root "
-                        f"{layout.root} --collection {name}")
-    print(f"{path} is stale: {change} since it was built; rebuilding", file=sys.stderr)
-    _rebuild(layout, name)
+        raise ToolError(f"{path} {reason}; rebuild it: {fix}")
+    print(f"{path} {reason}; rebuilding", file=sys.stderr)
+    _rebuild(layout, name, horizon)
     return read_collection(path)[0]

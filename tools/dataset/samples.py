@@ -17,15 +17,16 @@ One sample (numpy arrays and scalars), in the ego frame (x forward, y right, met
 | waypoints_valid   | bool    | (P,)           | False past the end of the run |
 | route             | float32 | (R, 2)         | route points ahead (`route_points` R, 2 m apart) |
 | target_point      | float32 | (2,)           | the current target point |
-| command           | int64   | ()             | RoadOption - 1: 0 left 1 right 2 straight 3 follow 4,5 change lane |
+| command           | int64   | ()             | command_index: 0 left 1 right 2 straight 3 follow 4,5 change lane |
 | speed             | float32 | ()             | m/s |
 | target_speed      | float32 | ()             | the expert's target speed, m/s |
 | light_hazard      | bool    | ()             | |
 | vehicle_hazard    | bool    | ()             | |
 | boxes             | float32 | (N, 8)         | other vehicles: x, y, z, length, width, height, yaw (rad), class id |
 
-The BEV grid of G x G cells covers `bev_ahead` metres ahead of the ego and `bev_range - bev_ahead`
-behind, `bev_range / 2` to each side; row 0 is the farthest ahead, column 0 the farthest left.
+The BEV grid of G x G cells (`CacheSettings.grid()`, a tools.dataset.geometry.BevGrid) covers
+`bev_ahead` metres ahead of the ego and `bev_range - bev_ahead` behind, `bev_range / 2` to each side;
+row 0 is the farthest ahead, column 0 the farthest left.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.dataset import semantics as S
+from tools.dataset.geometry import BevGrid
 
 #: Bump when the content or encoding of a cached sample changes: a new cache folder follows.
 CACHE_FORMAT = 1
@@ -94,6 +96,10 @@ class CacheSettings:
         if unknown:
             raise ValueError(f"unknown cache setting(s) {', '.join(unknown)} (known: {', '.join(sorted(names))})")
         return cls(**d)
+
+    def grid(self) -> BevGrid:
+        """The grid of `lidar_bev` and `bev`: bev_pixels cells of bev_range / bev_pixels metres, bev_ahead ahead."""
+        return BevGrid(self.bev_pixels, self.bev_range / self.bev_pixels, self.bev_ahead)
 
     def key(self) -> str:
         """The cache folder's name: a hash of these settings and the cache format version."""
