@@ -19,9 +19,12 @@ import pytest
 import torch
 
 from tests.conftest import PYTHON, REPO, copy_root, run_tool
+from tools.dataset.cache import read_frame_dt, settings_path
 from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout
 from tools.train import checkpoint
 from tools.train.config import TrainConfig, field_docs, help_text, parse_overrides
+from tools.train.data import find_cache
 
 #: The tiny run every test starts from; a test adds or overrides keys.
 TINY = ["batch_size=4", "log_every=1", "image_every=2", "val_samples=8", "warmup_steps=1", "save_every=2"]
@@ -69,6 +72,16 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+def set_frame_dt(root: Path, frame_dt: float | None) -> Path:
+    """Make the cache of a (copied) root say its frames are `frame_dt` s apart (None: say nothing);
+    returns its settings.json."""
+    path = settings_path(find_cache(Layout(root))[0])
+    settings = json.loads(path.read_text())
+    settings.pop("frame_dt", None)
+    path.write_text(json.dumps(settings if frame_dt is None else {**settings, "frame_dt": frame_dt}))
+    return path
+
+
 @pytest.fixture(scope="session")
 def pretrained(train_root, tmp_path_factory) -> Path:
     """A pre-training run of 4 steps saving at 2 (the uninterrupted run of the smoke path)."""
@@ -102,13 +115,14 @@ def test_run_folder_holds_config_events_summary_and_picture(pretrained):
     config = json.loads((pretrained / "config.json").read_text())
     assert config["phase"] == "pretrain" and config["max_steps"] == 4 and config["collection"] == "pretrain"
     assert Path(config["root"]).is_absolute() and config["model_config"]["channels"] == [16, 32, 64, 128]
+    assert config["model_config"]["frame_dt"] == read_frame_dt(find_cache(Layout(Path(config["root"])))[0]) == 0.25
     found = tags(pretrained)
     for tag in ("train/loss", "train/semantics", "train/depth", "train/bev", "train/lr", "train/samples_per_s",
                 "train/skipped_steps", "val/miou_semantics", "val/miou_bev"):
         assert tag in found["scalars"], tag
     assert {"images/semantics", "images/bev"} <= set(found["images"])
     summary = json.loads((pretrained / "summary.json").read_text())
-    assert summary["steps"] == 4 and summary["skipped_steps"] == 0
+    assert summary["steps"] == 4 and summary["skipped_steps"] == 0 and summary["frame_dt"] == 0.25
     assert 0 <= summary["val"]["miou_semantics"] <= 1 and summary["val"]["frames"] == 8
     assert (pretrained / "predictions.png").stat().st_size > 0
 
@@ -224,13 +238,11 @@ def test_posttrain_finds_the_newest_pretrain_checkpoint_under_outputs_by_default
 def test_damaged_cache_record_mid_epoch_is_reported_rebuilt_and_training_completes(train_root, tmp_path):
     from tools.dataset.buckets import load_collection
     from tools.dataset.cache import read_record, record_path, run_key
-    from tools.dataset.layout import Layout
-    from tools.train.data import find_cache
 
     root = copy_root(train_root, tmp_path / "root")
     layout = Layout(root)
-    cache_root, _ = find_cache(layout)
-    order = load_collection(layout, "pretrain", rebuild=False).epoch_samples("train", 0, 0)
+    cache_root, settings = find_cache(layout)
+    order = load_collection(layout, "pretrain", horizon=settings.horizon, rebuild=False).epoch_samples("train", 0, 0)
     damaged, lost = order[5], order[9]  # read in steps 2 and 3 (batch 4)
     for run, index in (damaged, lost):
         path = record_path(cache_root, run, index)
@@ -306,12 +318,11 @@ def test_empty_collection_or_missing_cache_is_one_line(train_root, tmp_path):
 def test_a_cache_lacking_records_is_one_line_naming_the_count(train_root, tmp_path):
     from tools.dataset.buckets import load_collection
     from tools.dataset.cache import record_path
-    from tools.dataset.layout import Layout
-    from tools.train.data import find_cache
 
     root = copy_root(train_root, tmp_path / "root")
-    cache_root, _ = find_cache(Layout(root))
-    for run, index in load_collection(Layout(root), "pretrain", rebuild=False).frames("val")[:3]:
+    cache_root, settings = find_cache(Layout(root))
+    for run, index in load_collection(Layout(root), "pretrain", horizon=settings.horizon,
+                                      rebuild=False).frames("val")[:3]:
         record_path(cache_root, run, index).unlink()
     proc = train("pretrain", root, tmp_path / "run", "max_steps=1")
     assert proc.returncode == 2
@@ -371,7 +382,7 @@ def test_tiny_model_sizes():
     from tools.dataset.samples import CacheSettings
     from tools.train.model import TransFuser, count_parameters, model_config
 
-    cfg = model_config("tiny", CacheSettings())
+    cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
     model = TransFuser(cfg, planner=True)
     batch = {"rgb": torch.zeros(2, 128, 256, 3, dtype=torch.uint8), "lidar_bev": torch.zeros(2, 2, 128, 128,
                                                                                                dtype=torch.uint8),
@@ -381,3 +392,69 @@ def test_tiny_model_sizes():
     assert out["bev"].shape == (2, 8, 128, 128) and out["waypoints"].shape == (2, 8, 2)
     assert out["route"].shape == (2, 10, 2) and out["target_speed"].shape == (2,)
     assert count_parameters(model) < 2_000_000
+
+
+# ----------------------------------------------------------------------------- the time between frames
+
+
+def _cache_folder(folder: Path, frame_dt: float) -> Path:
+    """A cache folder whose settings.json says its frames are `frame_dt` s apart (no records: read_frame_dt
+    reads only the settings)."""
+    from tools.dataset.samples import CACHE_FORMAT, CacheSettings
+
+    settings_path(folder).parent.mkdir(parents=True, exist_ok=True)
+    settings_path(folder).write_text(json.dumps({"format": CACHE_FORMAT, "settings": CacheSettings().to_dict(),
+                                                 "frame_dt": frame_dt}))
+    return folder
+
+
+def test_frames_half_a_second_apart_give_a_constant_velocity_baseline_of_twice_the_step(tmp_path):
+    from tools.dataset.samples import CacheSettings
+    from tools.train.model import TransFuser, model_config
+    from tools.train.validate import constant_velocity
+
+    speed = torch.tensor([0.0, 4.0, 10.0])
+    rollouts = {}
+    for frame_dt in (0.25, 0.5):
+        mcfg = model_config("tiny", CacheSettings(), read_frame_dt(_cache_folder(tmp_path / str(frame_dt), frame_dt)))
+        assert mcfg.frame_dt == frame_dt and mcfg.step_scale == 10.0 * frame_dt
+        rollouts[frame_dt] = constant_velocity(speed, mcfg.horizon, mcfg.frame_dt)
+        # the untrained planner (zero corrections) drives the same baseline
+        planner = TransFuser(mcfg, planner=True).planner.eval()
+        with torch.no_grad():
+            out = planner(torch.zeros(3, 128, 1, 1), torch.zeros(3, 128, 1, 1), torch.zeros(3, 2), speed,
+                          torch.zeros(3, dtype=torch.long))
+        torch.testing.assert_close(out["waypoints"], rollouts[frame_dt])
+    assert rollouts[0.25][2, :3, 0].tolist() == [2.5, 5.0, 7.5]
+    torch.testing.assert_close(rollouts[0.5], 2 * rollouts[0.25])
+
+
+def test_a_cache_that_does_not_say_how_far_apart_its_frames_are_is_one_line_and_exit_2(train_root, tmp_path):
+    root = copy_root(train_root, tmp_path / "root")
+    settings = set_frame_dt(root, None)
+    proc = train("pretrain", root, tmp_path / "run", "max_steps=1")
+    assert proc.returncode == 2
+    line = one_line(proc.stderr)
+    assert line.startswith(f"train: {settings}: no usable frame_dt") and "bin/build-cache --force" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_of_frames_another_time_apart_than_the_cache_is_one_line_on_resume_and_posttrain(
+        pretrained, train_root, tmp_path):
+    root = copy_root(train_root, tmp_path / "root")
+    set_frame_dt(root, 0.5)
+    cache_root = find_cache(Layout(root))[0]
+    logdir = tmp_path / "resumed"
+    shutil.copytree(pretrained, logdir)
+    proc = train("pretrain", root, logdir, "max_steps=6")
+    assert proc.returncode == 2
+    assert one_line(proc.stderr) == (
+        f"train: {checkpoint.step_dir(logdir, 4)} was trained on frames 0.25 s apart, the cache {cache_root} holds "
+        "frames 0.5 s apart: train from scratch in a new logdir=, or on the cache this run was trained on")
+    assert steps_of(logdir) == [2, 4]
+    proc = train("posttrain", root, tmp_path / "post", f"load={pretrained}")
+    assert proc.returncode == 2
+    line = one_line(proc.stderr)
+    assert line.startswith(f"train: {checkpoint.step_dir(pretrained, 4)} was trained on frames 0.25 s apart, the "
+                           f"cache {cache_root} holds frames 0.5 s apart: pre-train on this cache first")
+    assert not (tmp_path / "post").exists()

@@ -7,20 +7,24 @@ One checkpoint folder holds
     state.pt       LR scheduler, grad scaler (when one is used), RNG states (python, numpy, torch, cuda),
                    the loop state (step, epoch, position in the epoch, counters) and the model architecture
     config.json    the resolved TrainConfig of the run that wrote it
-    COMPLETE       written last: a folder without it is ignored
+    COMPLETE       written last: {"step", "sha256": {file: digest}}; a folder without it is ignored
 
 The folder is assembled under a `.tmp-` name beside its final place and renamed into place, so a
-reader sees a complete checkpoint or none. Everything is saved with `torch.save` of tensors and plain
+reader sees a complete checkpoint or none. The marker records a SHA-256 of every file: `latest` checks
+them and falls back to the newest intact checkpoint with one warning line when a file was damaged
+afterwards (a flipped byte, a truncated copy). Everything is saved with `torch.save` of tensors and plain
 containers and loaded with `torch.load(weights_only=True)`: a checkpoint cannot run code on the reader.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +32,17 @@ import numpy as np
 import torch
 
 from tools.dataset import atomic
+from tools.dataset.errors import ToolError
 
 CHECKPOINTS = "checkpoints"
 STEP_DIR = "step-{step:08d}"
 MARKER = "COMPLETE"
 _STEP_RE = re.compile(r"^step-(\d{8})$")
+PARTS = ("model.pt", "optimizer.pt", "state.pt", "config.json")
+
+
+class CheckpointError(ToolError):
+    """A checkpoint whose files do not match the checksums in its marker, or do not load."""
 
 
 def step_dir(logdir: Path, step: int) -> Path:
@@ -50,16 +60,51 @@ def complete_checkpoints(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(_STEP_RE.match(p.name).group(1)))
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(path: Path) -> None:
+    """Check a complete checkpoint's files against the checksums in its marker; CheckpointError if not."""
+    path = Path(path)
+    try:
+        marker = json.loads((path / MARKER).read_text())
+        sums = marker["sha256"]
+        if not isinstance(sums, dict) or set(sums) != set(PARTS):
+            raise ValueError("no checksum of every part")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: unreadable completion marker ({e})") from None
+    for name in PARTS:
+        try:
+            ok = _sha256(path / name) == sums[name]
+        except OSError as e:
+            raise CheckpointError(f"{path / name}: unreadable ({e.strerror})") from None
+        if not ok:
+            raise CheckpointError(f"{path / name}: checksum mismatch (damaged since it was written)")
+
+
 def latest(folder: Path) -> Path | None:
-    """The newest complete checkpoint under a run folder or checkpoints/ folder, or None."""
-    found = complete_checkpoints(folder)
-    return found[-1] if found else None
+    """The newest intact checkpoint under a run folder or checkpoints/ folder, or None. A damaged newer one
+    is skipped with one warning line on stderr (its checksums do not match)."""
+    for path in reversed(complete_checkpoints(folder)):
+        try:
+            verify(path)
+            return path
+        except CheckpointError as e:
+            print(f"train: warning: {e}; falling back to an older checkpoint", file=sys.stderr)
+    return None
 
 
 def resolve(path: Path) -> Path | None:
-    """A step folder itself when complete, else the newest complete one under it."""
+    """A step folder itself when complete (CheckpointError when damaged), else the newest intact one
+    under it."""
     path = Path(path)
     if (path / MARKER).is_file():
+        verify(path)
         return path
     return latest(path)
 
@@ -108,7 +153,7 @@ def save(logdir: Path, step: int, model: dict, optimizer: dict, state: dict[str,
         _save(optimizer, tmp / "optimizer.pt")
         _save(state, tmp / "state.pt")
         atomic.write_json(tmp / "config.json", config)
-        atomic.write_text(tmp / MARKER, f"step {step}\n")
+        atomic.write_json(tmp / MARKER, {"step": int(step), "sha256": {name: _sha256(tmp / name) for name in PARTS}})
         if final.exists():  # the same step saved again (a rerun that stopped at the same step): replace it
             atomic.remove_tree(final)
         os.replace(tmp, final)
@@ -136,20 +181,27 @@ def load(path: Path) -> dict[str, Any]:
     """A checkpoint's parts: model, optimizer, state (tensors and plain containers) and config (a dict)."""
     path = Path(path)
 
-    def part(name: str) -> Any:
-        return torch.load(path / name, map_location="cpu", weights_only=True)
-
-    return {"path": path, "model": part("model.pt"), "optimizer": part("optimizer.pt"), "state": part("state.pt"),
-            "config": json.loads((path / "config.json").read_text())}
+    return {"path": path, "model": _part(path, "model.pt"), "optimizer": _part(path, "optimizer.pt"),
+            "state": _part(path, "state.pt"), "config": _part(path, "config.json")}
 
 
 def load_model_only(path: Path) -> dict[str, Any]:
     """The model weights, architecture and config of a checkpoint (posttrain starting from pretrain)."""
     path = Path(path)
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-    return {"path": path, "model": torch.load(path / "model.pt", map_location="cpu", weights_only=True),
-            "model_config": state["model_config"], "loop": state["loop"],
-            "config": json.loads((path / "config.json").read_text())}
+    state = _part(path, "state.pt")
+    return {"path": path, "model": _part(path, "model.pt"), "model_config": state["model_config"],
+            "loop": state["loop"], "config": _part(path, "config.json")}
+
+
+def _part(path: Path, name: str) -> Any:
+    """One file of a checkpoint; CheckpointError (one line) when it does not load."""
+    try:
+        if name.endswith(".json"):
+            return json.loads((path / name).read_text())
+        return torch.load(path / name, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a damaged file
+        raise CheckpointError(f"{path / name}: does not load ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+                              ) from None
 
 
 def _fsync_dir(path: Path) -> None:

@@ -4,7 +4,8 @@ The docstring under each field is its help text (`python -m tools.train --help` 
 Overrides are typed from the field's annotation; an unknown key is an error that lists the near
 matches; `__post_init__` checks every value and names the key to fix. The resolved configuration
 (absolute paths, defaults filled in) is written as `config.json` in the run folder and into every
-checkpoint.
+checkpoint. The dataclass is frozen: what the run settles at its start (paths, the model preset a
+checkpoint holds) makes a new one with `dataclasses.replace`, and the loop never changes it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,20 @@ from tools.dataset.layout import resolve_root
 PHASES = ("pretrain", "posttrain")
 MODELS = ("tiny", "full")
 
+#: The heads' losses, named once. `model.compute_losses` returns these (the planner's only with a planner)
+#: and their weighted sum "loss"; the weight of each is the key `w_<name>`; the log lines, TensorBoard
+#: (`train/<name>`, `val/loss_<name>`) and summary.json use these names in this order.
+PERCEPTION_LOSSES = ("semantics", "bev", "depth")
+PLANNER_LOSSES = ("waypoints", "target_speed", "route")
+LOSSES = PERCEPTION_LOSSES + PLANNER_LOSSES
 
-@dataclass
+
+def loss_names(planner: bool) -> tuple[str, ...]:
+    """The losses of a model with or without the planner, in LOSSES order."""
+    return LOSSES if planner else PERCEPTION_LOSSES
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     phase: str = "pretrain"
     """pretrain (perception heads only) or posttrain (perception + planner); the command's first word."""
@@ -132,8 +145,8 @@ class TrainConfig:
             "precision": (self.precision in ("auto", "fp32", "bf16", "fp16"), "auto, fp32, bf16 or fp16"),
             "session_cache_gb": (self.session_cache_gb > 0, "more than 0"),
         }
-        for name in ("w_semantics", "w_depth", "w_bev", "w_waypoints", "w_target_speed", "w_route"):
-            checks[name] = (getattr(self, name) >= 0, "0 or more")
+        for name in LOSSES:
+            checks[f"w_{name}"] = (getattr(self, f"w_{name}") >= 0, "0 or more")
         for name, (ok, expected) in checks.items():
             if not ok:
                 raise ToolError(f"{name}={getattr(self, name)!r}: must be {expected}")
@@ -150,6 +163,10 @@ class TrainConfig:
             collection=self.collection or self.phase,
             load=str(Path(self.load).expanduser().absolute()) if self.load else "",
         )
+
+    def loss_weights(self) -> dict[str, float]:
+        """The weight of each of LOSSES (its `w_<name>` key)."""
+        return {name: getattr(self, f"w_{name}") for name in LOSSES}
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

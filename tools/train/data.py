@@ -134,6 +134,10 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return batch
 
 
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
 def _worker_init(_: int) -> None:
     # The training process handles SIGTERM / SIGUSR1 (checkpoint, then exit); a worker that died on the
     # same signal (SLURM signals the whole process group) would make the DataLoader raise first.

@@ -3,18 +3,20 @@
     setup      process group (torchrun), device, precision, signals
     model      resume from LOGDIR's newest complete checkpoint, else (posttrain) the pre-training
                checkpoint plus a new planner, else a fresh model
-    data       the collection's bucket files and the cache: epoch order, position in the epoch
+    data       the cache (its settings and the time between its frames) and the collection's bucket
+               files: epoch order, position in the epoch
     loop       lr, forward/backward, skip a non-finite step, clip, step, log, images, eval, save
-    end        validation, summary.json, predictions.png
+    end        validation, summary.json, predictions.png (validation and pictures: validate.py)
 
 The loop's state is a small dict (`loop`): step, epoch, samples consumed in the epoch and counters.
-Together with the model, optimizer, scheduler, scaler and RNG states it is all a resume needs.
+Together with the model, optimizer, scheduler, scaler and RNG states it is all a resume needs. The
+TrainConfig is settled before the model is built and never changes during the run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import dataclasses
 import math
 import os
 import signal
@@ -24,25 +26,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from PIL import Image
 from torch.nn.parallel import DistributedDataParallel
 
 from tools.dataset import atomic
+from tools.dataset.cache import read_frame_dt
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
-from tools.dataset.samples import CacheSettings
-from tools.train import checkpoint, data, pictures
-from tools.train.config import TrainConfig
+from tools.train import checkpoint, data
+from tools.train.config import TrainConfig, loss_names
 from tools.train.model import ModelConfig, TransFuser, compute_losses, count_parameters, model_config
-
-#: Seconds between two recorded frames (20 Hz simulation, every 5th tick recorded): the waypoints'
-#: spacing in time, which the constant-velocity baseline needs.
-FRAME_DT = 0.25
+from tools.train.validate import train_images, validate, write_predictions
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+#: What must be the same in a checkpoint's model and the cache it trains on (besides frame_dt).
+CACHE_SHAPED = ("image_size", "bev_pixels", "horizon", "route_points")
 
 
 def log(message: str) -> None:
@@ -79,6 +79,11 @@ class Runtime:
             t = t.to(self.device)
             dist.all_reduce(t)
         return t.cpu()
+
+    def all_sum_named(self, values: dict[str, float]) -> dict[str, float]:
+        """Each named value summed over all ranks, in one all-reduce."""
+        total = self.all_sum(torch.tensor(list(values.values()), dtype=torch.float64))
+        return dict(zip(values, total.tolist(), strict=True))
 
 
 def setup(cfg: TrainConfig) -> Runtime:
@@ -134,6 +139,24 @@ def find_pretrain(cfg: TrainConfig) -> Path:
     return found
 
 
+def stored_model_config(stored: dict[str, Any], path: Path, cache: ModelConfig, cache_root: Path,
+                        fix: str) -> ModelConfig:
+    """The architecture a checkpoint holds, checked against what the cache holds (`cache`: the model
+    config made for it); one ToolError naming both and `fix` when they disagree."""
+    try:
+        mcfg = ModelConfig.from_dict(stored)
+    except (ValueError, TypeError) as e:
+        raise ToolError(f"{path}: {e}: not a checkpoint of this model; {fix}") from None
+    if not math.isclose(mcfg.frame_dt, cache.frame_dt, rel_tol=1e-9):
+        raise ToolError(f"{path} was trained on frames {mcfg.frame_dt:g} s apart, the cache {cache_root} holds frames "
+                        f"{cache.frame_dt:g} s apart: {fix}")
+    for name in CACHE_SHAPED:
+        if getattr(mcfg, name) != getattr(cache, name):
+            raise ToolError(f"{path} holds a model of {name}={getattr(mcfg, name)}, the cache {cache_root} holds "
+                            f"{getattr(cache, name)}: {fix}")
+    return mcfg
+
+
 def lr_lambda(cfg: TrainConfig):
     """Linear warmup to lr, then cosine decay to lr / 10 at max_steps (a factor of cfg.lr)."""
 
@@ -154,138 +177,6 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
-def loss_weights(cfg: TrainConfig) -> dict[str, float]:
-    return {"semantics": cfg.w_semantics, "depth": cfg.w_depth, "bev": cfg.w_bev, "waypoints": cfg.w_waypoints,
-            "target_speed": cfg.w_target_speed, "route": cfg.w_route}
-
-
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def constant_velocity(speed: torch.Tensor, horizon: int) -> torch.Tensor:
-    """The baseline planner: the current speed, straight ahead along x, one waypoint per frame."""
-    t = torch.arange(1, horizon + 1, dtype=torch.float32, device=speed.device) * FRAME_DT
-    wp = torch.zeros(speed.shape[0], horizon, 2, device=speed.device)
-    wp[:, :, 0] = speed.float()[:, None] * t
-    return wp
-
-
-def confusion(pred: torch.Tensor, true: torch.Tensor, n: int) -> torch.Tensor:
-    return torch.bincount((true.long() * n + pred.long()).flatten(), minlength=n * n).view(n, n).cpu()
-
-
-def miou(conf: torch.Tensor) -> float:
-    """Mean intersection over union over the classes present in the labels or the predictions."""
-    conf = conf.double()
-    inter = conf.diag()
-    union = conf.sum(0) + conf.sum(1) - inter
-    present = union > 0
-    return float((inter[present] / union[present]).mean()) if present.any() else float("nan")
-
-
-@torch.no_grad()
-def validate(model: TransFuser, items: list, rt: Runtime, cfg: TrainConfig, make_dataset) -> dict[str, float]:
-    """Held-out metrics: semantics and BEV mIoU, and (with a planner) waypoint ADE / FDE in metres
-    next to the constant-velocity baseline on the same frames. Sums are reduced over all ranks."""
-    model.eval()
-    mc = model.cfg
-    conf_sem = torch.zeros(mc.semantic_classes, mc.semantic_classes, dtype=torch.long)
-    conf_bev = torch.zeros(mc.bev_classes, mc.bev_classes, dtype=torch.long)
-    # sums: frames, ade, cv ade, valid waypoints, fde, cv fde, frames with a final waypoint, losses...
-    sums = torch.zeros(7, dtype=torch.float64)
-    loss_sums: dict[str, float] = {}
-    mine = items[rt.rank::rt.world]
-    if mine:
-        for batch in data.loader(make_dataset(mine), cfg.batch_size, cfg.num_workers, drop_last=False):
-            batch = to_device(batch, rt.device)
-            with rt.autocast():
-                out = model(batch)
-                losses = compute_losses(out, batch, loss_weights(cfg))
-            n = batch["rgb"].shape[0]
-            for k, v in losses.items():
-                loss_sums[k] = loss_sums.get(k, 0.0) + float(v) * n
-            conf_sem += confusion(out["semantics"].argmax(1), batch["semantics"], mc.semantic_classes)
-            conf_bev += confusion(out["bev"].argmax(1), batch["bev"], mc.bev_classes)
-            sums[0] += n
-            if "waypoints" in out:
-                valid = batch["waypoints_valid"].bool()
-                true = batch["waypoints"].float()
-                err = (out["waypoints"].float() - true).norm(dim=-1)
-                err_cv = (constant_velocity(batch["speed"], mc.horizon) - true).norm(dim=-1)
-                last = valid[:, -1]
-                sums[1] += float((err * valid).sum())
-                sums[2] += float((err_cv * valid).sum())
-                sums[3] += float(valid.sum())
-                sums[4] += float(err[:, -1][last].sum())
-                sums[5] += float(err_cv[:, -1][last].sum())
-                sums[6] += float(last.sum())
-    names = sorted(["loss", "semantics", "bev", "depth"] + (["waypoints", "target_speed", "route"]
-                                                             if model.planner is not None else []))
-    loss_vec = torch.tensor([loss_sums.get(k, 0.0) for k in names], dtype=torch.float64)
-    conf_sem, conf_bev = rt.all_sum(conf_sem), rt.all_sum(conf_bev)
-    sums, loss_vec = rt.all_sum(sums), rt.all_sum(loss_vec)
-    model.train()
-    frames = max(1.0, float(sums[0]))
-    metrics = {"frames": int(sums[0]), "miou_semantics": miou(conf_sem), "miou_bev": miou(conf_bev)}
-    metrics.update({k if k == "loss" else f"loss_{k}": float(v) / frames
-                    for k, v in zip(names, loss_vec, strict=True)})
-    if model.planner is not None and sums[3] > 0:
-        metrics.update(ade=float(sums[1] / sums[3]), ade_constant_velocity=float(sums[2] / sums[3]),
-                       fde=float(sums[4] / max(1.0, float(sums[6]))),
-                       fde_constant_velocity=float(sums[5] / max(1.0, float(sums[6]))))
-    return metrics
-
-
-def predictions_picture(model: TransFuser, sample: dict[str, Any], rt: Runtime, settings: CacheSettings) -> np.ndarray:
-    """One frame's camera, semantics, depth and BEV with true / predicted / baseline waypoints."""
-    batch = to_device(data.collate([{**sample, "rebuilt": 0, "replaced": 0}]), rt.device)
-    model.eval()
-    with torch.no_grad(), rt.autocast():
-        out = model(batch)
-    model.train()
-    pred = {"semantics": out["semantics"].argmax(1)[0].cpu().numpy(), "bev": out["bev"].argmax(1)[0].cpu().numpy(),
-            "depth": out["depth"][0].float().cpu().numpy() * 10.0}
-    baseline = None
-    if "waypoints" in out:
-        pred["waypoints"] = out["waypoints"][0].float().cpu().numpy()
-        baseline = constant_velocity(batch["speed"], model.cfg.horizon)[0].cpu().numpy()
-    return pictures.prediction_panel(sample, pred, settings, baseline)
-
-
-def picture_frame(dataset) -> dict[str, Any]:
-    """The frame of the predictions picture: among a few held-out frames, the one that turns most
-    (else drives farthest), where a planner has the most to show against the baseline."""
-    def interest(sample: dict[str, Any]) -> float:
-        wp = sample["waypoints"][sample["waypoints_valid"].astype(bool)]
-        return float(abs(wp[-1, 1]) + 0.2 * wp[-1, 0]) if len(wp) else -1.0
-
-    return max((dataset[i] for i in range(len(dataset))), key=interest)
-
-
-def train_images(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
-                 settings: CacheSettings) -> dict[str, np.ndarray]:
-    """TensorBoard images of the first sample of a training batch: true above predicted."""
-    sem_true = batch["semantics"][0].cpu().numpy()
-    sem_pred = out["semantics"][0].argmax(0).cpu().numpy()
-    bev_true = batch["bev"][0].cpu().numpy()
-    bev_pred = out["bev"][0].argmax(0).cpu().numpy()
-    images = {
-        "semantics": np.concatenate([pictures.colour_semantics(sem_true), pictures.colour_semantics(sem_pred)], 0),
-        "bev": np.concatenate([pictures.colour_bev(bev_true), pictures.colour_bev(bev_pred)], 1),
-    }
-    if "waypoints" in out:
-        valid = batch["waypoints_valid"][0].cpu().numpy().astype(bool)
-        images["waypoints"] = pictures.bev_with_waypoints(
-            bev_true, settings, true=batch["waypoints"][0].cpu().numpy()[valid],
-            pred=out["waypoints"][0].detach().float().cpu().numpy(),
-            baseline=constant_velocity(batch["speed"][:1], out["waypoints"].shape[1])[0].cpu().numpy())
-    return images
-
-
 # ----------------------------------------------------------------------------- training
 
 
@@ -297,7 +188,8 @@ def train(cfg: TrainConfig) -> int:
     logdir = Path(cfg.logdir)
     t_start = time.time()
 
-    # --- where the weights come from: our own newest checkpoint, else the pre-training one, else fresh
+    # --- where the weights come from: our own newest checkpoint, else the pre-training one, else fresh.
+    # The model preset is the checkpoint's: the config is settled here, before anything uses it.
     resume = checkpoint.latest(logdir)
     ckpt, start = None, None
     if resume is not None:
@@ -305,17 +197,22 @@ def train(cfg: TrainConfig) -> int:
         if ckpt["config"].get("phase") != cfg.phase:
             raise ToolError(f"logdir {logdir} holds {ckpt['config'].get('phase')} checkpoints, not {cfg.phase}: "
                             "give another logdir=")
+        if ckpt["config"].get("model") != cfg.model:
+            data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
+            cfg = dataclasses.replace(cfg, model=ckpt["config"]["model"])
     elif cfg.phase == "posttrain":
         start = checkpoint.load_model_only(find_pretrain(cfg))
+        cfg = dataclasses.replace(cfg, model=start["config"].get("model", cfg.model))
 
-    # --- data: the collection's bucket files (rebuilt when stale) and the cache
+    # --- data: the cache (its settings and how far apart its frames are) and the collection's bucket files
     from tools.dataset.buckets import load_collection
 
     layout = Layout(Path(cfg.root))
+    cache_root, settings = data.find_cache(layout)
+    frame_dt = read_frame_dt(cache_root)  # the waypoints' time step: from the data, never assumed
     if not rt.main:
         rt.barrier()  # rank 0 first: it may rebuild stale bucket files
-    collection = load_collection(layout, cfg.collection)
-    cache_root, settings = data.find_cache(layout)
+    collection = load_collection(layout, cfg.collection, horizon=settings.horizon)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
     if rt.main:
         data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
@@ -331,22 +228,15 @@ def train(cfg: TrainConfig) -> int:
     def make_dataset(items):
         return data.RecordDataset(items, layout.root, cache_root, settings, session)
 
-    # --- model
+    # --- model: the checkpoint's architecture (which must fit the cache), else the preset for this cache
+    mcfg = model_config(cfg.model, settings, frame_dt)
     if ckpt is not None:
-        mcfg = ModelConfig.from_dict(ckpt["state"]["model_config"])
-        if ckpt["config"].get("model") != cfg.model:
-            data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
-            cfg.model = ckpt["config"]["model"]
+        mcfg = stored_model_config(ckpt["state"]["model_config"], resume, mcfg, cache_root,
+                                   "train from scratch in a new logdir=, or on the cache this run was trained on")
     elif start is not None:
-        mcfg = ModelConfig.from_dict(start["model_config"])
-        cfg.model = start["config"].get("model", cfg.model)
-    else:
-        mcfg = model_config(cfg.model, settings)
-    expected = model_config("tiny", settings)
-    for name in ("image_size", "bev_pixels", "horizon", "route_points"):
-        if getattr(mcfg, name) != getattr(expected, name):
-            raise ToolError(f"the checkpoint's model takes {name}={getattr(mcfg, name)}, the cache "
-                            f"{cache_root} holds {getattr(expected, name)}: train from scratch in a new logdir")
+        mcfg = stored_model_config(start["model_config"], start["path"], mcfg, cache_root,
+                                   "pre-train on this cache first (bin/train pretrain), or pass load= of a "
+                                   "checkpoint pre-trained on it")
     torch.manual_seed(cfg.seed)
     model = TransFuser(mcfg, planner=cfg.phase == "posttrain")
     if ckpt is not None:
@@ -392,7 +282,7 @@ def train(cfg: TrainConfig) -> int:
         log(f"train {cfg.phase}: {cfg.model} model, {count_parameters(model):,} parameters, {how}; "
             f"step {loop['step']}/{cfg.max_steps}, epoch {loop['epoch']}; {rt.world} process(es) on {rt.device} "
             f"({rt.precision}); collection {cfg.collection}: {len(collection.frames('train'))} train / "
-            f"{len(val_frames)} val frames; cache {cache_root}; logdir {logdir}")
+            f"{len(val_frames)} val frames; cache {cache_root} (frames {mcfg.frame_dt:g} s apart); logdir {logdir}")
 
     def save() -> Path | None:
         path = None
@@ -405,8 +295,13 @@ def train(cfg: TrainConfig) -> int:
         rt.barrier()
         return path
 
-    weights = loss_weights(cfg)
-    window = {"t": time.time(), "steps": 0, "finite": 0, "sums": {}}  # what the next log line averages
+    weights = cfg.loss_weights()
+    logged = ("loss", *loss_names(model.planner is not None))  # train/<name>, in this order
+
+    def new_window() -> dict[str, Any]:  # what the next log line averages
+        return {"t": time.time(), "steps": 0, "finite": 0, "sums": dict.fromkeys(logged, 0.0)}
+
+    window = new_window()
     last_losses: dict[str, float] = {}
     val_metrics: dict[str, float] = {}
     stopped_by = 0
@@ -415,7 +310,7 @@ def train(cfg: TrainConfig) -> int:
     # --- the loop
     while loop["step"] < cfg.max_steps and not (cfg.epochs and batches.epoch >= cfg.epochs):
         step = loop["step"] + 1  # the number of the step being taken (the checkpoint after it is step-<step>)
-        batch = to_device(batches.next(), rt.device)
+        batch = data.to_device(batches.next(), rt.device)
         with rt.autocast():
             out = ddp(batch)
             losses = compute_losses(out, batch, weights)
@@ -423,9 +318,9 @@ def train(cfg: TrainConfig) -> int:
         if step in cfg.debug_nan_steps:
             loss = loss * float("nan")
         # All ranks agree on skipping (a backward on some ranks only would hang DDP) and on stopping.
-        flags = rt.all_sum(torch.tensor([float(not torch.isfinite(loss)), float(stop.signum != 0),
-                                         float(batch["rebuilt"]), float(batch["replaced"])]))
-        skip = flags[0] > 0
+        agreed = rt.all_sum_named({"nonfinite": float(not torch.isfinite(loss)), "stopping": float(stop.signum != 0),
+                                   "rebuilt": float(batch["rebuilt"]), "replaced": float(batch["replaced"])})
+        skip = agreed["nonfinite"] > 0
         if not skip:
             (scaler.scale(loss) if scaler else loss).backward()
             if scaler:
@@ -446,42 +341,42 @@ def train(cfg: TrainConfig) -> int:
         scheduler.step()
         loop["step"] = step
         loop["samples"] += cfg.batch_size * rt.world
-        loop["rebuilt"] += int(flags[2])
-        loop["replaced"] += int(flags[3])
+        loop["rebuilt"] += int(agreed["rebuilt"])
+        loop["replaced"] += int(agreed["replaced"])
 
         # --- log
         window["steps"] += 1
         if not skip:
-            for k, v in losses.items():
-                window["sums"][k] = window["sums"].get(k, 0.0) + float(v.detach())
+            for name in logged:
+                window["sums"][name] += float(losses[name].detach())
             window["finite"] += 1
         if rt.main and (step % cfg.log_every == 0 or step == cfg.max_steps):
-            last_losses = {k: v / max(1, window["finite"]) for k, v in window["sums"].items()}
+            last_losses = {name: total / window["finite"] for name, total in window["sums"].items()} \
+                if window["finite"] else {}
             rate = window["steps"] * cfg.batch_size * rt.world / max(time.time() - window["t"], 1e-9)
-            for k, v in last_losses.items():
-                writer.add_scalar(f"train/{k}", v, step)
+            for name, value in last_losses.items():
+                writer.add_scalar(f"train/{name}", value, step)
             writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
             writer.add_scalar("train/samples_per_s", rate, step)
             writer.add_scalar("train/skipped_steps", loop["skipped"], step)
             writer.add_scalar("train/epoch", batches.epoch, step)
-            parts = " ".join(f"{k} {v:.4f}" for k, v in last_losses.items() if k != "loss")
-            total = last_losses.get("loss", float("nan"))
-            log(f"step {step}/{cfg.max_steps} | epoch {batches.epoch} | loss {total:.6f}"
-                f" | {parts} | lr {scheduler.get_last_lr()[0]:.2e} | {rate:.1f} samples/s"
+            heads = " ".join(f"{name} {value:.4f}" for name, value in last_losses.items() if name != "loss")
+            log(f"step {step}/{cfg.max_steps} | epoch {batches.epoch} | loss {last_losses.get('loss', math.nan):.6f}"
+                f" | {heads} | lr {scheduler.get_last_lr()[0]:.2e} | {rate:.1f} samples/s"
                 + (f" | skipped {loop['skipped']}" if loop["skipped"] else ""))
-            window = {"t": time.time(), "steps": 0, "finite": 0, "sums": {}}
+            window = new_window()
         if rt.main and cfg.image_every and step % cfg.image_every == 0:
-            for tag, image in train_images(out, batch, settings).items():
+            for tag, image in train_images(out, batch, settings, mcfg.frame_dt).items():
                 writer.add_image(f"images/{tag}", image, step, dataformats="HWC")
 
         # --- eval and save when due; on a signal: save and leave
-        stopping = flags[1] > 0
+        stopping = agreed["stopping"] > 0
         if cfg.val_every and step % cfg.val_every == 0 and step < cfg.max_steps and not stopping and val_frames:
             val_metrics = validate(model, val_frames, rt, cfg, make_dataset)
             if rt.main:
-                for k, v in val_metrics.items():
-                    writer.add_scalar(f"val/{k}", v, step)
-                log(f"val @ {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in val_metrics.items()))
+                for name, value in val_metrics.items():
+                    writer.add_scalar(f"val/{name}", value, step)
+                log(f"val @ {step}: " + ", ".join(f"{name} {value:.4g}" for name, value in val_metrics.items()))
         if step % cfg.save_every == 0 or stopping:
             path = save()
             saved_at = step
@@ -508,23 +403,18 @@ def train(cfg: TrainConfig) -> int:
     else:
         data.warn(f"collection {cfg.collection} has no held-out (val) frames: no validation metrics")
     if rt.main:
-        for k, v in val_metrics.items():
-            writer.add_scalar(f"val/{k}", v, loop["step"])
-        picture = None
-        if val_frames:
-            sample = picture_frame(make_dataset(data.val_items(val_frames, 32)))
-            picture = logdir / "predictions.png"
-            png = io.BytesIO()
-            Image.fromarray(predictions_picture(model, sample, rt, settings)).save(png, format="PNG")
-            atomic.write_bytes(picture, png.getvalue())
+        for name, value in val_metrics.items():
+            writer.add_scalar(f"val/{name}", value, loop["step"])
+        picture = write_predictions(logdir / "predictions.png", model, val_frames, rt, settings, make_dataset) \
+            if val_frames else None
         writer.close()
         summary = {
             "phase": cfg.phase, "model": cfg.model, "parameters": count_parameters(model), "steps": loop["step"],
             "epoch": batches.epoch, "samples": loop["samples"], "seconds": round(time.time() - t_start, 1),
             "skipped_steps": loop["skipped"], "rebuilt_records": loop["rebuilt"],
             "replaced_samples": loop["replaced"], "world_size": rt.world, "device": str(rt.device),
-            "precision": rt.precision, "final_train_losses": last_losses, "val": val_metrics,
-            "checkpoints": str(logdir / checkpoint.CHECKPOINTS), "events": str(logdir),
+            "precision": rt.precision, "frame_dt": mcfg.frame_dt, "final_train_losses": last_losses,
+            "val": val_metrics, "checkpoints": str(logdir / checkpoint.CHECKPOINTS), "events": str(logdir),
             "predictions": str(picture) if picture else None,
         }
         atomic.write_json(logdir / "summary.json", summary)

@@ -13,7 +13,9 @@ As in TransFuser (Chitta et al., PAMI 2022), both feature maps are pooled to a s
 fused scale, concatenated with learned position embeddings, mixed by a few transformer layers, and the
 result is upsampled and added back to each sensor's features. The planner is a GRU that outputs
 waypoint deltas (each the constant-velocity step plus a learned correction), fed with its current
-position, the target point and the speed at each of the P steps.
+position, the target point and the speed at each of the P steps. The waypoints are `frame_dt` seconds
+apart: the time between the recorded frames of the training cache, stored in the ModelConfig (and so
+in every checkpoint), never assumed.
 
 Inputs stay in their cached dtypes (uint8 images and rasters) and are normalised here, so that the data
 loader does no arithmetic. Everything is in the ego frame: x forward, y right, metres.
@@ -29,17 +31,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tools.dataset.measurements import NUM_COMMANDS
 from tools.dataset.samples import BEV_CLASSES, TRAIN_CLASSES, CacheSettings
+from tools.train.config import LOSSES, PERCEPTION_LOSSES
 
-NUM_COMMANDS = 6
 RGB_MEAN = (0.485, 0.456, 0.406)
 RGB_STD = (0.229, 0.224, 0.225)
 LIDAR_SCALE = 8.0  # points per cell that count as "full"; the count is clipped there
 DEPTH_UNIT = 10.0  # depth is predicted and compared in units of 10 m
 DEPTH_MAX = 100.0  # metres; beyond is clipped
 POS_SCALE = 10.0  # metres; the planner sees positions divided by this
-SPEED_SCALE = 10.0  # m/s
-STEP_SCALE = 2.5  # metres: the planner's deltas are predicted in this unit (10 m/s for one 0.25 s frame)
+SPEED_SCALE = 10.0  # m/s; also the speed whose one-frame step is the unit of the planner's deltas (step_scale)
 
 
 @dataclass(frozen=True)
@@ -62,20 +64,41 @@ class ModelConfig:
     bev_classes: int = len(BEV_CLASSES)
     horizon: int = 8  # P waypoints
     route_points: int = 10  # R route points
-    frame_dt: float = 0.25  # seconds between two waypoints (the 4 Hz recording rate)
+    # Seconds between two waypoints: the time between the recorded frames of the cache the model was
+    # trained on (tools.dataset.cache.read_frame_dt). No default: no stage assumes a recording rate.
+    frame_dt: float = dataclasses.field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.frame_dt, bool) or not isinstance(self.frame_dt, int | float) or not self.frame_dt > 0:
+            raise ValueError(f"model config: frame_dt={self.frame_dt!r}, expected seconds > 0")
+
+    @property
+    def step_scale(self) -> float:
+        """Metres per frame at SPEED_SCALE: the unit of the planner's waypoint deltas."""
+        return SPEED_SCALE * self.frame_dt
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """A stored architecture (a checkpoint's `model_config`); ValueError naming missing or unknown keys."""
+        fields = dataclasses.fields(cls)
+        missing = [f.name for f in fields if f.name not in d and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        unknown = sorted(set(d) - {f.name for f in fields})
+        if missing or unknown:
+            problems = ([f"missing {', '.join(missing)}"] if missing else []) + \
+                ([f"unknown {', '.join(unknown)}"] if unknown else [])
+            raise ValueError(f"model config: {'; '.join(problems)}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
-def model_config(preset: str, settings: CacheSettings) -> ModelConfig:
-    """The tiny (CPU) or full (GPU) preset for samples made with these cache settings."""
+def model_config(preset: str, settings: CacheSettings, frame_dt: float) -> ModelConfig:
+    """The tiny (CPU) or full (GPU) preset for samples made with these cache settings, whose frames are
+    `frame_dt` seconds apart (the cache's, tools.dataset.cache.read_frame_dt)."""
     data = dict(image_size=(settings.image_height, settings.image_width), bev_pixels=settings.bev_pixels,
-                horizon=settings.horizon, route_points=settings.route_points)
+                horizon=settings.horizon, route_points=settings.route_points, frame_dt=frame_dt)
     if preset == "tiny":
         return ModelConfig(**data)
     if preset == "full":
@@ -175,7 +198,7 @@ class Planner(nn.Module):
         self.delta = nn.Linear(h, 2)
         nn.init.zeros_(self.delta.weight)  # start as the constant-velocity rollout
         nn.init.zeros_(self.delta.bias)
-        self.frame_dt = cfg.frame_dt
+        self.frame_dt, self.step_scale = cfg.frame_dt, cfg.step_scale
         self.target_speed = nn.Linear(h, 1)
         self.route = nn.Linear(h, 2 * cfg.route_points)
 
@@ -196,7 +219,7 @@ class Planner(nn.Module):
         for _ in range(self.horizon):
             # Each step sees where it is, where the target point is, and how fast the car goes now.
             z = self.gru(torch.cat([x / POS_SCALE, tp, v], dim=1), z)
-            x = x + cv_step + STEP_SCALE * self.delta(z)
+            x = x + cv_step + self.step_scale * self.delta(z)
             waypoints.append(x)
         return {
             "waypoints": torch.stack(waypoints, dim=1),
@@ -246,7 +269,8 @@ class TransFuser(nn.Module):
 
 def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
                    weights: dict[str, float]) -> dict[str, torch.Tensor]:
-    """Loss per head (unweighted) and their weighted sum under "loss". Heads absent from `out` are skipped."""
+    """The loss of each head (unweighted; config.LOSSES names them, the planner's only when `out` has
+    waypoints) and their weighted sum under "loss"."""
     losses = {
         "semantics": F.cross_entropy(out["semantics"].float(), batch["semantics"].long()),
         "bev": F.cross_entropy(out["bev"].float(), batch["bev"].long()),
@@ -261,6 +285,7 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
         losses["waypoints"] = (werr * wvalid).sum() / wvalid.sum().clamp(min=1)
         losses["target_speed"] = F.l1_loss(out["target_speed"].float(), batch["target_speed"].float())
         losses["route"] = F.l1_loss(out["route"].float(), batch["route"].float())
+    losses = {name: losses[name] for name in (LOSSES if "waypoints" in out else PERCEPTION_LOSSES)}
     losses["loss"] = sum(weights[name] * value for name, value in losses.items())
     return losses
 

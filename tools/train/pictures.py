@@ -28,11 +28,9 @@ def colour_bev(ids: np.ndarray) -> np.ndarray:
 
 
 def bev_pixel(points: np.ndarray, settings: CacheSettings) -> np.ndarray:
-    """Ego-frame points (x forward, y right, metres) -> BEV (column, row) pixel coordinates."""
-    res = settings.bev_range / settings.bev_pixels
-    col = (points[..., 1] + settings.bev_range / 2) / res
-    row = (settings.bev_ahead - points[..., 0]) / res
-    return np.stack([col, row], axis=-1)
+    """Ego-frame points (x forward, y right, metres) -> (column, row) on the samples' BEV grid
+    (CacheSettings.grid, a tools.dataset.geometry.BevGrid)."""
+    return settings.grid().ego_to_pixel(points)
 
 
 def draw_points(image: Image.Image, points: np.ndarray, colour: tuple[int, int, int], settings: CacheSettings,
