@@ -14,7 +14,8 @@ IMAGES ?= containers/carla.sif containers/train.sif
 
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stamp
-SHELL_SCRIPTS = $(filter-out bin/lib,$(wildcard bin/* bin/lib/*)) .ci/run
+# Every file in bin/, bin/lib/ and .ci/ (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
+SHELL_SCRIPTS = $(filter-out bin/lib,$(wildcard bin/* bin/lib/* .ci/*))
 IMAGE_SOURCES = pyproject.toml $(wildcard README.md) $(shell find tools -name '*.py' -not -path '*/__pycache__/*')
 
 .PHONY: install test lint bench demo images clean distclean
@@ -33,7 +34,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
+	$(VENV)/bin/shellcheck -o all $(SHELL_SCRIPTS)
 
 bench: $(STAMP)
 	@set -e; for bench in $(wildcard benchmarks/bench_*.py); do \

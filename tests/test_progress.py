@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import progress_table, tree
+from conftest import PYTHON, progress_table, run_bin, run_tool, tree
 
 from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import update_manifest
@@ -21,14 +19,11 @@ from tools.dataset.results import (
     RouteRecord,
     RunState,
     attempts,
-    claim_attempt,
+    claim_run,
     run_state,
     write_heartbeat,
     write_result,
 )
-
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
 
 FINISHED_A = RunKey("Alpha", "town_0000_route0_rep0")
 FAILED_A = RunKey("Alpha", "town_0001_route1_rep0")
@@ -47,7 +42,7 @@ def dead_pid() -> int:
 
 def make_run(layout: Layout, key: RunKey, n_attempts: int = 1, frames: int = 2) -> None:
     for _ in range(n_attempts):
-        claim_attempt(layout, key)
+        claim_run(layout, key).release()
     layout.frames_dir(key).mkdir(parents=True)
     for i in range(frames):
         layout.frame_path(key, i).write_bytes(b"frame")
@@ -76,17 +71,13 @@ def root(tmp_path) -> Path:
     return layout.root
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "DRIVEKIT_DEBUG")}
-    return subprocess.run(list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-
-
 def tool(*args: str) -> subprocess.CompletedProcess:
-    return run(PYTHON, "-m", "tools.collect", *args)
+    """python -m tools.collect ARGS..."""
+    return run_tool(PYTHON, "-m", "tools.collect", *args)
 
 
 def test_progress_counts_every_state_per_scenario_type_through_bin_progress(root):
-    proc = run(str(REPO / "bin" / "progress"), str(root))
+    proc = run_bin("progress", str(root))
     assert proc.returncode == 0, proc.stderr
     assert progress_table(proc.stdout) == {
         "Alpha": ["3", "1", "1", "1", "0", "50.0%"],
@@ -135,7 +126,7 @@ def test_progress_refuses_a_manifest_of_another_format_version(root):
 
 def test_clean_failed_lists_failed_and_crashed_runs_without_deleting(root):
     before = tree(root)
-    proc = run(str(REPO / "bin" / "clean-failed"), str(root))
+    proc = run_bin("clean-failed", str(root))
     assert proc.returncode == 0, proc.stderr
     listed = [line.split()[0] for line in proc.stdout.splitlines() if "attempts=" in line]
     assert listed == [str(FAILED_A), str(CRASHED_B)]
@@ -148,7 +139,7 @@ def test_clean_failed_lists_failed_and_crashed_runs_without_deleting(root):
 def test_clean_failed_yes_deletes_failed_runs_never_the_running_one_and_progress_shows_it(root):
     layout = Layout(root)
     keep = {k: tree(layout.run_dir(k)) for k in (RUNNING_A, FINISHED_A, FINISHED_B)}
-    proc = run(str(REPO / "bin" / "clean-failed"), str(root), "--yes")
+    proc = run_bin("clean-failed", str(root), "--yes")
     assert proc.returncode == 0, proc.stderr
     assert "deleted 2 failed route runs" in proc.stdout
     for key in (FAILED_A, CRASHED_B):
@@ -161,7 +152,7 @@ def test_clean_failed_yes_deletes_failed_runs_never_the_running_one_and_progress
     assert run_state(layout, RUNNING_A) is RunState.RUNNING
     assert not [p for p in root.rglob("*") if p.name.startswith(".tmp-")]
 
-    rows = progress_table(run(str(REPO / "bin" / "progress"), str(root)).stdout)
+    rows = progress_table(run_bin("progress", str(root)).stdout)
     assert rows["Alpha"] == ["3", "1", "0", "1", "1", "0.0%"]
     assert rows["Beta"] == ["3", "1", "0", "0", "2", "0.0%"]
     assert rows["total"] == ["7", "3", "0", "1", "3", "0.0%"]

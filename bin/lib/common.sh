@@ -37,6 +37,7 @@ handle_help() {
   for arg in "$@"; do
     case "$arg" in
       -h | --help) help; exit 0 ;;
+      *) ;;  # every other argument goes to the tool untouched
     esac
   done
 }
@@ -52,7 +53,9 @@ container_binds() {
     path="$(realpath -m -- "$path")"
     while [[ ! -e "$path" ]]; do path="$(dirname -- "$path")"; done
     [[ -d "$path" ]] || path="$(dirname -- "$path")"
-    [[ "$path" != / ]] && BINDS+=("$path")
+    # An if, not `[[ ... ]] && ...`: as the loop's last command that would make the function return 1
+    # for a path under / (say --root /new/data), and `set -e` would end the wrapper without a word.
+    if [[ "$path" != / ]]; then BINDS+=("$path"); fi
   done
 }
 
@@ -69,7 +72,7 @@ run_python() {
     local bind var
     for bind in "${BINDS[@]}"; do cmd+=(--bind "$bind"); done
     for var in DATA_ROOT CUDA_VISIBLE_DEVICES; do
-      [[ -n "${!var:-}" ]] && cmd+=(--env "$var=${!var}")
+      if [[ -n "${!var:-}" ]]; then cmd+=(--env "$var=${!var}"); fi
     done
     cmd+=("$image" python -m "$@")
   else
