@@ -10,6 +10,8 @@ from conftest import PYTHON, run_tool
 
 from tools.dataset import frames, results
 from tools.dataset.layout import Layout
+from tools.dataset.measurements import Measurements
+from tools.dataset.rig import RecordingRate, run_rate
 
 
 def _route_file(short_routes):
@@ -49,6 +51,7 @@ def test_run_writes_frames_then_a_finished_result(one_run):
     assert record["meta"]["duration_game"] >= times[-1]
     settings = json.loads(layout.run_settings(key).read_text())
     assert settings["settings"]["vehicles"] == 20 and "rig" in settings and "dense_route" in settings
+    assert run_rate(settings) == RecordingRate() and settings["frame_dt"] == RecordingRate().frame_dt == 0.25
 
 
 def test_every_frame_holds_sensors_measurements_and_boxes(one_run):
@@ -58,6 +61,8 @@ def test_every_frame_holds_sensors_measurements_and_boxes(one_run):
     assert {"rgb_front", "semantics_front", "depth_front", "lidar", "lidar_labels", "bev"} <= set(sensors)
     assert sensors["rgb_front"].ndim == 3 and sensors["rgb_front"].dtype == np.uint8
     assert sensors["lidar"].shape[1] == 4 and len(sensors["lidar"]) == len(sensors["lidar_labels"])
+    Measurements.from_dict(frame["measurements"])  # the frame contract's measurements and boxes
+    assert all(b.id != 0 and len(b.center_ego) == 3 for b in frames.read_boxes(frame))
     m = frame["measurements"]
     for k in ("ego", "ego_opendrive", "speed", "acceleration", "target_speed", "command", "target_point",
               "route", "light", "leader", "light_hazard", "vehicle_hazard", "weather"):
@@ -111,7 +116,7 @@ def test_unknown_setting_names_the_near_match(tmp_path, short_routes):
 
 
 def test_a_rig_file_with_two_cameras_records_both(tmp_path, short_routes):
-    from tools.collect.render import CameraConfig, RigConfig
+    from tools.dataset.rig import CameraConfig, RigConfig
 
     rig = RigConfig(cameras=(CameraConfig(name="front"), CameraConfig(name="left", yaw=-60.0, width=256,
                                                                         height=128)))

@@ -3,10 +3,17 @@
 The parent decides and watches; each route run is a child `python -m tools.collect run` in its own
 process group, writing its stdout and stderr to the run's attempt log. All state lives on disk
 (results, heartbeats, attempt logs), so a killed collector loses nothing: run it again.
+
+The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
+the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
+same route run meanwhile. A child dies with its collector (PR_SET_PDEATHSIG), so a rerun after a kill -9
+of the collector never finds more simulators than --workers.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import shlex
 import signal
@@ -28,10 +35,12 @@ from tools.dataset.manifest import read_manifest, update_manifest
 from tools.dataset.results import (
     FAILED_SIMULATION,
     HEARTBEAT_STALE_S,
+    LOCK_FD_ENV,
     RouteRecord,
+    RunClaim,
     RunState,
     attempts,
-    claim_attempt,
+    claim_run,
     is_failed,
     read_status,
     run_state,
@@ -113,8 +122,9 @@ def plan(route_files: list[Path], towns: str | None, repetitions: int) -> list[J
                     other = owner[key]
                     where = f"{path} has two routes with id {route.id}" if other == path else (
                         f"{other} and {path} both map to the route run {key}")
-                    raise ToolError(f"{where}: route runs are named <file stem>_route<id>_rep<K> within a "
-                                    "scenario type; rename one file or change a route id")
+                    raise ToolError(f"{where}: route runs are named by file stem, route id and repetition "
+                                    "within a scenario type (tools.dataset.layout.RunKey.for_route); rename one "
+                                    "file or change a route id")
                 owner[key] = path
                 jobs.append(Job(path, route, rep, towns_dir, key))
     for towns_dir, entries in groups.items():
@@ -149,6 +159,7 @@ class Collector:
         self.failed: list[Job] = []
         self.skipped = 0
         self.busy: list[RunKey] = []
+        self.damaged: list[RunKey] = []
         self.given_up: list[RunKey] = []
         self.retried = 0
         self.frames = 0
@@ -164,28 +175,27 @@ class Collector:
         ]
 
     def _launch(self, job: Job) -> str:
-        """Start an attempt at a job; or say why not: "finished", "running", "given-up"."""
-        state = run_state(self.layout, job.key)
-        if state is RunState.FINISHED:
-            return "finished"
-        if state is RunState.RUNNING:
-            return "running"
-        if attempts(self.layout, job.key) >= self.max_attempts:
-            return "given-up"
-        claimed = claim_attempt(self.layout, job.key)
-        if claimed is None:  # another collector took this attempt number a moment ago
-            return "running"
-        attempt, log = claimed
-        cmd = self._command(job, attempt)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(log, "ab") as out:
-            out.write(f"# collect: attempt {attempt} of at most {self.max_attempts}\n$ {shlex.join(cmd)}\n".encode())
-            out.flush()
-            # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
-            # child with everything it started by signalling its group.
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
-        self.running.append(Worker(job, attempt, log, proc, time.time()))
+        """Start an attempt at a job; or say why not: "finished", "running", "damaged", "given-up"."""
+        claim = claim_run(self.layout, job.key, self.max_attempts)
+        if not isinstance(claim, RunClaim):
+            return {RunState.FINISHED: "finished", RunState.RUNNING: "running", RunState.DAMAGED: "damaged",
+                    RunState.FAILED: "given-up"}[claim]
+        try:
+            cmd = self._command(job, claim.attempt)
+            env = dict(os.environ, PYTHONUNBUFFERED="1", **{LOCK_FD_ENV: str(claim.fd)})
+            with open(claim.log, "ab") as out:
+                out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}\n"
+                          f"$ {shlex.join(cmd)}\n".encode())
+                out.flush()
+                # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
+                # child with everything it started by signalling its group. The child inherits the run's
+                # lock (pass_fds) and dies with us (_die_with_parent).
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True, pass_fds=(claim.fd,),
+                                        preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+        finally:
+            claim.release()  # our copy: from now on the child alone holds the lock
+        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time()))
         return "started"
 
     def _watchdog(self, w: Worker) -> None:
@@ -238,6 +248,8 @@ class Collector:
                 self.skipped += 1
             elif state is RunState.RUNNING:
                 self.busy.append(job.key)
+            elif state is RunState.DAMAGED:
+                self.damaged.append(job.key)
             elif is_failed(state) and attempts(self.layout, job.key) >= self.max_attempts:
                 self.given_up.append(job.key)
             else:
@@ -245,6 +257,9 @@ class Collector:
         if self.busy:
             shown = ", ".join(str(k) for k in self.busy[:3]) + (", ..." if len(self.busy) > 3 else "")
             print(f"collect: skipping {len(self.busy)} route runs in progress elsewhere ({shown})", file=sys.stderr)
+        for key in self.damaged:
+            print(f"collect: {key}: damaged result file {self.layout.result_path(key)}, left alone: look at it, "
+                  "then delete it to have the run redone", file=sys.stderr)
 
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         tty = sys.stderr.isatty()  # in a SLURM log, a bar line every 30 s rather than at every change
@@ -261,6 +276,9 @@ class Collector:
                         self._advance(bar)
                     elif why == "running":
                         self.busy.append(job.key)
+                        self._advance(bar)
+                    elif why == "damaged":
+                        self.damaged.append(job.key)
                         self._advance(bar)
                     elif why == "given-up":
                         self.given_up.append(job.key)
@@ -305,6 +323,22 @@ class Collector:
                 _signal_group(w.proc, signal.SIGKILL)
                 w.proc.wait()
         self.running.clear()
+
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child should not dlopen
+except (OSError, AttributeError):  # not Linux: the run's lock still prevents doubles
+    _prctl = None
+
+
+def _die_with_parent(parent: int | None = None) -> None:
+    """In a child between fork and exec: SIGKILL it when the collector dies (Linux PR_SET_PDEATHSIG), so
+    a collector killed with -9 leaves no workers behind to double its rerun's."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:  # the collector died before the line above
+        os._exit(1)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -377,6 +411,8 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
     parts.append(f"; {c.skipped} skipped as already finished")
     if c.busy:
         parts.append(f", {len(c.busy)} skipped as running elsewhere")
+    if c.damaged:
+        parts.append(f", {len(c.damaged)} left alone with damaged result files (named above)")
     if c.given_up:
         parts.append(f", {len(c.given_up)} given up (failed {max_attempts} times before; bin/clean-failed "
                      f"{layout.root} --yes starts them over)")

@@ -17,6 +17,8 @@ from tools.dataset.results import (
     RunState,
     attempts,
     discard_run,
+    exclusive,
+    held_run_state,
     is_failed,
     read_status,
     run_state,
@@ -45,11 +47,12 @@ def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
     return layout, sorted(keys)
 
 
-def count_states(layout: Layout, keys: list[RunKey]) -> dict[str, Counter]:
-    """Per scenario type: how many runs are in each RunState."""
+def count_states(layout: Layout, keys: list[RunKey], states: dict[RunKey, RunState] | None = None
+                 ) -> dict[str, Counter]:
+    """Per scenario type: how many runs are in each RunState (`states`: already known ones)."""
     table: dict[str, Counter] = {}
     for key in keys:
-        table.setdefault(key.scenario, Counter())[run_state(layout, key)] += 1
+        table.setdefault(key.scenario, Counter())[states[key] if states else run_state(layout, key)] += 1
     return table
 
 
@@ -78,12 +81,18 @@ def format_table(table: dict[str, Counter]) -> str:
 def print_progress(root: str | None) -> None:
     """Print a table per scenario type: total, finished, failed, running, pending, failure rate."""
     layout, keys = _open_root(root)
-    table = count_states(layout, keys)
+    states = {key: run_state(layout, key) for key in keys}
+    table = count_states(layout, keys, states)
     print(f"dataset root {layout.root}")
     print(format_table(table))
     failed = sum(states[s] for states in table.values() for s in FAILED_STATES)
     if failed:
         print(f"failed counts crashed runs too; bin/clean-failed {layout.root} lists them")
+    damaged = [key for key, state in states.items() if state is RunState.DAMAGED]
+    if damaged:
+        shown = ", ".join(str(k) for k in damaged[:5]) + (", ..." if len(damaged) > 5 else "")
+        print(f"{len(damaged)} route runs have a damaged result file (counted in none of the columns): {shown}; "
+              f"bin/clean-failed {layout.root} names them")
 
 
 def _describe(layout: Layout, key: RunKey, state: RunState) -> str:
@@ -91,12 +100,22 @@ def _describe(layout: Layout, key: RunKey, state: RunState) -> str:
     return f"{key}  {state.value}  attempts={attempts(layout, key)}  status={status}"
 
 
+def _damaged_note(layout: Layout, damaged: list[RunKey]) -> None:
+    for key in damaged:
+        print(f"{key}  damaged  result file {layout.result_path(key)} is not a readable result: not deleted; "
+              "look at it (its frames may be good), then delete the result file by hand to have the run redone")
+
+
 def clean_failed_runs(root: str | None, yes: bool = False) -> None:
-    """List failed and crashed route runs; with `yes`, delete their result, data and logs."""
+    """List failed and crashed route runs; with `yes`, delete their result, data and logs. Runs with a
+    damaged result file are named and never deleted."""
     if not isinstance(yes, bool):
         raise ToolError(f"--yes takes no value (got {yes!r}): bin/clean-failed ROOT --yes")
     layout, keys = _open_root(root)
-    failed = [(key, state) for key in keys if is_failed(state := run_state(layout, key))]
+    states = {key: run_state(layout, key) for key in keys}
+    failed = [(key, state) for key, state in states.items() if is_failed(state)]
+    damaged = [key for key, state in states.items() if state is RunState.DAMAGED]
+    _damaged_note(layout, damaged)
     if not failed:
         print(f"no failed route runs under {layout.root}")
         return
@@ -108,13 +127,14 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
         return
     deleted = 0
     for key, _ in failed:
-        # Look again right before deleting: a collector may have started or finished it meanwhile.
-        now = run_state(layout, key)
-        if not is_failed(now):
-            print(f"{key}: now {now.value}, left alone", file=sys.stderr)
-            continue
-        discard_run(layout, key)  # result first, then the data folder
-        atomic.remove_tree(layout.log_dir(key))
+        # Under the run's lock, look again: a collector may have started or finished it meanwhile.
+        with exclusive(layout, key) as mine:
+            now = held_run_state(layout, key) if mine else RunState.RUNNING
+            if not is_failed(now):
+                print(f"{key}: now {now.value}, left alone", file=sys.stderr)
+                continue
+            discard_run(layout, key)  # result first, then the data folder
+            atomic.remove_tree(layout.log_dir(key))
         deleted += 1
     print(f"deleted {deleted} failed route runs; bin/collect with the same ROUTES_DIR and --root "
           f"{layout.root} collects them again")

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
+from tools.dataset.layout import is_plain_name
 
 #: Route run folder for a route without scenarios.
 NO_SCENARIO = "NoScenario"
@@ -54,11 +55,22 @@ class Route:
 
 def _floats(el: ET.Element, names: tuple[str, ...], where: str) -> list[float]:
     try:
-        return [float(el.attrib[n]) for n in names]
+        values = [float(el.attrib[n]) for n in names]
     except KeyError as e:
         raise RouteError(f"{where}: <{el.tag}> lacks attribute {e.args[0]}") from None
     except ValueError:
         raise RouteError(f"{where}: <{el.tag}> has a non-numeric coordinate {dict(el.attrib)}") from None
+    if not all(math.isfinite(v) for v in values):  # float() takes "nan" and "inf"
+        raise RouteError(f"{where}: <{el.tag}> has a coordinate that is not a finite number {dict(el.attrib)}")
+    return values
+
+
+def _plain(value: str, what: str, where: str) -> str:
+    """An attribute that becomes a folder or file name: no path, no "..", no odd characters."""
+    if not is_plain_name(value):
+        raise RouteError(f"{where}: {what} {value!r} is not a plain name (letters, digits, _ . -, no path); "
+                         "rename it in the route file")
+    return value
 
 
 def read_routes(path: Path) -> list[Route]:
@@ -77,7 +89,9 @@ def read_routes(path: Path) -> list[Route]:
         rid, town = el.get("id"), el.get("town")
         if not rid or not town:
             raise RouteError(f"{path}: a <route> lacks its id or town attribute")
+        _plain(rid, "route id", str(path))
         where = f"{path}: route {rid}"
+        _plain(town, "town", where)
         wps = el.find("waypoints")
         positions = [] if wps is None else wps.findall("position")
         if len(positions) < 2:
@@ -87,6 +101,7 @@ def read_routes(path: Path) -> list[Route]:
         for sc in el.findall("scenarios/scenario"):
             if not sc.get("type") or not sc.get("name"):
                 raise RouteError(f"{where}: a <scenario> lacks its name or type")
+            _plain(sc.get("type"), "scenario type", where)
             tp = sc.find("trigger_point")
             trigger = _floats(tp, ("x", "y", "z", "yaw"), where) if tp is not None else []
             scenarios.append({"name": sc.get("name"), "type": sc.get("type"), "trigger": trigger})
@@ -94,6 +109,8 @@ def read_routes(path: Path) -> list[Route]:
         for w in el.findall("weathers/weather"):
             try:
                 weathers.append({k: float(v) for k, v in w.attrib.items()})
+                if not all(math.isfinite(v) for v in weathers[-1].values()):
+                    raise ValueError
             except ValueError:
                 raise RouteError(f"{where}: a <weather> has a non-numeric value {dict(w.attrib)}") from None
         routes.append(Route(rid, town, waypoints, scenarios, weathers))

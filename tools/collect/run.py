@@ -1,6 +1,8 @@
 """One route run: drive a route once in the embedded world and record it, frame by frame.
 
 Order of writes, so that a run killed at any point never looks complete:
+  0. claim the run (tools.dataset.results.claim_run: its lock, then the attempt), or take over the claim
+     a collector made for us; the lock is held until the result is written
   1. discard what an earlier failed attempt left; write run.json
   2. per recorded frame: frames/<index>.msgpack (atomic); a heartbeat every few wall-clock seconds
   3. at the end: the result file, whose existence is what makes the run finished or failed
@@ -21,14 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from tools.collect.config import CollectSettings
-from tools.collect.planner import DenseRoute, RoadOption, RoutePlanner
-from tools.collect.render import world_to_ego
+from tools.collect.planner import DenseRoute, RoutePlanner
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
+from tools.collect.state import Box, Snapshot
 from tools.collect.town import Town
 from tools.dataset import atomic, frames, results
 from tools.dataset.errors import ToolError
+from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
+from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
 
 log = logging.getLogger("collect.run")
 
@@ -127,8 +131,13 @@ def _targets(route: DenseRoute, coarse: np.ndarray, index: int, xy: np.ndarray) 
     return k, min(k + 1, len(coarse) - 1)
 
 
-def measurements(world, snap, route: DenseRoute, coarse: np.ndarray, referee: Referee, frame_index: int,
-                 tick: int, ahead: int, weather: dict) -> dict:
+def _r3(v: float) -> float:
+    return round(float(v), 3)
+
+
+def measurements(world, snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee: Referee,
+                 frame_index: int, tick: int, ahead: int, weather: dict) -> Measurements:
+    """The measurements of the frame recorded now (tools.dataset.measurements); values rounded to millimetres."""
     ego = snap.ego
     st = world.ego_state()
     xy = np.array([ego.x, ego.y])
@@ -140,55 +149,63 @@ def measurements(world, snap, route: DenseRoute, coarse: np.ndarray, referee: Re
     light_hazard = bool(light and light["state"] in ("red", "yellow") and light["distance"] < 25.0)
     vehicle_hazard = bool(leader and leader["gap"] < max(8.0, 2.0 * st["speed"] + 4.0))
     heading = -math.radians(ego.yaw)  # OpenDRIVE frame: counter-clockwise from +x
-    r3 = lambda v: round(float(v), 3)  # noqa: E731
-    return {
-        "frame": frame_index,
-        "tick": tick,
-        "time": r3(snap.time),
-        "ego": {"x": r3(ego.x), "y": r3(ego.y), "z": r3(ego.z), "yaw": r3(ego.yaw), "speed": r3(st["speed"]),
-                "extent": [ego.length, ego.width, ego.height]},
-        "ego_opendrive": {"x": r3(ego.x), "y": r3(-ego.y), "heading": round(heading, 5)},
-        "speed": r3(st["speed"]),
-        "acceleration": r3(st["acceleration"]),
-        "target_speed": r3(st["target_speed"]),
-        "speed_limit": r3(st["speed_limit"]),
-        "command": int(route.option[coarse[k]]),
-        "next_command": int(route.option[coarse[k2]]),
-        "command_name": RoadOption(int(route.option[coarse[k]])).name,
-        "target_point": [r3(tp[0]), r3(tp[1])],
-        "target_point_next": [r3(tp_next[0]), r3(tp_next[1])],
-        "target_point_ego": [r3(v) for v in world_to_ego(ego, np.array([[tp[0], tp[1], 0.0]]))[0, :2]],
-        "route": np.round(route_ahead, 3).tolist(),
-        "route_index": referee.index,
-        "route_completion": r3(referee.completion),
-        "junction": bool(route.junction[referee.index]),
-        "lane": st["lane"],
-        "light": light,
-        "leader": leader,
-        "light_hazard": light_hazard,
-        "vehicle_hazard": vehicle_hazard,
-        "weather": weather,
-    }
+    command = RoadOption(int(route.option[coarse[k]]))
+    return Measurements(
+        frame=frame_index,
+        tick=tick,
+        time=_r3(snap.time),
+        ego={"x": _r3(ego.x), "y": _r3(ego.y), "z": _r3(ego.z), "yaw": _r3(ego.yaw), "speed": _r3(st["speed"]),
+             "extent": [ego.length, ego.width, ego.height]},
+        ego_opendrive={"x": _r3(ego.x), "y": _r3(-ego.y), "heading": round(heading, 5)},
+        speed=_r3(st["speed"]),
+        acceleration=_r3(st["acceleration"]),
+        target_speed=_r3(st["target_speed"]),
+        speed_limit=_r3(st["speed_limit"]),
+        command=int(command),
+        next_command=int(route.option[coarse[k2]]),
+        command_name=command.name,
+        target_point=[_r3(tp[0]), _r3(tp[1])],
+        target_point_next=[_r3(tp_next[0]), _r3(tp_next[1])],
+        target_point_ego=[_r3(v) for v in world_to_ego(ego, tp[None, :2])[0]],
+        route=np.round(route_ahead, 3).tolist(),
+        route_index=referee.index,
+        route_completion=_r3(referee.completion),
+        junction=bool(route.junction[referee.index]),
+        lane=st["lane"],
+        light=light,
+        leader=leader,
+        light_hazard=light_hazard,
+        vehicle_hazard=vehicle_hazard,
+        weather=weather,
+    )
 
 
-def boxes(snap) -> list[dict]:
+def box_label(box: Box, ego: Box) -> BoxLabel:
+    """The label of an actor's box in a frame whose ego is `ego`; values rounded to millimetres."""
+    return _label(box, ego, world_to_ego(ego, np.array([box.x, box.y, box.z])).tolist())
+
+
+def boxes(snap: Snapshot) -> list[BoxLabel]:
+    """Labels of the actors within BOX_RADIUS_M of the ego."""
     ego = snap.ego
     near = [a for a in snap.actors if math.hypot(a.x - ego.x, a.y - ego.y) < BOX_RADIUS_M]
-    out = []
-    if near:
-        rel = world_to_ego(ego, np.array([[a.x, a.y, a.z] for a in near]))
-        for a, (ex, ey, ez) in zip(near, rel, strict=True):
-            d = a.to_dict()
-            d["center_ego"] = [round(float(ex), 3), round(float(ey), 3), round(float(ez), 3)]
-            d["yaw_ego"] = round((a.yaw - ego.yaw + 180.0) % 360.0 - 180.0, 3)
-            out.append(d)
-    return out
+    if not near:
+        return []
+    centres = world_to_ego(ego, np.array([[a.x, a.y, a.z] for a in near])).tolist()
+    return [_label(a, ego, c) for a, c in zip(near, centres, strict=True)]
+
+
+def _label(box: Box, ego: Box, center_ego: list[float]) -> BoxLabel:
+    return BoxLabel(id=box.id, cls=int(box.cls), center=[_r3(box.x), _r3(box.y), _r3(box.z)], yaw=_r3(box.yaw),
+                    extent=[_r3(box.length), _r3(box.width), _r3(box.height)], speed=_r3(box.speed),
+                    center_ego=[_r3(v) for v in center_ego], yaw_ego=_r3(yaw_to_ego(ego, box.yaw)))
 
 
 def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
           seed: int, attempt: int) -> results.RouteRecord:
     """Simulate and record. Returns the record for the result file."""
-    from tools.collect.render import Renderer, Scene
+    from tools.collect.render import Renderer
+    from tools.collect.scene import Scene
     from tools.collect.world import SumoWorld
 
     started = time.time()
@@ -201,7 +218,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
         "route": route.id, "town": town.name, "town_file": str(town.xodr), "scenario": route.scenario,
         "repetition": repetition, "seed": seed, "attempt": attempt,
         "host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "settings": settings.to_dict(), "rig": rig.to_dict(), "route_length": round(dense.length, 3),
+        # settings holds the recording rate (sim_hz, record_every: rig.run_rate); frame_dt for the reader.
+        "settings": settings.to_dict(), "frame_dt": settings.rate.frame_dt, "rig": rig.to_dict(),
+        "route_length": round(dense.length, 3),
         "dense_route": dense.to_dict(), "target_indices": coarse.tolist(), "format": frames.FRAME_FORMAT,
     })
     results.write_heartbeat(layout, key, 0)
@@ -268,29 +287,35 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     else:
         read_manifest(layout)  # refuses a root of another format version
 
-    state = results.run_state(layout, key)
-    if state is results.RunState.FINISHED and not force:
-        print(f"{key}: already finished; --force redoes it", file=sys.stderr)
-        return key
-    if state is results.RunState.RUNNING:
-        raise ToolError(f"{key}: running in another process ({layout.heartbeat(key)}); not touching it")
-    if attempt is None:
-        claimed = results.claim_attempt(layout, key)
-        if claimed is None:
-            raise ToolError(f"{key}: another process claimed this attempt; not touching it")
-        attempt, log_path = claimed
-        handler = logging.FileHandler(log_path)
+    if attempt is None:  # claim the run: its lock, then the attempt (tools.dataset.results.claim_run)
+        claim = results.claim_run(layout, key, redo=force)
+        if claim is results.RunState.FINISHED:
+            print(f"{key}: already finished; --force redoes it", file=sys.stderr)
+            return key
+        if claim is results.RunState.RUNNING:
+            raise ToolError(f"{key}: running in another process (its lock {layout.run_lock(key)} is held); "
+                            "not touching it")
+        if claim is results.RunState.DAMAGED:
+            raise ToolError(f"{key}: its result file {layout.result_path(key)} is damaged; look at it, then "
+                            "--force redoes the run")
+        handler = logging.FileHandler(claim.log)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
+    else:  # a collector claimed it and handed us the lock
+        claim = results.inherited_claim(layout, key, int(attempt))
+    attempt = claim.attempt
     results.discard_run(layout, key)
 
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
     log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
-    try:
-        record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt))
-    except Exception:
-        log.error("%s: crashed\n%s", key, traceback.format_exc())
-        results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
-        raise SystemExit(1) from None
-    results.write_result(layout, key, record)
+    try:  # the claim (the run's lock) is held until the result is written
+        try:
+            record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt))
+        except Exception:
+            log.error("%s: crashed\n%s", key, traceback.format_exc())
+            results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+            raise SystemExit(1) from None
+        results.write_result(layout, key, record)
+    finally:
+        claim.release()
     return key

@@ -9,11 +9,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 TMP_PREFIX = ".tmp-"
+#: A temporary file of `write_bytes` is `.tmp-<name>.<host>~<pid>.<random>`: whoever finds one can tell
+#: whether its writer is still alive (`stale_temporaries`).
+_OWNER_SEP = "~"
+#: A temporary file of a writer on another host (whose pid cannot be checked) is stale after this long.
+STALE_REMOTE_S = 600.0
+
+
+def _host() -> str:
+    return socket.gethostname().replace(".", "_").replace(_OWNER_SEP, "_")
+
+
+def _owner_tag() -> str:
+    return f"{_host()}{_OWNER_SEP}{os.getpid()}"
 
 
 def _umask() -> int:
@@ -26,7 +41,7 @@ def write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically (temporary file in the same folder, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.{_owner_tag()}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared dataset must be readable by others
         with os.fdopen(fd, "wb") as f:
@@ -60,3 +75,46 @@ def remove_tree(path: Path) -> None:
 def is_temporary(path: Path) -> bool:
     """True for a name this module uses for work in progress (never part of the dataset)."""
     return Path(path).name.startswith(TMP_PREFIX)
+
+
+def process_alive(pid: int) -> bool:
+    """A process of this host that has not ended (a zombie, killed but not yet reaped, has ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (not Linux): signal 0 is all we can ask
+        return True
+
+
+def _writer_alive(name: str, mtime: float, now: float) -> bool:
+    """Whether the writer of a temporary file named by `write_bytes` may still be writing it."""
+    host = _host()
+    for part in name.split("."):
+        owner, sep, pid = part.rpartition(_OWNER_SEP)
+        if sep and pid.isdigit() and owner == host:
+            return process_alive(int(pid))
+    return now - mtime < STALE_REMOTE_S  # another host's, or a name of unknown shape: by age
+
+
+def stale_temporaries(folder: Path) -> list[Path]:
+    """Temporary files directly in `folder` whose writer is gone (killed mid-write): safe to delete."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    now = time.time()
+    out = []
+    for p in folder.iterdir():
+        if not is_temporary(p) or not p.is_file():
+            continue
+        try:
+            mtime = p.stat().st_mtime
+        except OSError:
+            continue
+        if not _writer_alive(p.name, mtime, now):
+            out.append(p)
+    return sorted(out)

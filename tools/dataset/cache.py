@@ -1,7 +1,7 @@
 """The training cache on disk: where records live, how one is written and read, and the node-local cache.
 
     ROOT/cache/<settings.key()>/                      one folder per preprocessing configuration
-        settings.json                                 the CacheSettings and CACHE_FORMAT (written first)
+        settings.json                                 CACHE_FORMAT, the CacheSettings, frame_dt (written first)
         data/<Scenario>/<run>/<index:05d>.rec         one record per recorded frame (mirrors ROOT/data)
 
 A record is one msgpack map, ``{"format": CACHE_FORMAT, "crc32": <crc32 of body>, "body": <bytes>}``.
@@ -17,8 +17,10 @@ from the dataset in a separate process.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -83,21 +85,36 @@ def read_cache_settings(cache_root: Path) -> CacheSettings:
         raise ToolError(f"{path}: not a readable cache settings file ({e})") from None
 
 
-def read_frame_dt(cache_root: Path) -> float:
-    """Seconds between consecutive recorded frames of the data a cache folder was built from (its
-    settings.json `frame_dt`, taken from the runs' run.json by the builder): the time step of the
-    samples' waypoints. ToolError when the folder does not record it."""
+def recorded_frame_dt(cache_root: Path) -> float | None:
+    """The `frame_dt` of a cache folder's settings.json; None when the folder does not record one (built
+    before it was recorded). ToolError when settings.json is missing or its frame_dt is not a time."""
     path = settings_path(cache_root)
     try:
-        value = json.loads(path.read_text())["frame_dt"]
+        data = json.loads(path.read_text())
+        if "frame_dt" not in data:
+            return None
+        value = data["frame_dt"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 3600:
             raise ValueError(f"frame_dt {value!r}")
         return float(value)
     except FileNotFoundError:
         raise ToolError(f"{path}: missing; not a cache folder (build one with bin/build-cache)") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, TypeError) as e:
         raise ToolError(f"{path}: no usable frame_dt ({e}): the cache does not say how far apart its frames are; "
-                        "build it again (bin/build-cache --force)") from None
+                        "move the folder aside and build it again (bin/build-cache)") from None
+
+
+def read_frame_dt(cache_root: Path) -> float:
+    """Seconds between consecutive recorded frames of the data a cache folder was built from (its
+    settings.json `frame_dt`, taken from the runs' run.json by the builder): the time step of the
+    samples' waypoints. ToolError when the folder does not record it."""
+    value = recorded_frame_dt(cache_root)
+    if value is None:
+        path = settings_path(cache_root)
+        raise ToolError(f"{path}: no usable frame_dt (none recorded): the cache does not say how far apart its "
+                        "frames are; bin/build-cache with the same settings adds it from the runs' run.json "
+                        "(bin/build-cache --force rebuilds every record as well)")
+    return value
 
 
 # ----------------------------------------------------------------------------- records
@@ -197,35 +214,102 @@ def rebuild_record(root: Path, settings: CacheSettings, run_rel: str, index: int
 # ----------------------------------------------------------------------------- node-local session cache
 
 
+class UnsafeSessionCacheError(ToolError):
+    """A session cache that is not ours to trust: another user's folder, or a value that would be unpickled."""
+
+
+@functools.cache
+def _bytes_disk() -> type:
+    """A diskcache Disk that stores and loads str keys and bytes values only. diskcache's own Disk pickles
+    anything else and unpickles what the database says is pickled: a planted cache would run code."""
+    import diskcache
+    from diskcache.core import MODE_BINARY, MODE_RAW
+
+    class BytesDisk(diskcache.Disk):
+        def put(self, key):
+            if type(key) is not str:
+                raise TypeError(f"session cache keys are str, not {type(key).__name__}")
+            return super().put(key)
+
+        def get(self, key, raw):
+            if not raw:
+                raise UnsafeSessionCacheError(f"{self._directory}: holds a pickled key; refusing to load it")
+            return super().get(key, raw)
+
+        def store(self, value, read, key=diskcache.core.UNKNOWN):
+            if read or type(value) is not bytes:
+                raise TypeError(f"session cache values are bytes, not {type(value).__name__}")
+            return super().store(value, read, key)
+
+        def fetch(self, mode, filename, value, read):
+            if mode not in (MODE_RAW, MODE_BINARY) or read:
+                raise UnsafeSessionCacheError(f"{self._directory}: holds a value stored as mode {mode} (pickled or "
+                                              "text), not bytes; refusing to load it; delete the folder")
+            if filename is not None and (os.path.isabs(filename) or ".." in Path(filename).parts):
+                raise UnsafeSessionCacheError(f"{self._directory}: a value points outside the cache ({filename!r})")
+            return super().fetch(mode, filename, value, read)
+
+    return BytesDisk
+
+
+def _check_private_folder(path: Path) -> None:
+    """Refuse a session cache folder another user owns or can write: its content could be planted."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeSessionCacheError(f"session cache {path}: not a plain folder; remove it or set "
+                                      "session_cache=FOLDER")
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeSessionCacheError(f"session cache {path}: owned by uid {st.st_uid} or writable by others; "
+                                      "not using it (its content could be planted): remove it or set "
+                                      "session_cache=FOLDER to a folder of yours")
+
+
 class SessionCache:
     """A node-local cache of record bytes for one training session (diskcache on local disk).
 
     The folder is `folder`, else $SLURM_TMPDIR, else $TMPDIR, else the system's temporary folder, under a
-    subfolder named by the cache key, so sessions of other settings never mix. Values are the record
-    bytes exactly as stored in the persistent cache (decode them with `decode_record`, which checks them):
-    bytes in, bytes out, nothing pickled. `size_limit` (bytes) is explicit (diskcache's own default is
-    1 GB); once the cache is full, new values are not added (with random sampling, evicting one sample for
-    another gains nothing and costs writes). Safe to share between DataLoader worker processes: each
-    process opens its own handle.
+    subfolder named by the user and the cache key (`drivekit-session-<uid>-<key>`, mode 0700), so sessions
+    of other settings never mix and another user's folder is refused. Values are the record bytes exactly
+    as stored in the persistent cache (decode them with `decode_record`, which checks them): bytes in,
+    bytes out, nothing pickled or unpickled (a Disk that refuses anything else). `size_limit` (bytes) is
+    explicit (diskcache's own default is 1 GB); once the cache is full, new values are not added (with
+    random sampling, evicting one sample for another gains nothing and costs writes). Safe to share between
+    DataLoader worker processes: each process opens its own handle.
     """
 
     def __init__(self, key: str, size_limit: int, folder: str | os.PathLike | None = None) -> None:
         if int(size_limit) <= 0:
             raise ToolError(f"session cache size limit {size_limit}: give a positive number of bytes")
         base = folder or os.environ.get("SLURM_TMPDIR") or os.environ.get("TMPDIR") or tempfile.gettempdir()
-        self.path = Path(base).expanduser().absolute() / f"drivekit-session-{key}"
+        self.path = Path(base).expanduser().absolute() / f"drivekit-session-{os.getuid()}-{key}"
         self.size_limit = int(size_limit)
         self._cache = None
         self._pid = -1
         self._volume = 0
         self.hits = self.misses = self.sets = self.skipped_full = 0
+        self._check_contents()  # here, in the main process: one clear line before any DataLoader worker starts
+
+    def _check_contents(self) -> None:
+        """Refuse a folder that holds anything but str keys and bytes values (a planted or foreign cache)."""
+        cache = self._open()
+        bad = cache._sql("SELECT COUNT(*) FROM Cache WHERE raw = 0 OR mode NOT IN (1, 2)").fetchone()[0]
+        if bad:
+            self.close()
+            raise UnsafeSessionCacheError(f"session cache {self.path}: {bad} entries are pickled or not bytes; "
+                                          "refusing to read it: delete the folder (it is only a copy of ROOT/cache)")
 
     def _open(self):
         if self._cache is None or self._pid != os.getpid():
             import diskcache
 
+            _check_private_folder(self.path)
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _check_private_folder(self.path)
             # least-recently-stored: reading never writes (diskcache's LRU updates a row on every get)
-            self._cache = diskcache.Cache(str(self.path), size_limit=self.size_limit,
+            self._cache = diskcache.Cache(str(self.path), size_limit=self.size_limit, disk=_bytes_disk(),
                                           eviction_policy="least-recently-stored")
             self._pid = os.getpid()
             self._volume = self._cache.volume()

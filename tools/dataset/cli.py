@@ -109,9 +109,9 @@ def check_args(prog: str, fn: Callable[..., Any], args: list[str]) -> list[str]:
     normalised to `--name=True/False`. ToolError for anything fire would act on wrongly."""
     params = inspect.signature(fn).parameters
     named = {n: p for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
     open_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
     switches = {n for n, p in named.items() if isinstance(p.default, bool)}
+    positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD and n not in switches]
     given: set[str] = set()
     loose: list[str] = []
     out: list[str] = []

@@ -62,7 +62,7 @@ def _dtypes(name: str) -> tuple[np.dtype, np.dtype]:
 
 def encode_array(array: np.ndarray, codec: str, jpeg_quality: int = 90, jpeg_optimize: bool = False) -> dict[str, Any]:
     """The blob of `array` in `codec`."""
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     if codec == "jpeg":
         buf = io.BytesIO()
         Image.fromarray(array.astype(np.uint8, copy=False)).save(buf, format="JPEG", quality=int(jpeg_quality),

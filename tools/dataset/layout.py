@@ -8,6 +8,7 @@
           frames/<index:05d>.msgpack             one file per recorded frame (tools.dataset.frames)
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
+      logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (results.claim_run)
       buckets/<collection>.json                  bucket files (tools.dataset.buckets)
       buckets/index.json                         the bucket builder's per-frame index
       cache/<key>/settings.json                  one training cache per preprocessing key (tools.dataset.cache)
@@ -46,6 +47,7 @@ HEARTBEAT = "heartbeat.json"
 FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
+RUN_LOCK = "run.lock"
 COLLECTION_FILE = "{name}.json"
 BUCKET_INDEX = "index.json"
 BUCKET_LOCK = ".tmp-build.lock"
@@ -55,11 +57,40 @@ RECORD_NAME = "{index:05d}.rec"
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+def is_plain_name(name: str) -> bool:
+    """A name that may become one folder or file name on disk: letters, digits, _ . - (no path, no "..")."""
+    return bool(_NAME_OK.match(str(name))) and ".." not in str(name)
+#: What `RunKey.for_route` produces: a route run's folder name always ends in _rep<K>.
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*_rep[0-9]+$")
+
+
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """`--root`, else `$DATA_ROOT`, else `./data`."""
+    """`--root`, else `$DATA_ROOT`, else `./data`; ToolError for a root inside another dataset root or
+    holding one (`check_not_nested`)."""
     if root is None or str(root) == "":
         root = os.environ.get("DATA_ROOT") or "data"
-    return Path(root).expanduser().absolute()
+    path = Path(root).expanduser().absolute()
+    check_not_nested(path)
+    return path
+
+
+#: How deep below a root `check_not_nested` looks for another root's manifest (ROOT/data/<Scenario>/<run>).
+_NESTED_DEPTH = 3
+
+
+def check_not_nested(root: Path) -> None:
+    """Refuse a root inside another dataset root (an ancestor holds manifest.json) or one holding a root
+    (a folder up to three levels down holds manifest.json): their runs would be read, listed and cleaned
+    as each other's."""
+    for parent in root.parents:
+        if (parent / MANIFEST).is_file():
+            raise ToolError(f"--root {root}: inside the dataset root {parent}; give a --root outside it "
+                            f"(or {parent} itself)")
+    if root.is_dir():
+        for depth in range(1, _NESTED_DEPTH + 1):
+            for found in root.glob("/".join(["*"] * depth) + "/" + MANIFEST):
+                raise ToolError(f"--root {root}: holds another dataset root {found.parent}; give each dataset "
+                                "its own --root, side by side")
 
 
 def check_root_writable(root: Path) -> None:
@@ -83,7 +114,7 @@ class RunKey:
 
     def __post_init__(self) -> None:
         for part in (self.scenario, self.name):
-            if not _NAME_OK.match(part):
+            if not is_plain_name(part):
                 raise ValueError(f"invalid name for a dataset folder: {part!r} (use letters, digits, _ . -)")
 
     @staticmethod
@@ -182,6 +213,10 @@ class Layout:
     def attempt_log(self, key: RunKey, attempt: int) -> Path:
         return self.log_dir(key) / ATTEMPT_LOG.format(attempt=attempt)
 
+    def run_lock(self, key: RunKey) -> Path:
+        """logs/<Scenario>/<run>/run.lock: held (flock) by the process running an attempt of the run."""
+        return self.log_dir(key) / RUN_LOCK
+
     def attempt_logs(self, key: RunKey) -> list[Path]:
         d = self.log_dir(key)
         return sorted(d.glob("attempt-*.log")) if d.is_dir() else []
@@ -193,7 +228,9 @@ class Layout:
         return sorted(p for p in d.glob("*.msgpack") if not is_temporary(p))
 
     def iter_runs(self) -> Iterator[RunKey]:
-        """Every route run that has anything on disk (a folder, a result or a log), sorted."""
+        """Every route run that has anything on disk (a folder, a result or a log), sorted. Only names the
+        layout produces (`RunKey.for_route`) count: anything else under data/, results/ or logs/ is not a
+        route run."""
         keys: set[RunKey] = set()
         for top, suffix in ((DATA, ""), (RESULTS, ".json"), (LOGS, "")):
             base = self.root / top
@@ -206,6 +243,6 @@ class Layout:
                     if is_temporary(entry) or not entry.name.endswith(suffix):
                         continue
                     name = entry.name[: len(entry.name) - len(suffix)] if suffix else entry.name
-                    if _NAME_OK.match(name) and _NAME_OK.match(scen.name):
+                    if _RUN_NAME.match(name) and _NAME_OK.match(scen.name):
                         keys.add(RunKey(scen.name, name))
         yield from sorted(keys)

@@ -1,20 +1,34 @@
-"""Route-run results in the leaderboard 2.0 checkpoint format, and THE definition of a failed route.
+"""Route-run results in the leaderboard 2.0 checkpoint format, THE definition of a failed route, and the
+claim that makes one process the only one running a route run.
 
 Every tool that asks "is this route run done, failed, running or still to do?" calls `run_state`.
+
+Claim-and-run protocol (`claim_run`): the process that runs an attempt first takes an exclusive lock on
+logs/<Scenario>/<run>/run.lock (flock), then, holding it, checks the run's state and counts the attempt
+(an attempt log created with O_EXCL). The lock lives as long as the process that runs the attempt (a
+collector hands its locked file to the child it starts, then closes its own copy), so:
+- a second collector, a rerun after a kill -9 of the collector, or a SLURM task never runs the same
+  route run at the same time: it finds the lock taken and the run RUNNING, and counts no attempt;
+- there is no window between counting an attempt and the first heartbeat in which the run looks crashed.
+Heartbeats remain for what a lock cannot see: a writer on another host of a file system without locks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import fcntl
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tools.dataset import atomic
+from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 
 # Leaderboard 2.0 record statuses.
@@ -69,6 +83,7 @@ class RunState(enum.StrEnum):
     FINISHED = "finished"  # result file with a success status: usable data
     FAILED = "failed"  # result file with a failure status
     CRASHED = "crashed"  # started, no result, and its writer is gone: unfinished
+    DAMAGED = "damaged"  # a result file that is not a readable result: reported, never redone or deleted silently
 
 
 #: The one definition of a failed route run, used by collect, progress, clean-failed and buckets.
@@ -149,7 +164,8 @@ def read_status(path: Path) -> str | None:
     """The record status of a result file, or None when the file is unreadable or not a result."""
     try:
         data = json.loads(path.read_text())
-        return str(data["_checkpoint"]["records"][0]["status"])
+        status = data["_checkpoint"]["records"][0]["status"]
+        return status if isinstance(status, str) else None
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
 
@@ -164,16 +180,6 @@ def write_heartbeat(layout: Layout, key: RunKey, tick: int) -> None:
     )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def heartbeat_alive(path: Path, now: float | None = None) -> bool:
     """A heartbeat is alive while it is fresh, and, on this host, while its process exists."""
     try:
@@ -185,17 +191,33 @@ def heartbeat_alive(path: Path, now: float | None = None) -> bool:
     if age > HEARTBEAT_STALE_S:
         return False
     if host == socket.gethostname():
-        return _pid_alive(pid)
+        return atomic.process_alive(pid)
     return True
 
 
 def run_state(layout: Layout, key: RunKey) -> RunState:
     """THE definition of where a route run stands. A run is finished only when its result says so."""
+    return _state(layout, key, holder=False)
+
+
+def held_run_state(layout: Layout, key: RunKey) -> RunState:
+    """run_state asked by the process holding the run's lock (claim_run, exclusive): its own lock does
+    not make the run RUNNING."""
+    return _state(layout, key, holder=True)
+
+
+def _state(layout: Layout, key: RunKey, holder: bool) -> RunState:
+    """run_state; `holder`: asked by the process holding the run's lock, which does not count itself."""
     result = layout.result_path(key)
     if result.exists():
         status = read_status(result)
+        if status is None:
+            return RunState.DAMAGED
         return RunState.FINISHED if status in SUCCESS_STATUSES else RunState.FAILED
-    if heartbeat_alive(layout.heartbeat(key)):
+    if holder:
+        if heartbeat_alive(layout.heartbeat(key)) and not _own_heartbeat(layout, key):
+            return RunState.RUNNING
+    elif lock_held(layout, key) or heartbeat_alive(layout.heartbeat(key)):
         return RunState.RUNNING
     if layout.run_dir(key).exists() or layout.attempt_logs(key):
         return RunState.CRASHED
@@ -207,17 +229,135 @@ def attempts(layout: Layout, key: RunKey) -> int:
     return len(layout.attempt_logs(key))
 
 
-def claim_attempt(layout: Layout, key: RunKey) -> tuple[int, Path] | None:
-    """Create the next attempt's log with O_EXCL; None when another process claimed it first."""
-    n = attempts(layout, key) + 1
-    path = layout.attempt_log(key, n)
-    path.parent.mkdir(parents=True, exist_ok=True)
+# ----------------------------------------------------------------------------- the claim
+
+#: Environment variable through which a collector hands the locked run.lock descriptor to its child.
+LOCK_FD_ENV = "DRIVEKIT_RUN_LOCK_FD"
+#: How long a claimant retries a lock that a state probe (run_state) may hold for a few microseconds.
+_LOCK_RETRY_S = 2.0
+
+
+def lock_held(layout: Layout, key: RunKey) -> bool:
+    """True while a process holds the run's lock (runs an attempt of it). Never creates anything."""
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return None
-    os.close(fd)
-    return n, path
+        fd = os.open(layout.run_lock(key), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks: heartbeats decide
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+@dataclass
+class RunClaim:
+    """Exclusive ownership of one route run's attempt, held while `fd` (the locked run.lock) is open."""
+
+    key: RunKey
+    attempt: int
+    log: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _lock(path: Path) -> int | None:
+    """An fd of `path` holding its exclusive flock, or None when another process holds it. Retries for a
+    moment (a state probe holds the lock for microseconds) and when the file was replaced meanwhile (a
+    run being cleaned): the fd returned always locks the file now at `path`."""
+    deadline = time.monotonic() + _LOCK_RETRY_S
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+            continue
+        except OSError:  # no locks on this file system: heartbeats and O_EXCL attempt logs still guard
+            return fd
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # we locked a file that was deleted meanwhile: lock the new one
+
+
+def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo: bool = False
+              ) -> RunClaim | RunState:
+    """Take the run's lock, then count the next attempt. Returns the claim, or, without counting anything,
+    the state that stops it: RUNNING (locked by another process), FINISHED or DAMAGED (unless `redo`, a
+    user's explicit --force), or FAILED when `max_attempts` attempts were made already."""
+    fd = _lock(layout.run_lock(key))
+    if fd is None:
+        return RunState.RUNNING
+    try:
+        state = _state(layout, key, holder=True)
+        stop = state is RunState.RUNNING or (state in (RunState.FINISHED, RunState.DAMAGED) and not redo)
+        if not stop and max_attempts is not None and attempts(layout, key) >= max_attempts:
+            state, stop = RunState.FAILED, True
+        if stop:
+            os.close(fd)
+            return state
+        n = attempts(layout, key) + 1
+        log = layout.attempt_log(key, n)
+        try:
+            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:  # only without working locks: another host counted this attempt
+            os.close(fd)
+            return RunState.RUNNING
+        return RunClaim(key, n, log, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def exclusive(layout: Layout, key: RunKey) -> Iterator[bool]:
+    """Hold the run's lock for a moment (to delete it, say): yields False when a process runs it now."""
+    fd = _lock(layout.run_lock(key))
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _own_heartbeat(layout: Layout, key: RunKey) -> bool:
+    try:
+        beat = json.loads(layout.heartbeat(key).read_text())
+        return beat.get("host") == socket.gethostname() and int(beat.get("pid")) == os.getpid()
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def inherited_claim(layout: Layout, key: RunKey, attempt: int) -> RunClaim:
+    """The claim a collector handed to this process (LOCK_FD_ENV): checked to be the locked run.lock of
+    `key`. ToolError when there is none: --attempt is given only by `tools.collect collect`."""
+    raw = os.environ.get(LOCK_FD_ENV)
+    try:
+        fd = int(raw or "")
+        held = os.fstat(fd)
+        on_disk = os.stat(layout.run_lock(key))
+        if (held.st_dev, held.st_ino) != (on_disk.st_dev, on_disk.st_ino):
+            raise ValueError
+    except (ValueError, OSError):
+        raise ToolError(f"--attempt {attempt}: no claim of {key} handed over by a collector; leave --attempt "
+                        "out (it is for tools.collect collect), the run claims its own attempt") from None
+    return RunClaim(key, int(attempt), layout.attempt_log(key, int(attempt)), fd)
 
 
 def discard_run(layout: Layout, key: RunKey) -> None:

@@ -1,0 +1,375 @@
+"""The fault suite (docs/reliability.md): kill -9 at random moments, two collectors at once, damaged files,
+hostile inputs. Every case asserts what must hold afterwards, not only that nothing crashed.
+
+Run it alone with `pytest -m faults`; it is part of `make test`. The kill moments are drawn from a seeded
+generator, so a failure is reproducible; each trial is its own test (the table in the closing note is
+pytest's count of them).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, copy_root, run_bin, run_tool, start_tool, tree
+
+from tools.dataset.frames import read_frame
+from tools.dataset.layout import Layout
+from tools.dataset.results import RunState, attempts, run_state
+
+pytestmark = pytest.mark.faults
+REPO_BIN = Path(__file__).resolve().parent.parent / "bin"
+
+TRIALS = 3
+TINY_TRAIN = ["batch_size=4", "log_every=1", "image_every=1000", "val_samples=4", "val_every=1000", "warmup_steps=1",
+              "save_every=2"]
+
+
+def moments(name: str, low: float, high: float) -> list[float]:
+    """TRIALS kill moments (seconds after the start) for one fault, reproducible."""
+    rng = random.Random(name)
+    return [round(rng.uniform(low, high), 2) for _ in range(TRIALS)]
+
+
+# ----------------------------------------------------------------------------- what must hold
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains `text` (to see what a killed parent left)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_no_processes(text: str, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := processes_mentioning(text)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def assert_every_run_finished_once(root: Path, expected: int) -> None:
+    """Every route run finished, its frames contiguous and readable, no temporary file anywhere, and every
+    attempt log written by exactly one attempt."""
+    layout = Layout(root)
+    keys = list(layout.iter_runs())
+    assert len(keys) == expected, keys
+    for key in keys:
+        assert run_state(layout, key) is RunState.FINISHED, (key, run_state(layout, key))
+        frames = layout.frame_paths(key)
+        assert [int(p.stem) for p in frames] == list(range(len(frames))), key
+        assert frames, key
+        for path in frames:
+            read_frame(path)  # every sensor decodes
+        logs = layout.attempt_logs(key)
+        assert [int(p.stem.split("-")[1]) for p in logs] == list(range(1, len(logs) + 1)), key
+        for log in logs:  # one attempt per log: a log written by two processes would hold two headers
+            assert log.read_text(errors="replace").count("# collect: attempt") <= 1, log
+    assert not [p for p in root.rglob(".tmp-*")], "temporary files left"
+
+
+@pytest.fixture
+def routes(tmp_path, short_routes) -> Path:
+    return Path(shutil.copytree(short_routes, tmp_path / "routes"))
+
+
+def collect(routes: Path, root: Path, *extra: str, check: bool = True):
+    return run_bin("collect", routes, "--root", root, "--workers", "2", "--vehicles", "10", *extra, check=check,
+                   timeout=240)
+
+
+def kill_after(proc, seconds: float) -> bool:
+    """SIGKILL a process we started after `seconds`, unless it ended first; True when killed."""
+    try:
+        proc.wait(timeout=seconds)
+        return False
+    except Exception:
+        proc.kill()
+        proc.wait()
+        return True
+
+
+# ----------------------------------------------------------------------------- kill -9
+
+
+@pytest.mark.parametrize("delay", moments("collector", 0.5, 5.0))
+def test_kill9_of_the_collector_leaves_no_workers_and_a_rerun_finishes_every_run_once(routes, tmp_path, delay):
+    root = tmp_path / "root"
+    proc = start_tool(REPO_BIN / "collect", routes, "--root", root, "--workers", "2", "--vehicles", "10")
+    kill_after(proc, delay)
+    # Its workers die with it (PR_SET_PDEATHSIG): none is left to race the rerun's.
+    assert wait_for_no_processes(str(root)) == []
+    collect(routes, root)
+    assert_every_run_finished_once(root, expected=2)
+
+
+@pytest.mark.parametrize("delay", moments("worker", 1.0, 4.0))
+def test_kill9_of_a_worker_is_a_crash_that_the_collector_retries(routes, tmp_path, delay):
+    root = tmp_path / "root"
+    proc = start_tool(REPO_BIN / "collect", routes, "--root", root, "--workers", "1", "--vehicles", "10")
+    time.sleep(delay)
+    # bin/collect execs the collector, so its workers are children of the process we started
+    workers = [pid for pid in processes_mentioning(str(root)) if pid != proc.pid and _ppid(pid) == proc.pid]
+    for pid in workers:  # the collector's own child (we started the collector), by pid
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert_every_run_finished_once(root, expected=2)
+    if workers:
+        assert "crashed (killed by SIGKILL)" in err
+        assert sum(attempts(Layout(root), k) for k in Layout(root).iter_runs()) == 3
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def test_two_collectors_at_once_run_each_route_run_exactly_once(routes, tmp_path):
+    root = tmp_path / "root"
+    args = [REPO_BIN / "collect", routes, "--root", root, "--workers", "2", "--vehicles", "10"]
+    first, second = start_tool(*args), start_tool(*args)
+    for proc in (first, second):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert_every_run_finished_once(root, expected=2)
+    layout = Layout(root)
+    assert [attempts(layout, k) for k in layout.iter_runs()] == [1, 1], "an attempt was counted twice"
+
+
+@pytest.mark.parametrize("delay", moments("cache", 0.3, 3.0))
+def test_kill9_of_the_cache_builder_then_a_rerun_builds_a_verified_cache(collected_root, tmp_path, delay):
+    root = copy_root(collected_root, tmp_path / "root")
+    proc = start_tool(REPO_BIN / "build-cache", "--root", root)
+    kill_after(proc, delay)
+    run_bin("build-cache", "--root", root, check=True)
+    verify = run_tool(PYTHON, "-m", "tools.cache", "verify", "--root", root)
+    assert verify.returncode == 0, verify.stderr
+    assert "0 damaged, 0 missing" in verify.stderr
+    assert not [p for p in (root / "cache").rglob(".tmp-*")], "a killed builder's temporary file was left"
+
+
+@pytest.fixture(scope="module")
+def train_root(tmp_path_factory, collected_root) -> Path:
+    root = copy_root(collected_root, tmp_path_factory.mktemp("faults-train") / "root")
+    run_tool(PYTHON, "-m", "tools.buckets", "build", "--root", root, check=True)
+    run_tool(PYTHON, "-m", "tools.cache", "build", "--root", root, check=True)
+    return root
+
+
+@pytest.mark.parametrize("delay", moments("train", 3.0, 15.0))
+def test_kill9_of_training_then_a_rerun_resumes_from_an_intact_checkpoint_and_finishes(train_root, tmp_path,
+                                                                                       delay):
+    from tools.train import checkpoint
+
+    logdir = tmp_path / "run"
+    args = [PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN,
+            "max_steps=6"]
+    proc = start_tool(*args)
+    kill_after(proc, delay)
+    again = run_tool(*args, timeout=300)
+    assert again.returncode == 0, again.stderr
+    last = checkpoint.latest(logdir)
+    assert last is not None and last.name == "step-00000006"
+    checkpoint.verify(last)
+    assert not [p for p in (logdir / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
+
+
+# ----------------------------------------------------------------------------- damaged files
+
+
+@pytest.mark.parametrize("content", ["", '{"_checkpoint": {"records": [', "[1, 2, 3]", '{"_checkpoint": {}}'])
+def test_a_damaged_result_file_is_its_own_state_reported_and_never_deleted(collected_root, tmp_path, content):
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = next(iter(layout.iter_runs()))
+    layout.result_path(key).write_text(content)
+    assert run_state(layout, key) is RunState.DAMAGED
+    progress = run_bin("progress", root)
+    assert progress.returncode == 0 and "damaged result file" in progress.stdout and str(key) in progress.stdout
+    before = tree(root)
+    cleaned = run_bin("clean-failed", root, "--yes")
+    assert cleaned.returncode == 0
+    assert f"{key}  damaged" in cleaned.stdout
+    assert tree(root) == before, "clean-failed deleted or changed something of a damaged run"
+    assert layout.frame_paths(key)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning(train_root, tmp_path, damage):
+    from tools.train import checkpoint
+
+    logdir = tmp_path / "run"
+    args = [PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN]
+    run_tool(*args, "max_steps=4", check=True, timeout=300)
+    newest = checkpoint.latest(logdir)
+    assert newest.name == "step-00000004"
+    model = newest / "model.pt"
+    data = bytearray(model.read_bytes())
+    if damage == "flip":
+        for i in range(len(data) // 2, len(data) // 2 + 64):
+            data[i] ^= 0xFF
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data = bytearray()
+    model.write_bytes(bytes(data))
+    proc = run_tool(*args, "max_steps=5", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "checksum mismatch" in line]
+    assert len(warnings) == 1 and "falling back" in warnings[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert checkpoint.latest(logdir).name == "step-00000005"
+
+
+def test_a_planted_pickled_session_cache_is_refused_before_training_reads_it(train_root, tmp_path):
+    import diskcache
+
+    from tools.train.data import find_cache
+
+    folder, _ = find_cache(Layout(train_root))
+    base = tmp_path / "tmp"
+    path = base / f"drivekit-session-{os.getuid()}-{folder.name}"
+    marker = tmp_path / "pwned"
+    payload = _RunsCode(str(marker))
+    with diskcache.Cache(str(path)) as c:  # the attacker's cache: diskcache's default Disk pickles
+        c.set("data/x", payload)
+    proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={tmp_path / 'run'}",
+                    *TINY_TRAIN, "max_steps=1", "session_cache=auto", env={"TMPDIR": str(base)}, timeout=300)
+    assert proc.returncode != 0
+    assert not marker.exists(), "the planted pickle ran"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("train: session cache") and "pickled" in lines[-1], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+class _RunsCode:
+    """What an attacker pickles: unpickling it creates a file."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+# ----------------------------------------------------------------------------- hostile inputs and bad flags
+
+
+def _route_file(short_routes: Path, tmp_path: Path, edit) -> Path:
+    d = Path(shutil.copytree(short_routes, tmp_path / "hostile"))
+    first = sorted(p for p in d.rglob("*.xml") if "towns" not in p.parts)[0]
+    for other in d.rglob("*.xml"):
+        if other != first and "towns" not in other.parts:
+            other.unlink()
+    first.write_text(edit(first.read_text()))
+    return d
+
+
+@pytest.mark.parametrize("name,edit,expect", [
+    ("nan waypoint", lambda t: t.replace('x="', 'x="nan" xx="', 1), "not a finite number"),
+    ("town outside towns/", lambda t: t.replace('town="town"', 'town="../../somewhere/town"'), "not a plain name"),
+    ("route id with a path", lambda t: t.replace('id="', 'id="../x" old="', 1), "not a plain name"),
+])
+def test_hostile_route_files_are_one_line_and_change_nothing(short_routes, tmp_path, name, edit, expect):
+    routes = _route_file(short_routes, tmp_path, edit)
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = collect(routes, root, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0], proc.stderr
+    assert list(root.iterdir()) == []
+
+
+def test_a_route_id_with_a_path_through_run_is_one_line(short_routes, tmp_path):
+    routes = _route_file(short_routes, tmp_path, lambda t: t.replace('id="', 'id="../x" old="', 1))
+    route = next(p for p in routes.rglob("*.xml") if "towns" not in p.parts)
+    proc = run_tool(PYTHON, "-m", "tools.collect", "run", "--route", route, "--root", tmp_path / "root")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["build-buckets", "--root", "{root}", "--bogus"],
+    ["build-cache", "--root", "{root}", "--bogus"],
+    ["clean-failed", "{root}", "--yes", "--bogus"],
+    ["clean-failed", "{root}", "--yes=1"],
+    ["progress", "{root}", "extra"],
+    ["collect", "{routes}", "--root", "{root}", "--workers"],
+])
+def test_a_bad_flag_is_refused_before_anything_is_touched(collected_root, short_routes, tmp_path, command):
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = next(iter(layout.iter_runs()))
+    layout.result_path(key).write_text(layout.result_path(key).read_text().replace('"Perfect"', '"Failed"'))
+    before = tree(root)
+    args = [a.format(root=root, routes=short_routes) for a in command]
+    proc = run_bin(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert tree(root) == before
+
+
+def test_a_root_inside_another_root_and_a_root_holding_one_are_refused(collected_root, short_routes, tmp_path):
+    outer = copy_root(collected_root, tmp_path / "outer")
+    before = tree(outer)
+    inside = collect(short_routes, outer / "data", check=False)
+    assert inside.returncode == 2 and "inside the dataset root" in inside.stderr, inside.stderr
+    holder = tmp_path / "holder"
+    copy_root(collected_root, holder / "data")
+    for cmd in (["progress", holder], ["clean-failed", holder, "--yes"], ["build-buckets", "--root", holder]):
+        proc = run_bin(*cmd)
+        assert proc.returncode == 2 and "holds another dataset root" in proc.stderr, (cmd, proc.stderr)
+    assert tree(outer) == before
+
+
+def test_names_the_layout_cannot_produce_are_not_route_runs(collected_root, tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    (root / "data" / "data").mkdir()
+    (root / "data" / "data" / "Scenario").mkdir()
+    (root / "results" / "data").mkdir()
+    (root / "results" / "data" / "notes.json").write_text("{}")
+    keys = list(Layout(root).iter_runs())
+    assert all(k.name.rsplit("_rep", 1)[1].isdigit() and k.scenario != "data" for k in keys)
+    assert len(keys) == len(list(Layout(collected_root).iter_runs()))
+
+
+def read_only(root: Path, *command: str | Path) -> list[str]:
+    """`command` seeing `root` read-only: a read-only bind mount in a private mount namespace (we are root
+    here, and root writes through file modes); a user who is not root gets the modes."""
+    if os.geteuid() != 0:
+        for p in [root, *root.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o555)
+        return [str(c) for c in command]
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, "sh", str(root), *[str(c) for c in command]]
+
+
+def test_build_cache_on_a_read_only_root_is_one_line(collected_root, tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    before = tree(root)
+    proc = run_tool(*read_only(root, REPO_BIN / "build-cache", "--root", root))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not writable" in lines[0], proc.stderr
+    assert tree(root) == before
+
+
