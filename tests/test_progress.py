@@ -111,7 +111,7 @@ def test_progress_of_no_dataset_is_one_line_error(tmp_path, case):
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"collect: {path}"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"collect: --root {path}: "), proc.stderr
 
 
 def test_progress_refuses_a_manifest_of_another_format_version(root):

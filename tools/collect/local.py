@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from tools.collect.config import CollectSettings
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
+from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
@@ -72,19 +73,6 @@ class Worker:
 
 
 # ----------------------------------------------------------------------------- arguments
-
-
-def _at_least_one(value: Any, flag: str) -> int:
-    """Fire turns "4" into 4 but "4.5" into a float and a bare flag into True: accept whole numbers only."""
-    if isinstance(value, bool):
-        raise ToolError(f"--{flag} needs a value: a whole number of 1 or more, e.g. --{flag} 4")
-    try:
-        n = int(str(value))
-    except ValueError:
-        raise ToolError(f"--{flag} {value!r}: expected a whole number of 1 or more, e.g. --{flag} 4") from None
-    if n < 1:
-        raise ToolError(f"--{flag} {n}: expected 1 or more")
-    return n
 
 
 def find_route_files(routes_dir: Path) -> list[Path]:
@@ -360,16 +348,16 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
     started = time.time()
     if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
         raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
-    routes_path = Path(str(routes_dir)).expanduser().absolute()
-    workers = _at_least_one(workers, "workers")
-    repetitions = _at_least_one(repetitions, "repetitions")
-    max_attempts = _at_least_one(max_attempts, "max-attempts")
+    routes_path = Path(cli.text(routes_dir, "routes-dir")).expanduser().absolute()
+    workers = cli.integer(workers, "workers", 1)
+    repetitions = cli.integer(repetitions, "repetitions", 1)
+    max_attempts = cli.integer(max_attempts, "max-attempts", 1)
     if not routes_path.exists():
         raise ToolError(f"ROUTES_DIR {routes_path}: no such folder; give the folder that holds the route files")
     if not routes_path.is_dir():
         raise ToolError(f"ROUTES_DIR {routes_path}: not a folder; give the folder that holds the route files "
                         "(for one file: python -m tools.collect run --route FILE)")
-    layout = Layout(resolve_root(None if root is None else str(root)))  # fire makes "2024" an int
+    layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
 
     route_files = find_route_files(routes_path)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from tools.dataset import atomic
+from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey, resolve_root
+from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import planned_runs, read_manifest
 from tools.dataset.results import (
     FAILED_STATES,
@@ -29,10 +29,7 @@ COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
 
 def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
     """The root's layout and every run it knows: planned in the manifest or present on disk."""
-    layout = Layout(resolve_root(None if root is None else str(root)))  # fire makes "2024" an int
-    if not layout.root.is_dir():
-        raise ToolError(f"{layout.root}: no such dataset root; give the --root you collected into "
-                        "(bin/collect ROUTES_DIR --root ROOT)")
+    layout = cli.open_root(root)
     manifest = read_manifest(layout)
     keys = set(layout.iter_runs())
     for name in planned_runs(manifest):
@@ -41,9 +38,6 @@ def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
             keys.add(RunKey(scenario, run))
         except ValueError:
             raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
-    if manifest is None and not keys:
-        raise ToolError(f"{layout.root}: not a dataset root (no {layout.manifest.name}, no route runs); "
-                        "collect into it first: bin/collect ROUTES_DIR --root ROOT")
     return layout, sorted(keys)
 
 
@@ -109,8 +103,7 @@ def _damaged_note(layout: Layout, damaged: list[RunKey]) -> None:
 def clean_failed_runs(root: str | None, yes: bool = False) -> None:
     """List failed and crashed route runs; with `yes`, delete their result, data and logs. Runs with a
     damaged result file are named and never deleted."""
-    if not isinstance(yes, bool):
-        raise ToolError(f"--yes takes no value (got {yes!r}): bin/clean-failed ROOT --yes")
+    yes = cli.switch(yes, "yes")
     layout, keys = _open_root(root)
     states = {key: run_state(layout, key) for key in keys}
     failed = [(key, state) for key, state in states.items() if is_failed(state)]

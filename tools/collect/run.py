@@ -27,7 +27,7 @@ from tools.collect.planner import DenseRoute, RoutePlanner
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
 from tools.collect.state import Box, Snapshot
 from tools.collect.town import Town
-from tools.dataset import atomic, frames, results
+from tools.dataset import atomic, cli, frames, results
 from tools.dataset.errors import ToolError
 from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
@@ -264,20 +264,16 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     """Check every argument, claim an attempt, drive, write the result. See `python -m tools.collect run`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     cfg = CollectSettings.from_flags(settings)
-    route_path = Path(route)
+    route_path = Path(cli.text(route, "route"))
     if not route_path.is_file():
         raise ToolError(f"--route {route}: no such route file")
-    try:
-        repetition = int(repetition)
-    except (TypeError, ValueError):
-        raise ToolError(f"--repetition {repetition!r}: expected an integer >= 0") from None
-    if repetition < 0:
-        raise ToolError(f"--repetition {repetition}: expected an integer >= 0")
-    r = select_route(route_path, None if route_id is None else str(route_id))
+    repetition = cli.integer(repetition, "repetition", 0)
+    force = cli.switch(force, "force")
+    r = select_route(route_path, cli.optional_text(route_id, "route-id"))
     towns_dir = find_towns_dir(route_path, towns)
     xodr = town_file(route_path, r, towns_dir)
     check_routes([(route_path, r)], towns_dir)
-    layout = Layout(resolve_root(root))
+    layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
     layout.root.mkdir(parents=True, exist_ok=True)
     key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
