@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from slurm_cluster import slurm, slurm_accounting  # noqa: F401  (session fixtures: a real SLURM)
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / "bin"

@@ -121,6 +121,7 @@ def test_the_command_line_check_refuses_before_the_command_runs(args, message):
 def test_switches_reach_fire_unambiguous_and_open_settings_pass():
     assert cli.check_args("p", _build, ["--force", "R"]) == ["--force=True", "R"]
     assert cli.check_args("p", _build, ["--noforce"]) == ["--force=False"]
+    assert cli.check_args("p", _build, ["--no-force"]) == ["--force=False"]
     assert cli.check_args("p", _settings, ["--image_width=320"]) == ["--image_width=320"]
     assert cli.integer("4", "workers", 1) == 4
     with pytest.raises(ToolError, match="--workers 0: expected an integer at least 1"):

@@ -4,7 +4,8 @@ Commands:
   town      generate an OpenDRIVE grid town with SUMO
   routes    write leaderboard 2.0 route files for a town (one route per file, folders by scenario type)
   run       one route run: drive a route once and record it under ROOT (the unit a SLURM task runs)
-  collect   every route file under a folder times K repetitions, in N local worker processes
+  collect   every route file under a folder times K repetitions, in N local worker processes or on SLURM
+  task      one array task of a SLURM collection wave (what slurm/collect.sbatch runs)
   progress  a table per scenario type: total, finished, failed, running, pending, failure rate
   clean-failed  list failed and unfinished route runs; delete them with --yes
   show      one picture of a recorded frame: camera, semantics, depth, LiDAR, BEV, boxes
@@ -81,26 +82,69 @@ def run(route: str, root: str | None = None, repetition: int = 0, towns: str | N
 
 
 def collect(routes_dir: str, root: str | None = None, towns: str | None = None, workers: int = 1,
-            repetitions: int = 1, max_attempts: int = 3, **settings) -> None:
-    """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes.
+            repetitions: int = 1, max_attempts: int = 3, slurm: bool = False, partition: str | None = None,
+            account: str | None = None, time: str = "01:00:00", throttle: int = 48, cpus: int = 1, mem: str = "4G",
+            gpus: int | None = None, runs_per_task: int = 1, sbatch_args: str = "", watch: bool = True,
+            poll: float = 30.0, **settings) -> None:
+    """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes, or as SLURM
+    job arrays (--slurm).
 
     Rerunning skips finished route runs and retries failed or crashed ones until --max-attempts
     attempts (counted on disk). A progress bar shows runs done; a summary ends the run. Every route
     is checked before ROOT is touched. Exits 0 even when some routes failed.
 
+    With --slurm, the route runs still to do go into a wave (ROOT/slurm/waves/) submitted as job arrays of
+    slurm/collect.sbatch (split at the cluster's MaxArraySize, at most --throttle tasks at once); the
+    monitor polls the scheduler every --poll seconds (sacct, or squeue and scontrol without accounting),
+    records runs whose task died as crashed, and resubmits failed runs in a new wave until --max-attempts.
+    Kill it or log out at any time: the same command adopts the live arrays and submits nothing twice.
+    A new --throttle updates live arrays. docs/slurm.md explains it all.
+
     Args:
         routes_dir: folder searched recursively for route files (*.xml; hidden files and towns/ skipped).
         root: dataset root (default: $DATA_ROOT, else ./data).
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
-        workers: parallel worker processes.
+        workers: parallel worker processes (local collection).
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.
+        slurm: run the route runs as SLURM array tasks instead of local workers.
+        partition: SLURM partition (default: the cluster's default).
+        account: SLURM account to charge.
+        time: time limit of one array task (SLURM format, e.g. 01:00:00).
+        throttle: array tasks running at once (--array=...%K); changes live arrays when rerun.
+        cpus: CPUs per task.
+        mem: memory per task (e.g. 4G).
+        gpus: GPUs per task (default: 0 for the embedded world; a CARLA world asks for 1).
+        runs_per_task: route runs one task drives one after the other (for clusters with a job limit).
+        sbatch_args: more sbatch options, as one quoted string, passed as they are.
+        watch: keep monitoring until every route run ended (--no-watch: submit and exit).
+        poll: seconds between two looks at the scheduler (30; tests use less).
         settings: collection settings passed to every run, e.g. --vehicles=40.
     """
     from tools.collect.local import collect_local
+    from tools.collect.slurm import options_from_flags
 
+    options = options_from_flags(slurm=slurm, partition=partition, account=account, time=time, throttle=throttle,
+                                 cpus=cpus, mem=mem, gpus=gpus, runs_per_task=runs_per_task, sbatch_args=sbatch_args,
+                                 watch=watch, poll=poll, settings=settings)
     collect_local(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
-                  max_attempts=max_attempts, settings=settings)
+                  max_attempts=max_attempts, settings=settings, slurm=options)
+
+
+def task(wave_file: str, index: int) -> None:
+    """One array task of a SLURM collection wave: drive its route runs (what slurm/collect.sbatch runs).
+
+    Each run is claimed like a local collector claims it (its lock, then an attempt), its heartbeat
+    watched; a failed run is not retried here: the monitor's next wave does. Run it by hand to redo one
+    task while debugging: bin/collect-task ROOT/slurm/waves/wave-0001.json 7.
+
+    Args:
+        wave_file: ROOT/slurm/waves/wave-NNNN.json.
+        index: the task's index in the wave (the array's first task + SLURM_ARRAY_TASK_ID).
+    """
+    from tools.collect.slurm import run_task
+
+    run_task(wave_file, index)
 
 
 def progress(root: str | None = None) -> None:
@@ -146,6 +190,7 @@ COMMANDS = {
     "routes": routes,
     "run": run,
     "collect": collect,
+    "task": task,
     "progress": progress,
     "clean-failed": clean_failed,
     "clean_failed": clean_failed,

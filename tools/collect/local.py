@@ -134,13 +134,17 @@ def _duration(seconds: float) -> str:
 
 
 class Collector:
-    """Runs jobs in at most `workers` child processes, retrying failed runs until `max_attempts`."""
+    """Runs jobs in at most `workers` child processes, retrying failed runs until `max_attempts` (unless
+    `retry` is off: a SLURM task leaves retries to the monitor's next wave)."""
 
-    def __init__(self, layout: Layout, workers: int, max_attempts: int, settings: dict[str, Any]):
+    def __init__(self, layout: Layout, workers: int, max_attempts: int, settings: dict[str, Any], retry: bool = True,
+                 progress: bool = True):
         self.layout = layout
         self.workers = workers
         self.max_attempts = max_attempts
         self.settings = settings
+        self.retry = retry
+        self.progress = progress
         self.running: list[Worker] = []
         self.signals: list[int] = []
         self.finished: list[Job] = []
@@ -209,7 +213,7 @@ class Collector:
             self.finished.append(w.job)
             self.frames += len(self.layout.frame_paths(key))
             self._advance(bar)
-        elif is_failed(state) and attempts(self.layout, key) < self.max_attempts:
+        elif is_failed(state) and self.retry and attempts(self.layout, key) < self.max_attempts:
             self.retried += 1
             queue.append(w.job)
             tqdm.write(f"collect: {key}: attempt {w.attempt} failed ({read_status(result) or state}); "
@@ -217,8 +221,9 @@ class Collector:
         elif is_failed(state):
             self.failed.append(w.job)
             self._advance(bar)
-            tqdm.write(f"collect: {key}: failed ({read_status(result) or state}) after {w.attempt} attempts, "
-                       f"left failed; log: {w.log}", file=sys.stderr)
+            left = "left failed" if self.retry else "the next wave retries it while attempts remain"
+            tqdm.write(f"collect: {key}: failed ({read_status(result) or state}) in attempt {w.attempt}, "
+                       f"{left}; log: {w.log}", file=sys.stderr)
         else:  # running again or pending: someone else took it over meanwhile
             self.busy.append(key)
             self._advance(bar)
@@ -252,7 +257,7 @@ class Collector:
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         tty = sys.stderr.isatty()  # in a SLURM log, a bar line every 30 s rather than at every change
         bar = tqdm(total=len(queue), unit="run", desc="collect", file=sys.stderr, dynamic_ncols=True,
-                   mininterval=0.5 if tty else 30.0, disable=not queue)
+                   mininterval=0.5 if tty else 30.0, disable=not queue or not self.progress)
         bar.set_postfix(finished=0, failed=0, refresh=False)
         try:
             last_refresh = 0.0
@@ -343,8 +348,9 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def collect_local(routes_dir: str, root: str | None, towns: str | None, workers: int, repetitions: int,
-                  max_attempts: int, settings: dict[str, Any]) -> None:
-    """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes."""
+                  max_attempts: int, settings: dict[str, Any], slurm: Any = None) -> None:
+    """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes, or, with
+    `slurm` (tools.collect.slurm.SlurmOptions), as SLURM job arrays watched by a monitor."""
     started = time.time()
     if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
         raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
@@ -367,6 +373,15 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
     resolved = CollectSettings.from_flags(settings)  # a typo fails here, not in every worker
     jobs = plan(route_files, towns, repetitions)
     read_manifest(layout)  # a root of another format version is refused before anything is written
+    scheduler = None
+    if slurm is not None:  # no sbatch, an unknown partition: refused before anything is written
+        from tools.collect.slurm import Scheduler, check_options
+
+        check_options(slurm)
+        scheduler = Scheduler()
+        scheduler.require()
+        if slurm.partition:
+            scheduler.check_partition(slurm.partition)
 
     # Everything checked: from here on ROOT changes.
     try:
@@ -380,6 +395,7 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
             "repetitions": repetitions,
             "max_attempts": max_attempts,
             "workers": workers,
+            "slurm": None if slurm is None else {k: v for k, v in vars(slurm).items() if k != "sbatch_args"},
             "settings": resolved.to_dict(),
             "argv": ["python", "-m", "tools.collect", *sys.argv[1:]],
         },
@@ -387,8 +403,15 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
                            "repetition": j.repetition} for j in jobs},
     )
     n_routes = len({(j.route_file, j.route.id) for j in jobs})
+    where = f"{workers} workers" if slurm is None else f"SLURM job arrays of at most {slurm.throttle} tasks at once"
     print(f"collect: {len(jobs)} route runs ({n_routes} routes x {repetitions} repetitions) "
-          f"into {layout.root}, {workers} workers, at most {max_attempts} attempts each", file=sys.stderr)
+          f"into {layout.root}, {where}, at most {max_attempts} attempts each", file=sys.stderr)
+    if slurm is not None:
+        from tools.collect.slurm import collect_slurm, summary_line
+
+        outcome = collect_slurm(layout, jobs, slurm, settings, max_attempts, scheduler)
+        print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
+        return
 
     c = Collector(layout, workers=workers, max_attempts=max_attempts, settings=settings)
     c.run(jobs)

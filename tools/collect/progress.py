@@ -82,11 +82,35 @@ def print_progress(root: str | None) -> None:
     failed = sum(states[s] for states in table.values() for s in FAILED_STATES)
     if failed:
         print(f"failed counts crashed runs too; bin/clean-failed {layout.root} lists them")
+    queue = _slurm_queue(layout)
+    if queue is not None:
+        waiting = sum(1 for key in queue.live if states.get(key) is not RunState.RUNNING)
+        print(f"SLURM: {queue.queued_tasks} array tasks queued, {queue.running_tasks} running; {waiting} route runs "
+              f"wait in the queue (pending or failed, to be retried) (ROOT/slurm/waves)")
     damaged = [key for key, state in states.items() if state is RunState.DAMAGED]
     if damaged:
         shown = ", ".join(str(k) for k in damaged[:5]) + (", ..." if len(damaged) > 5 else "")
         print(f"{len(damaged)} route runs have a damaged result file (counted in none of the columns): {shown}; "
               f"bin/clean-failed {layout.root} names them")
+
+
+def _slurm_queue(layout: Layout, strict: bool = False):
+    """The SLURM tasks of a root collected with --slurm (one scheduler query), else None. `strict`: a root
+    with SLURM waves whose queue cannot be read is an error (clean-failed must not guess)."""
+    from tools.collect.slurm import live_runs, load_waves
+
+    try:
+        queue = live_runs(layout)
+    except ToolError as e:
+        if strict:
+            raise ToolError(f"{layout.root} was collected on SLURM but its queue cannot be read ({e}); run "
+                            "clean-failed where squeue works, so that no queued run is deleted") from None
+        print(f"collect: the SLURM queue could not be read ({e}); showing what is on disk", file=sys.stderr)
+        return None
+    if queue is None and strict and load_waves(layout):
+        raise ToolError(f"{layout.root} was collected on SLURM, and squeue is not on PATH here; run clean-failed "
+                        "on the cluster's login node, so that no queued run is deleted")
+    return queue
 
 
 def _describe(layout: Layout, key: RunKey, state: RunState) -> str:
@@ -106,7 +130,11 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
     yes = cli.switch(yes, "yes")
     layout, keys = _open_root(root)
     states = {key: run_state(layout, key) for key in keys}
-    failed = [(key, state) for key, state in states.items() if is_failed(state)]
+    queue = _slurm_queue(layout, strict=True)
+    queued = queue.live if queue is not None else set()
+    for key in sorted(k for k in queued if is_failed(states[k]) if k in states):
+        print(f"{key}  {states[key].value}  queued for another attempt in a SLURM array task: left alone")
+    failed = [(key, state) for key, state in states.items() if is_failed(state) and key not in queued]
     damaged = [key for key, state in states.items() if state is RunState.DAMAGED]
     _damaged_note(layout, damaged)
     if not failed:

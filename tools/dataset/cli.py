@@ -122,9 +122,10 @@ def check_args(prog: str, fn: Callable[..., Any], args: list[str]) -> list[str]:
             raise ToolError(f"'--' is not understood here; see {prog} --help")
         if arg.startswith("--") and len(arg) > 2:
             name, value = _flag_name(arg)
-            negated = name.startswith("no") and name[2:] in switches and name not in named
+            negated = name not in named and next((name[len(p):] for p in ("no_", "no")
+                                                  if name.startswith(p) and name[len(p):] in switches), None)
             if negated:
-                name = name[2:]
+                name = negated
             if name in switches:
                 if value is not None:
                     raise ToolError(f"--{name.replace('_', '-')} takes no value (got {value!r}): write "

@@ -1,0 +1,624 @@
+"""Collection on a SLURM cluster: route runs in waves of job arrays, a restartable monitor, resubmission.
+
+    ROOT/slurm/waves/wave-<NNNN>.json   one wave: its route runs, how they map to array tasks, its arrays
+    ROOT/logs/slurm/<array>_<task>.log  every array task's output (sbatch %A_%a, appended)
+
+The monitor (`collect_slurm`) writes the route runs still to do into a wave file, then submits it as
+job arrays of slurm/collect.sbatch (`--array=0-N%K`), split at the cluster's MaxArraySize: one `sbatch`
+per array, never one per route. An array is written into the wave file, under a job name of its own,
+*before* it is submitted and gets its job id after: a monitor killed in between finds it by name and
+adopts it, so nothing is submitted twice. A task runs its route runs through bin/collect-task, which
+claims each one like a local collector (tools.dataset.results.claim_run) and watches its heartbeat.
+
+Every poll (at most one every `--poll` seconds) asks the scheduler once: `sacct` where the cluster keeps
+accounting, else `squeue` and `scontrol`. The truth about a route run is on disk (run_state); the
+scheduler says which tasks are still queued or running and how the others ended. A run whose task ended
+without a result (TIMEOUT, NODE_FAIL, CANCELLED, ...) gets `Failed - Simulation crashed`; failed runs
+with attempts left go into a new wave once no task of the older ones is still queued.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.dataset import atomic
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey
+from tools.dataset.manifest import dataset_id, now_iso
+from tools.dataset.results import (
+    FAILED_SIMULATION,
+    RouteRecord,
+    RunState,
+    attempts,
+    exclusive,
+    held_run_state,
+    is_failed,
+    run_state,
+    write_result,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
+SLURM_DIR = "slurm"
+WAVES = "waves"
+WAVE_NAME = "wave-{wave:04d}.json"
+WAVE_FORMAT = 1
+#: sbatch's %A_%a: one log per array task, under ROOT/logs/slurm/.
+TASK_LOG = "{array}_{task}.log"
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when `scontrol show config` does not say
+#: A task the scheduler does not list is taken as ended only when its array is older than this (seconds):
+#: accounting may not know a new array yet; without accounting, scontrol forgets ended jobs after MinJobAge.
+FORGET_AFTER_S = 600.0
+
+#: Job states of an ended task, as sacct and scontrol name them.
+ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "CANCELLED", "BOOT_FAIL",
+         "DEADLINE")
+#: Ended states that are the cluster's fault, not the route's: reported apart.
+INFRASTRUCTURE = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
+LIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
+        "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED")
+
+
+def slurm_dir(layout: Layout) -> Path:
+    return layout.root / SLURM_DIR
+
+
+def waves_dir(layout: Layout) -> Path:
+    return slurm_dir(layout) / WAVES
+
+
+def task_log_dir(layout: Layout) -> Path:
+    return layout.root / "logs" / SLURM_DIR
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What the arrays ask of the cluster, and how the monitor behaves. Every field is a flag."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str = "01:00:00"  # per array task
+    throttle: int = 48  # array tasks running at once (--array=...%K)
+    cpus: int = 1  # per task; the embedded world is one process
+    mem: str = "4G"
+    gpus: int = 0  # per task; only a world that renders on a GPU (CARLA) asks for one
+    runs_per_task: int = 1
+    sbatch_args: tuple[str, ...] = ()  # passed to sbatch as they are
+    poll: float = 30.0
+    watch: bool = True
+
+    def resources(self) -> list[str]:
+        """The sbatch options for one array task."""
+        out = [f"--time={self.time}", f"--cpus-per-task={self.cpus}", f"--mem={self.mem}"]
+        if self.partition:
+            out.append(f"--partition={self.partition}")
+        if self.account:
+            out.append(f"--account={self.account}")
+        if self.gpus:
+            out.append(f"--gpus={self.gpus}")
+        return out + list(self.sbatch_args)
+
+
+def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, throttle: Any, cpus: Any, mem: Any,
+                       gpus: Any, runs_per_task: Any, sbatch_args: Any, watch: Any, poll: Any,
+                       settings: dict[str, Any]) -> SlurmOptions | None:
+    """The SlurmOptions of `collect --slurm ...` flags (None without --slurm), each converted and checked."""
+    from tools.collect.config import CollectSettings
+    from tools.dataset import cli
+
+    if not cli.switch(slurm, "slurm"):
+        return None
+    world = CollectSettings.from_flags(settings).world
+    options = SlurmOptions(
+        partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
+        time=cli.text(time, "time"), throttle=cli.integer(throttle, "throttle", 1),
+        cpus=cli.integer(cpus, "cpus", 1), mem=cli.text(mem, "mem"),
+        gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else (1 if world == "carla" else 0),
+        runs_per_task=cli.integer(runs_per_task, "runs-per-task", 1),
+        sbatch_args=tuple(shlex.split(cli.text(sbatch_args, "sbatch-args"))) if sbatch_args else (),
+        poll=cli.number(poll, "poll", 0.01), watch=cli.switch(watch, "watch"))
+    check_options(options)
+    return options
+
+
+_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+
+
+def check_options(o: SlurmOptions) -> None:
+    if not _TIME.match(o.time):
+        raise ToolError(f"--time {o.time}: expected SLURM's time format, e.g. 01:00:00, 90 (minutes) or 1-00:00:00")
+    if not _MEM.match(o.mem):
+        raise ToolError(f"--mem {o.mem}: expected a size such as 4G or 4000M")
+    for name, value, lo in (("throttle", o.throttle, 1), ("cpus", o.cpus, 1), ("gpus", o.gpus, 0),
+                            ("runs-per-task", o.runs_per_task, 1)):
+        if value < lo:
+            raise ToolError(f"--{name} {value}: expected {lo} or more")
+    if o.poll <= 0:
+        raise ToolError(f"--poll {o.poll:g}: expected seconds above 0")
+
+
+# ----------------------------------------------------------------------------- the scheduler
+
+
+class Scheduler:
+    """The SLURM commands, called with argument lists (never a shell), counted for the benchmark."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        self.env = env
+        self.calls: Counter = Counter()
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        self.calls[args[0]] += 1
+        try:
+            proc = subprocess.run(list(args), capture_output=True, text=True, env=self.env, timeout=120)
+        except FileNotFoundError:
+            raise ToolError(f"--slurm: {args[0]} not found on PATH; run on a SLURM login node, or leave --slurm "
+                            "out to collect locally") from None
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"{args[0]} did not answer in 120 s; is slurmctld up? (scontrol ping)") from None
+        if check and proc.returncode != 0:
+            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise ToolError(f"{shlex.join(args[:3])} ...: {why[-1] if why else f'exit status {proc.returncode}'}")
+        return proc
+
+    def require(self) -> None:
+        if shutil.which("sbatch", path=(self.env or os.environ).get("PATH")) is None:
+            raise ToolError("--slurm: sbatch not found on PATH; run on a SLURM login node, or leave --slurm out to "
+                            "collect locally")
+
+    def max_array_size(self) -> int:
+        out = self._run("scontrol", "show", "config").stdout
+        m = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
+        return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
+
+    def check_partition(self, partition: str) -> None:
+        out = self._run("sinfo", "-h", "-o", "%R", check=False).stdout.split()
+        if partition not in out:
+            raise ToolError(f"--partition {partition}: no such partition on this cluster (partitions: "
+                            f"{', '.join(sorted(set(out))) or 'none'})")
+
+    def accounting(self) -> bool:
+        """Whether sacct answers: most clusters keep accounting; one without says so on stderr."""
+        proc = self._run("sacct", "-n", "-X", "-j", "1", "-o", "JobID", check=False)
+        text = (proc.stdout + proc.stderr).lower()
+        return proc.returncode == 0 and "accounting storage is disabled" not in text
+
+    def submit(self, argv: list[str]) -> str:
+        out = self._run(*argv).stdout.strip()
+        job = out.split(";")[0].strip()
+        if not job.isdigit():
+            raise ToolError(f"sbatch answered {out!r}, not a job id")
+        return job
+
+    def find_by_name(self, name: str, accounting: bool) -> str | None:
+        """The job id of a job array submitted under `name` (one a killed monitor did not record)."""
+        out = self._run("squeue", "-h", "-r", f"--name={name}", "-o", "%F", check=False).stdout.split()
+        if out:
+            return out[0]
+        if not accounting:  # an array that already ended: its runs' states on disk tell the rest
+            return None
+        out = self._run("sacct", "-n", "-X", f"--name={name}", "-o", "JobID", "-S", "now-7days",
+                        check=False).stdout.split()
+        ids = [o.split("_")[0] for o in out if o.split("_")[0].isdigit()]
+        return ids[0] if ids else None
+
+    def task_states(self, job_ids: list[str], accounting: bool) -> dict[tuple[str, int], str]:
+        """(array job id, task id) -> state of every task the scheduler still knows of."""
+        if not job_ids:
+            return {}
+        states: dict[tuple[str, int], str] = {}
+        if accounting:
+            out = self._run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State").stdout
+            for line in out.splitlines():
+                jid, _, state = line.partition("|")
+                self._add(states, jid, state)
+            if not {array for array, _ in states} >= set(job_ids):  # slurmdbd not told of a new array yet
+                out = self._run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
+                for line in out.splitlines():
+                    jid, _, state = line.partition("|")
+                    self._add(states, jid, state)
+            return states
+        out = self._run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
+        for line in out.splitlines():
+            jid, _, state = line.partition("|")
+            self._add(states, jid, state)
+        out = self._run("scontrol", "-o", "show", "job", check=False).stdout
+        wanted = set(job_ids)
+        for line in out.splitlines():
+            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            array, task = fields.get("ArrayJobId"), fields.get("ArrayTaskId", "")
+            if array in wanted and task.isdigit():
+                states.setdefault((array, int(task)), fields.get("JobState", "UNKNOWN"))
+        return states
+
+    @staticmethod
+    def _add(states: dict[tuple[str, int], str], jid: str, state: str) -> None:
+        jid, state = jid.strip(), state.strip().split()[0] if state.strip() else "UNKNOWN"
+        m = re.match(r"^(\d+)_(\d+)$", jid)
+        if m:
+            states[(m.group(1), int(m.group(2)))] = state
+            return
+        m = re.match(r"^(\d+)_\[(.+)\]$", jid)  # pending tasks not yet split: 12_[3-9%2]
+        if m:
+            for part in m.group(2).split("%")[0].split(","):
+                lo, _, hi = part.partition("-")
+                for t in range(int(lo), int(hi or lo) + 1):
+                    states[(m.group(1), t)] = state
+
+    def set_throttle(self, job_id: str, throttle: int) -> None:
+        self._run("scontrol", "update", f"JobId={job_id}", f"ArrayTaskThrottle={throttle}")
+
+
+# ----------------------------------------------------------------------------- waves
+
+
+@dataclass
+class Wave:
+    """One wave file: route runs, tasks (`runs_per_task` consecutive runs each), and their arrays."""
+
+    path: Path
+    wave: int
+    runs: list[dict[str, Any]]  # {"key", "route", "route_id", "repetition", "towns"}
+    runs_per_task: int
+    max_attempts: int
+    settings: dict[str, Any]
+    throttle: int
+    arrays: list[dict[str, Any]] = field(default_factory=list)  # {"name", "first", "count", "job_id", "argv"}
+
+    @property
+    def n_tasks(self) -> int:
+        return -(-len(self.runs) // self.runs_per_task)
+
+    def task_runs(self, task: int) -> list[dict[str, Any]]:
+        return self.runs[task * self.runs_per_task:(task + 1) * self.runs_per_task]
+
+    def save(self) -> None:
+        atomic.write_json(self.path, {
+            "format": WAVE_FORMAT, "wave": self.wave, "created": now_iso(), "runs_per_task": self.runs_per_task,
+            "max_attempts": self.max_attempts, "settings": self.settings, "throttle": self.throttle,
+            "arrays": self.arrays, "runs": self.runs,
+        })
+
+    @staticmethod
+    def load(path: Path) -> Wave:
+        try:
+            d = json.loads(Path(path).read_text())
+            if d.get("format") != WAVE_FORMAT:
+                raise ValueError(f"format {d.get('format')}, this tool reads {WAVE_FORMAT}")
+            return Wave(Path(path), int(d["wave"]), list(d["runs"]), int(d["runs_per_task"]), int(d["max_attempts"]),
+                        dict(d["settings"]), int(d["throttle"]), list(d["arrays"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ToolError(f"{path}: not a readable wave file ({e})") from None
+
+
+def load_waves(layout: Layout) -> list[Wave]:
+    d = waves_dir(layout)
+    if not d.is_dir():
+        return []
+    return [Wave.load(p) for p in sorted(d.glob("wave-*.json")) if not atomic.is_temporary(p)]
+
+
+def run_key_of(entry: dict[str, Any]) -> RunKey:
+    scenario, _, name = str(entry["key"]).partition("/")
+    return RunKey(scenario, name)
+
+
+# ----------------------------------------------------------------------------- the monitor
+
+
+@dataclass
+class Poll:
+    """What one look at the scheduler and the disk found."""
+
+    live: set[RunKey] = field(default_factory=set)  # runs of tasks still queued or running
+    queued_tasks: int = 0
+    running_tasks: int = 0
+    ended: Counter = field(default_factory=Counter)  # task state -> tasks
+    infrastructure: Counter = field(default_factory=Counter)  # runs hit by a node failure, a preemption
+    crashed_written: int = 0
+
+
+class Monitor:
+    """Submits waves and watches them; every piece of state it needs is on disk or in the scheduler."""
+
+    def __init__(self, layout: Layout, options: SlurmOptions, scheduler: Scheduler, settings: dict[str, Any],
+                 max_attempts: int, log=None):
+        self.layout = layout
+        self.o = options
+        self.s = scheduler
+        self.settings = settings
+        self.max_attempts = max_attempts
+        self.log = log or (lambda message: print(f"collect: {message}", file=sys.stderr, flush=True))
+        self.prefix = f"drivekit-{dataset_id(layout)[:8]}"
+        self._accounting: bool | None = None
+        self._max_array: int | None = None
+
+    @property
+    def accounting(self) -> bool:
+        if self._accounting is None:
+            self._accounting = self.s.accounting()
+        return self._accounting
+
+    @property
+    def max_array(self) -> int:
+        if self._max_array is None:
+            self._max_array = self.s.max_array_size()
+        return self._max_array
+
+    # --------------------------------------------------------------- submitting
+    def new_wave(self, entries: list[dict[str, Any]]) -> Wave:
+        waves = load_waves(self.layout)
+        n = max((w.wave for w in waves), default=0) + 1
+        wave = Wave(waves_dir(self.layout) / WAVE_NAME.format(wave=n), n, entries, self.o.runs_per_task,
+                    self.max_attempts, self.settings, self.o.throttle)
+        step = self.max_array
+        for i, first in enumerate(range(0, wave.n_tasks, step)):
+            wave.arrays.append({"name": f"{self.prefix}-w{n:04d}-{i}", "first": first,
+                                "count": min(step, wave.n_tasks - first), "job_id": None, "argv": None})
+        wave.save()  # the arrays are on disk, named, before any is submitted
+        return wave
+
+    def sbatch_argv(self, wave: Wave, array: dict[str, Any]) -> list[str]:
+        logs = task_log_dir(self.layout)
+        return ["sbatch", "--parsable", f"--array=0-{array['count'] - 1}%{wave.throttle}",
+                f"--job-name={array['name']}", f"--output={logs}/%A_%a.log", "--open-mode=append",
+                f"--export=ALL,DRIVEKIT_HOME={REPO},PYTHONUNBUFFERED=1", *self.o.resources(),
+                str(SBATCH_SCRIPT), str(wave.path), str(array["first"])]
+
+    def submit(self, wave: Wave, fresh: bool = False) -> None:
+        """Submit the arrays of a wave not submitted yet, adopting one a killed monitor submitted but did not
+        record (`fresh`: the wave was written by this monitor a moment ago, nobody can have submitted it)."""
+        task_log_dir(self.layout).mkdir(parents=True, exist_ok=True)
+        for array in wave.arrays:
+            if array["job_id"]:
+                continue
+            found = None if fresh else self.s.find_by_name(array["name"], self.accounting)
+            array["submitted"] = time.time()
+            if found:
+                self.log(f"wave {wave.wave}: adopted array {found} ({array['name']}), submitted by an earlier monitor")
+                array["job_id"] = found
+            else:
+                argv = self.sbatch_argv(wave, array)
+                array["job_id"] = self.s.submit(argv)
+                array["argv"] = argv
+                self.log(f"wave {wave.wave}: submitted array {array['job_id']} of {array['count']} tasks "
+                         f"(at most {wave.throttle} at once)")
+            wave.save()
+
+    def apply_throttle(self, waves: list[Wave], live_arrays: set[str]) -> None:
+        for wave in waves:
+            if wave.throttle == self.o.throttle:
+                continue
+            for array in wave.arrays:
+                if array["job_id"] in live_arrays:
+                    self.s.set_throttle(array["job_id"], self.o.throttle)
+                    self.log(f"array {array['job_id']}: throttle {wave.throttle} -> {self.o.throttle}")
+            wave.throttle = self.o.throttle
+            wave.save()
+
+    # --------------------------------------------------------------- looking
+    def poll(self, waves: list[Wave], act: bool = True) -> Poll:
+        """One scheduler query: which tasks are live; how each ended task ended (recorded in its wave file
+        the first time it is seen, so counts survive the scheduler forgetting it); runs whose task ended
+        without a result are closed as crashed. `act=False` (progress, clean-failed) only looks."""
+        ids = [a["job_id"] for w in waves for a in w.arrays if a["job_id"]]
+        states = self.s.task_states(ids, self.accounting)
+        out = Poll()
+        ended_runs: list[tuple[RunKey, dict[str, Any], str]] = []
+        for wave in waves:
+            changed = False
+            for array in wave.arrays:
+                if not array["job_id"]:  # written, not yet submitted: its runs are spoken for
+                    for t in range(array["count"]):
+                        out.live.update(run_key_of(r) for r in wave.task_runs(array["first"] + t))
+                    continue
+                record = array.setdefault("ended", {})
+                for t in range(array["count"]):
+                    state = states.get((array["job_id"], t))
+                    runs = wave.task_runs(array["first"] + t)
+                    if state is None and time.time() - array.get("submitted", 0) < FORGET_AFTER_S:
+                        state = "PENDING"  # too new for the scheduler to have forgotten it: not yet listed
+                    if state is not None and state not in ENDED:  # queued, running, or on its way
+                        out.live.update(run_key_of(r) for r in runs)
+                        out.running_tasks += state == "RUNNING"
+                        out.queued_tasks += state != "RUNNING"
+                        continue
+                    # Ended: as the scheduler says, or long enough ago that it forgot (no accounting)
+                    state = record.get(str(t)) or state or "UNKNOWN"
+                    if str(t) not in record:
+                        record[str(t)] = state
+                        changed = True
+                    out.ended[state] += 1
+                    ended_runs += [(run_key_of(r), r, state) for r in runs]
+            if changed and act:
+                wave.save()
+        for key, entry, state in ended_runs:
+            if key in out.live:  # ended in an older wave, queued again in a newer one
+                continue
+            if act:
+                out.crashed_written += self._close_crashed(key, entry, state)
+            if state in INFRASTRUCTURE and run_state(self.layout, key) is not RunState.FINISHED:
+                out.infrastructure[state] += 1
+        return out
+
+    def _close_crashed(self, key: RunKey, entry: dict[str, Any], state: str) -> int:
+        """A run whose task ended without its result (killed by a time limit, a node failure, scancel):
+        write `Failed - Simulation crashed` under the run's lock, so that the one definition holds."""
+        if run_state(self.layout, key) is not RunState.CRASHED:
+            return 0
+        with exclusive(self.layout, key) as mine:
+            if not mine or held_run_state(self.layout, key) is not RunState.CRASHED:
+                return 0
+            write_result(self.layout, key, RouteRecord(str(entry["route_id"]), FAILED_SIMULATION))
+        self.log(f"{key}: its task ended {state} without a result: recorded as {FAILED_SIMULATION}")
+        return 1
+
+    def to_redo(self, planned: list[dict[str, Any]], live: set[RunKey]) -> list[dict[str, Any]]:
+        """Planned runs that need a task: not finished, not in a live task, attempts left."""
+        out = []
+        for entry in planned:
+            key = run_key_of(entry)
+            if key in live:
+                continue
+            state = run_state(self.layout, key)
+            if state in (RunState.FINISHED, RunState.DAMAGED, RunState.RUNNING):
+                continue
+            if (is_failed(state) or state is RunState.PENDING) and attempts(self.layout, key) < self.max_attempts:
+                out.append(entry)
+        return out
+
+    def summary(self, planned: list[dict[str, Any]], p: Poll) -> dict[str, int]:
+        counts = Counter()
+        for entry in planned:
+            key = run_key_of(entry)
+            state = run_state(self.layout, key)
+            if state is RunState.FINISHED:
+                counts["finished"] += 1
+            elif state is RunState.DAMAGED:
+                counts["damaged"] += 1
+            elif key in p.live or state is RunState.RUNNING:
+                counts["in the queue"] += 1
+            elif is_failed(state) and attempts(self.layout, key) >= self.max_attempts:
+                counts["failed"] += 1
+            else:
+                counts["to retry"] += 1
+        return dict(counts)
+
+    # --------------------------------------------------------------- the loop
+    def run(self, planned: list[dict[str, Any]]) -> dict[str, Any]:
+        """Submit what is to do and (with watch) poll until every planned run ended. Returns the summary."""
+        started = time.monotonic()
+        while True:
+            waves = load_waves(self.layout)
+            for wave in waves:  # arrays a killed monitor wrote but did not (knowingly) submit
+                if any(not a["job_id"] for a in wave.arrays):
+                    self.submit(wave)
+            p = self.poll(waves)
+            live_arrays = {a["job_id"] for w in waves for a in w.arrays
+                           if any(run_key_of(r) in p.live for r in w.runs)}
+            self.apply_throttle(waves, live_arrays)
+            redo = self.to_redo(planned, p.live)
+            if redo and p.queued_tasks == 0:  # the queue has drained: the next wave, in one piece
+                wave = self.new_wave(redo)
+                self.log(f"wave {wave.wave}: {len(redo)} route runs in {wave.n_tasks} tasks")
+                self.submit(wave, fresh=True)
+                p.live.update(run_key_of(e) for e in redo)
+                p.queued_tasks += wave.n_tasks
+            counts = self.summary(planned, p)
+            self.log(f"{_elapsed(time.monotonic() - started)}: {p.queued_tasks} tasks queued, "
+                     f"{p.running_tasks} running; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                     + (f"; tasks ended: {_states(p.ended)}" if p.ended else ""))
+            done = not p.live and not self.to_redo(planned, set())
+            if done or not self.o.watch:
+                return {"counts": counts, "done": done, "tasks_ended": dict(p.ended),
+                        "infrastructure": dict(p.infrastructure), "calls": dict(self.s.calls),
+                        "seconds": time.monotonic() - started}
+            time.sleep(self.o.poll)
+
+
+def _states(c: Counter) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
+
+
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def live_runs(layout: Layout, scheduler: Scheduler | None = None) -> Poll | None:
+    """What the scheduler says of a root's tasks (runs in queued or running tasks, task counts), for
+    progress and clean-failed: one query. None when the root has no SLURM state or no scheduler is here."""
+    waves = load_waves(layout)
+    if not waves:
+        return None
+    s = scheduler or Scheduler()
+    try:
+        s.require()
+    except ToolError:
+        return None
+    return Monitor(layout, SlurmOptions(), s, {}, 0, log=lambda message: None).poll(waves, act=False)
+
+
+# ----------------------------------------------------------------------------- entries
+
+
+def run_task(wave_file: str, index: Any) -> None:
+    """One array task: the route runs of task `index` of a wave, one after the other, each claimed like a
+    local collector does, its heartbeat watched; no retry here (the monitor's next wave retries)."""
+    from tools.collect.local import Collector, Job
+    from tools.collect.routes import read_routes
+    from tools.dataset import cli
+
+    path = Path(cli.text(wave_file, "wave-file")).expanduser().absolute()
+    wave = Wave.load(path)
+    task = cli.integer(index, "index", 0, wave.n_tasks - 1)
+    if path.parent.name != WAVES or path.parent.parent.name != SLURM_DIR:
+        raise ToolError(f"{path}: not under ROOT/{SLURM_DIR}/{WAVES}/; give a wave file of a dataset root")
+    layout = Layout(path.parent.parent.parent)
+    jobs = []
+    for entry in wave.task_runs(task):
+        route_file = Path(entry["route"])
+        route = next((r for r in read_routes(route_file) if r.id == str(entry["route_id"])), None)
+        if route is None:
+            raise ToolError(f"{route_file}: has no route {entry['route_id']} any more (wave {path})")
+        jobs.append(Job(route_file, route, int(entry["repetition"]), Path(entry["towns"]), run_key_of(entry)))
+    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    job = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
+    print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs", file=sys.stderr)
+    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=wave.settings, retry=False,
+                  progress=False)
+    c.run(jobs)
+    print(f"collect: task {task}: {len(c.finished)} finished, {len(c.failed)} failed, {c.skipped} already "
+          f"finished, {len(c.busy)} running elsewhere, {len(c.given_up)} out of attempts", file=sys.stderr)
+
+
+def collect_slurm(layout: Layout, jobs: list, options: SlurmOptions, settings: dict[str, Any], max_attempts: int,
+                  scheduler: Scheduler | None = None) -> dict[str, Any]:
+    """Plan, submit and (with options.watch) monitor the route runs `jobs` (tools.collect.local.Job)."""
+    s = scheduler or Scheduler()
+    s.require()
+    if options.partition:
+        s.check_partition(options.partition)
+    planned = [{"key": str(j.key), "route": str(j.route_file.resolve()), "route_id": j.route.id,
+                "repetition": j.repetition, "towns": str(j.towns)} for j in jobs]
+    monitor = Monitor(layout, options, s, settings, max_attempts)
+    return monitor.run(planned)
+
+
+def summary_line(layout: Layout, outcome: dict[str, Any], options: SlurmOptions, seconds: float) -> str:
+    """The closing summary of a SLURM collection, like the local one."""
+    counts = outcome["counts"]
+    parts = [f"collect: {counts.get('finished', 0)} route runs finished, {counts.get('failed', 0)} failed after "
+             "their last attempt"]
+    for name in ("in the queue", "to retry", "damaged"):
+        if counts.get(name):
+            parts.append(f", {counts[name]} {name}")
+    if outcome["tasks_ended"]:
+        parts.append(f"; array tasks ended: {_states(Counter(outcome['tasks_ended']))}")
+    if outcome["infrastructure"]:
+        parts.append(f" (infrastructure failures, not the routes': {_states(Counter(outcome['infrastructure']))}"
+                     " route runs)")
+    calls = outcome["calls"]
+    parts.append(f". Scheduler calls: {', '.join(f'{n} {c}' for c, n in sorted(calls.items()))}"
+                 f" in {_elapsed(seconds)}.")
+    if not outcome["done"]:
+        parts.append(f" Not watching (--no-watch): run the same command again to resubmit what failed; "
+                     f"bin/progress {layout.root} shows the queue.")
+    else:
+        parts.append(f" Data in {layout.root}/data; see bin/progress {layout.root}.")
+    return "".join(parts)
