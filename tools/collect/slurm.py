@@ -43,7 +43,6 @@ from tools.dataset.results import (
     attempts,
     exclusive,
     held_run_state,
-    is_failed,
     run_state,
     write_result,
 )
@@ -329,7 +328,7 @@ class Poll:
     queued_tasks: int = 0
     running_tasks: int = 0
     ended: Counter = field(default_factory=Counter)  # task state -> tasks
-    infrastructure: Counter = field(default_factory=Counter)  # runs hit by a node failure, a preemption
+    infrastructure: Counter = field(default_factory=Counter)  # tasks ended by a node failure, a preemption
     crashed_written: int = 0
 
 
@@ -439,21 +438,18 @@ class Monitor:
                         out.queued_tasks += state != "RUNNING"
                         continue
                     # Ended: as the scheduler says, or long enough ago that it forgot (no accounting)
-                    state = record.get(str(t)) or state or "UNKNOWN"
-                    if str(t) not in record:
-                        record[str(t)] = state
+                    if str(t) not in record:  # first seen ended: its runs may need closing
+                        record[str(t)] = state or "UNKNOWN"
                         changed = True
-                    out.ended[state] += 1
-                    ended_runs += [(run_key_of(r), r, state) for r in runs]
+                        ended_runs += [(run_key_of(r), r, record[str(t)]) for r in runs]
+                    out.ended[record[str(t)]] += 1
             if changed and act:
                 wave.save()
-        for key, entry, state in ended_runs:
-            if key in out.live:  # ended in an older wave, queued again in a newer one
-                continue
-            if act:
-                out.crashed_written += self._close_crashed(key, entry, state)
-            if state in INFRASTRUCTURE and run_state(self.layout, key) is not RunState.FINISHED:
-                out.infrastructure[state] += 1
+        out.infrastructure = Counter({s: n for s, n in out.ended.items() if s in INFRASTRUCTURE})
+        if act:
+            for key, entry, state in ended_runs:
+                if key not in out.live:  # (not queued again in a newer wave meanwhile)
+                    out.crashed_written += self._close_crashed(key, entry, state)
         return out
 
     def _close_crashed(self, key: RunKey, entry: dict[str, Any], state: str) -> int:
@@ -468,22 +464,10 @@ class Monitor:
         self.log(f"{key}: its task ended {state} without a result: recorded as {FAILED_SIMULATION}")
         return 1
 
-    def to_redo(self, planned: list[dict[str, Any]], live: set[RunKey]) -> list[dict[str, Any]]:
-        """Planned runs that need a task: not finished, not in a live task, attempts left."""
-        out = []
-        for entry in planned:
-            key = run_key_of(entry)
-            if key in live:
-                continue
-            state = run_state(self.layout, key)
-            if state in (RunState.FINISHED, RunState.DAMAGED, RunState.RUNNING):
-                continue
-            if (is_failed(state) or state is RunState.PENDING) and attempts(self.layout, key) < self.max_attempts:
-                out.append(entry)
-        return out
-
-    def summary(self, planned: list[dict[str, Any]], p: Poll) -> dict[str, int]:
-        counts = Counter()
+    def look(self, planned: list[dict[str, Any]], live: set[RunKey]) -> tuple[list[dict[str, Any]], Counter]:
+        """One pass over the planned runs' states on disk: the runs that need a task (not finished, not in a
+        live task, attempts left) and the counts for the summary line."""
+        redo, counts = [], Counter()
         for entry in planned:
             key = run_key_of(entry)
             state = run_state(self.layout, key)
@@ -491,13 +475,14 @@ class Monitor:
                 counts["finished"] += 1
             elif state is RunState.DAMAGED:
                 counts["damaged"] += 1
-            elif key in p.live or state is RunState.RUNNING:
+            elif key in live or state is RunState.RUNNING:
                 counts["in the queue"] += 1
-            elif is_failed(state) and attempts(self.layout, key) >= self.max_attempts:
+            elif attempts(self.layout, key) >= self.max_attempts:
                 counts["failed"] += 1
-            else:
+            else:  # failed or crashed with attempts left, or never started
                 counts["to retry"] += 1
-        return dict(counts)
+                redo.append(entry)
+        return redo, counts
 
     # --------------------------------------------------------------- the loop
     def run(self, planned: list[dict[str, Any]]) -> dict[str, Any]:
@@ -512,20 +497,23 @@ class Monitor:
             live_arrays = {a["job_id"] for w in waves for a in w.arrays
                            if any(run_key_of(r) in p.live for r in w.runs)}
             self.apply_throttle(waves, live_arrays)
-            redo = self.to_redo(planned, p.live)
+            redo, counts = self.look(planned, p.live)
             if redo and p.queued_tasks == 0:  # the queue has drained: the next wave, in one piece
                 wave = self.new_wave(redo)
                 self.log(f"wave {wave.wave}: {len(redo)} route runs in {wave.n_tasks} tasks")
                 self.submit(wave, fresh=True)
                 p.live.update(run_key_of(e) for e in redo)
                 p.queued_tasks += wave.n_tasks
-            counts = self.summary(planned, p)
+                counts["in the queue"] += len(redo)
+                counts["to retry"] -= len(redo)
+                redo = []
+            counts = +counts
             self.log(f"{_elapsed(time.monotonic() - started)}: {p.queued_tasks} tasks queued, "
                      f"{p.running_tasks} running; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
                      + (f"; tasks ended: {_states(p.ended)}" if p.ended else ""))
-            done = not p.live and not self.to_redo(planned, set())
+            done = not p.live and not redo
             if done or not self.o.watch:
-                return {"counts": counts, "done": done, "tasks_ended": dict(p.ended),
+                return {"counts": dict(counts), "done": done, "tasks_ended": dict(p.ended),
                         "infrastructure": dict(p.infrastructure), "calls": dict(self.s.calls),
                         "seconds": time.monotonic() - started}
             time.sleep(self.o.poll)
