@@ -1,10 +1,9 @@
 """A real one-node SLURM cluster for the tests, started in a temporary folder and stopped by process id.
 
-Use from a test module (the fixtures are session-scoped and shared by every module that imports them):
+tests/conftest.py imports the session fixtures `slurm` and `slurm_accounting` (one cluster of each kind for
+the whole session, started by the first test that asks for it), so any test module uses them:
 
-    from slurm_cluster import slurm, slurm_accounting  # noqa: F401  (pytest fixtures)
-
-    def test_something(slurm):
+    def test_something(slurm, tmp_path):
         job = slurm.sbatch("--array=0-3%2", "--output", str(tmp_path / "%A_%a.log"), script)
         slurm.wait_done(job)
         subprocess.run(["squeue"], env=slurm.env)  # every SLURM command honours SLURM_CONF in slurm.env
@@ -24,11 +23,20 @@ many tasks run at once; with DefMemPerCPU=256 a 1-CPU task takes 256 MB and the 
 
 Root is needed (slurmd runs jobs, munged/mariadbd run as their users). Without root or without the Debian
 packages (`make test` installs them: slurm-wlm munge slurmdbd mariadb-server) the fixtures skip with the
-reason; DRIVEKIT_REQUIRE_SLURM=1 (set by `make test` when it runs as root) turns that skip into a failure.
+reason; DRIVEKIT_REQUIRE_SLURM=1 (`make test` sets it as root with apt-get, as in CI) makes that a failure.
 
-SLURM facts this cluster shows (slurm-wlm 22.05): a time limit is whole minutes (`--time=1` is the least) and
-slurmctld checks limits and `--signal` times every ~30 s, so a 1-minute job ends 60-90 s after it starts and
-`--signal=B:USR1@50` arrives 10-40 s in; OverTimeLimit=0, KillWait=2 (SIGTERM, then SIGKILL 2 s later).
+SLURM facts this cluster shows (slurm-wlm 22.05.8; tests/test_slurm_cluster.py checks them):
+- A job starts within about a second of sbatch; throttled array tasks start as others end.
+- Time limits are whole minutes (`--time=1` is the least); slurmctld checks limits and `--signal` times every
+  ~30 s: a 1-minute job ends TIMEOUT 60-90 s after it starts, `--signal=B:USR1@50` arrives 10-40 s in.
+  OverTimeLimit=0, KillWait=2 (SIGTERM to every process of the job, SIGKILL 2 s later).
+- `scontrol requeue $SLURM_JOB_ID` from inside a job: it goes PENDING (Reason=BeginTime) and runs again with
+  SLURM_RESTART_COUNT=1 after cred_expire+1 s: 11 s here (AuthInfo cred_expire=10), 121 s on a default cluster.
+- MaxArraySize is read when slurmctld starts: `set_max_array_size(n)` / `max_array_size_set(n)` restart it
+  (jobs live on). `--array` indices must be below it ("Invalid job array specification").
+- sacct lags slurmctld by up to ~5 s: slurmctld sends job records to slurmdbd in batches, so a job that just
+  started or ended may be missing from sacct or show an old state for a few seconds.
+- Without accounting, ended jobs stay in `scontrol show job` / `squeue -t all` for MinJobAge (300 s).
 """
 
 from __future__ import annotations
@@ -116,6 +124,27 @@ def _memory_mb() -> int:
     return 4096
 
 
+def _process_id(pid: int) -> str:
+    """pid and start time: names a process even after its pid is reused ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f"{pid} {f.read().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return ""
+
+
+def _sweep_stale(base_dir: str | Path | None) -> None:
+    """Remove the folders of clusters whose test process died without stop() (SIGKILL): their daemons died
+    with it (PR_SET_PDEATHSIG), their folders stayed. A live owner's folder is never touched."""
+    for d in Path(base_dir or tempfile.gettempdir()).glob("drivekit-slurm-*"):
+        try:
+            owner = (d / "owner").read_text().split()
+        except OSError:
+            continue
+        if len(owner) == 2 and owner[0].isdigit() and _process_id(int(owner[0])) != " ".join(owner):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class SlurmCluster:
     """One slurmctld + one slurmd (+ slurmdbd and MariaDB with accounting) under a fresh folder.
 
@@ -169,8 +198,10 @@ class SlurmCluster:
         if reasons:
             raise SlurmClusterError("; ".join(reasons))
         t0 = time.monotonic()
+        _sweep_stale(self.base_dir)
         self.root = Path(tempfile.mkdtemp(prefix=f"drivekit-slurm-{self.name}-", dir=self.base_dir))
         self.root.chmod(0o755)  # munge and mysql must reach their folders
+        (self.root / "owner").write_text(_process_id(os.getpid()))
         for sub in ("etc", "log", "state", "spool", "run"):
             (self.root / sub).mkdir()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(_SLURM_ENV_PREFIXES)}
@@ -190,9 +221,7 @@ class SlurmCluster:
             if self.accounting:
                 self._start_slurmdbd()
                 self.timings["slurmdbd"] = time.monotonic() - t0
-            self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
-            self._wait("slurmctld answers", lambda: "is UP" in self.run("scontrol", "ping", check=False).stdout,
-                       "slurmctld")
+            self._start_slurmctld()
             self.timings["slurmctld"] = time.monotonic() - t0
             self._spawn("slurmd", ["slurmd", "-D", "-N", self.hostname, "-f", str(self.conf)])
             self._wait("the node is idle", self._node_idle, "slurmd")
@@ -315,36 +344,62 @@ class SlurmCluster:
         out = self.run("scontrol", "show", "config").stdout
         return {m[1]: m[2].strip() for m in re.finditer(r"^(\w+)\s+=\s?(.*)$", out, re.M)}
 
-    def reconfigure(self, **settings) -> None:
-        """Change slurm.conf settings (e.g. MaxArraySize=5; max_array_size=5 works too) and
-        `scontrol reconfigure`; `None` removes a setting added earlier."""
+    def reconfigure(self, *, restart: bool = False, **settings) -> None:
+        """Change slurm.conf settings (`KillWait=5`; `None` removes one added earlier), then `scontrol
+        reconfigure`, or restart slurmctld when `restart` (some settings, MaxArraySize among them, are read
+        only when slurmctld starts; jobs live on through the restart)."""
         for key, value in settings.items():
-            if key == "max_array_size":
-                self.max_array_size = int(value)
-            elif value is None:
+            if value is None:
                 self._extra.pop(key, None)
             else:
                 self._extra[key] = str(value)
         self._write_conf()
-        self.run("scontrol", "reconfigure")
-        self._wait("the node is idle after reconfigure", self._node_idle, "slurmd", allow_busy=True)
+        if restart:
+            self.restart_controller()
+        else:
+            self.run("scontrol", "reconfigure")
+            self._wait("the node is up after reconfigure", lambda: self._node_idle(busy_ok=True), "slurmctld")
+
+    def set_max_array_size(self, size: int) -> None:
+        """MaxArraySize=size (array indices 0..size-1; slurmctld restarts to read it)."""
+        self.max_array_size = int(size)
+        self._write_conf()
+        self.restart_controller()
 
     @contextlib.contextmanager
     def max_array_size_set(self, size: int):
         """`with cluster.max_array_size_set(5):` MaxArraySize=5 inside, the old value restored after."""
         old = self.max_array_size
-        self.reconfigure(max_array_size=size)
+        self.set_max_array_size(size)
         try:
             yield self
         finally:
-            self.reconfigure(max_array_size=old)
+            self.set_max_array_size(old)
+
+    def restart_controller(self) -> None:
+        """Stop slurmctld (SIGTERM, it saves its state) and start it again on the current slurm.conf; queued
+        and running jobs carry on."""
+        proc = self.procs["slurmctld"]
+        proc.terminate()
+        proc.wait(timeout=30)
+        self._start_slurmctld()
+        # slurmd rereads slurm.conf and registers now (else the node stays UNKNOWN for ~4 s, jobs waiting).
+        self.run("scontrol", "reconfigure")
+        self._wait("the node back after the restart", lambda: self._node_idle(busy_ok=True), "slurmctld", "slurmd")
+
+    def _start_slurmctld(self) -> None:
+        self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
+        self._wait("slurmctld answers", lambda: "is UP" in self.run("scontrol", "ping", check=False).stdout,
+                   "slurmctld")
+        if self.accounting:
+            self._wait("slurmctld registered with slurmdbd", self._registered, "slurmctld", "slurmdbd")
 
     def logs(self, lines: int = 25) -> str:
         """The tail of every daemon log: for a failure message."""
         if self.root is None:
             return ""
         parts = []
-        for path in sorted((self.root / "log").glob("*")):
+        for path in sorted([*(self.root / "log").glob("*"), *(self.root / "mariadb").glob("*.log")]):
             parts.append(f"--- {path.name}\n{_tail(path, lines)}")
         return "\n".join(parts)
 
@@ -359,13 +414,13 @@ class SlurmCluster:
         finally:
             log.close()
 
-    def _wait(self, what: str, ready, *daemons: str, allow_busy: bool = False) -> None:
+    def _wait(self, what: str, ready, *daemons: str) -> None:
         def check():
             for d in daemons:
                 proc = self.procs.get(d)
                 if proc is not None and proc.poll() is not None:
                     raise SlurmClusterError(f"{d} exited with {proc.returncode} while waiting for {what}")
-            return ready() if not allow_busy else ready(busy_ok=True)
+            return ready()
         self._wait_for(check, self.start_timeout, what)
 
     @staticmethod
@@ -382,8 +437,12 @@ class SlurmCluster:
 
     def _node_idle(self, busy_ok: bool = False) -> bool:
         out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split()
-        states = ("idle", "mixed", "allocated") if busy_ok else ("idle",)
+        states = ("idle", "mixed", "allocated", "completing") if busy_ok else ("idle",)
         return bool(out) and all(s in states for s in out)
+
+    def _registered(self) -> bool:
+        out = self.run("sacctmgr", "-n", "-P", "show", "cluster", self.name, "format=controlport", check=False)
+        return out.stdout.strip() == str(self.ports["slurmctld"])
 
     def _start_munge(self) -> None:
         d = self.root / "munge"
@@ -426,11 +485,12 @@ class SlurmCluster:
         self._mariadb_socket = sock
         self._spawn("mariadb", [shutil.which("mariadbd", path=self.env["PATH"]) or "mariadbd", *common,
                                 f"--socket={sock}", f"--port={self.ports['mariadb']}", "--bind-address=127.0.0.1",
-                                f"--pid-file={d / 'mariadbd.pid'}", f"--log-error={self.root / 'log' / 'mariadb.log'}",
-                                "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
-                                "--innodb-log-file-size=8M", "--innodb-flush-log-at-trx-commit=0",
+                                f"--pid-file={d / 'mariadbd.pid'}", f"--log-error={d / 'mariadb.log'}",
+                                "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=128M",
+                                "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=0",
                                 "--innodb-doublewrite=0", "--innodb-lock-wait-timeout=900",
-                                "--max-connections=100"], cwd=d)
+                                "--innodb-use-native-aio=0",  # io_uring/libaio may be refused in containers
+                                "--max-connections=100"], user="mysql", cwd=d)
 
         def sql(statement: str) -> subprocess.CompletedProcess:
             return subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-u", "root", "-e", statement],
@@ -486,7 +546,8 @@ class SlurmCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
+            # cred_expire: a requeued job may start again cred_expire+1 s after the requeue (default 120).
+            f"AuthInfo=socket={self.munge_socket},cred_expire=10",
             f"StateSaveLocation={r / 'state'}",
             f"SlurmdSpoolDir={r / 'spool' / 'slurmd-%n'}",
             f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",
@@ -506,7 +567,8 @@ class SlurmCluster:
             f"MaxArraySize={self.max_array_size}",
             f"MaxJobCount={max(10000, self.max_array_size * 4)}",
             "SchedulerType=sched/backfill",
-            "SchedulerParameters=bf_interval=1,sched_min_interval=0,batch_sched_delay=0",
+            # sched_interval: the main loop also starts jobs whose BeginTime passed (a requeued job), else 60 s.
+            "SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=0,batch_sched_delay=0",
             "PriorityType=priority/basic",
             "ReturnToService=2",
             "JobRequeue=1",
@@ -526,11 +588,14 @@ class SlurmCluster:
                 "AccountingStorageType=accounting_storage/slurmdbd",
                 "AccountingStorageHost=localhost",
                 f"AccountingStoragePort={self.ports['slurmdbd']}",
+                # With munge, the "password" is the munge socket for talking to slurmdbd (else the default one).
+                f"AccountingStoragePass={self.munge_socket}",
                 "JobAcctGatherType=jobacct_gather/linux",
                 "JobAcctGatherFrequency=30",
             ]
         else:
             lines += ["AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
+        lines = [line for line in lines if line.split("=", 1)[0] not in self._extra]
         lines += [f"{k}={v}" for k, v in self._extra.items()]
         lines.append(f"NodeName={self.hostname} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb} "
                      "State=UNKNOWN")
