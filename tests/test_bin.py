@@ -138,8 +138,9 @@ def test_debug_traces_commands_with_file_and_line(tmp_path):
 
 
 def shell_scripts() -> list[Path]:
-    """Every file in bin/, bin/lib/ and .ci/, found by listing: all of them are Bash."""
-    return sorted(p for d in (BIN, BIN / "lib", REPO / ".ci") for p in d.iterdir() if p.is_file())
+    """Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/, found by listing: all of them are Bash."""
+    folders = (BIN, BIN / "lib", REPO / ".ci", REPO / "slurm", REPO / "slurm" / "lib")
+    return sorted(p for d in folders for p in d.iterdir() if p.is_file())
 
 
 def test_every_script_is_shellcheck_clean_with_all_optional_checks():
@@ -148,7 +149,7 @@ def test_every_script_is_shellcheck_clean_with_all_optional_checks():
     shellcheck = shutil.which("shellcheck", path=str(Path(PYTHON).parent)) or shutil.which("shellcheck")
     assert shellcheck, "shellcheck not found beside the test Python or on PATH: run 'make install'"
     scripts = shell_scripts()
-    assert {"collect", "demo", "train", "common.sh", "run"} <= {p.name for p in scripts}
+    assert {"collect", "demo", "train", "common.sh", "run", "train.sbatch", "requeue.sh"} <= {p.name for p in scripts}
     proc = run_tool(shellcheck, "-o", "all", *scripts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -1,0 +1,1 @@
+"""The whole pipeline in one command: collect, buckets, cache, pretrain, posttrain (bin/pipeline)."""

@@ -1,0 +1,433 @@
+"""The pipeline's five stages, run here one after the other, or submitted to SLURM as one chain of jobs.
+
+    options   every flag converted and checked before anything acts (`PipelineOptions`)
+    stages    each stage's command (the bin/ wrapper a person runs by hand) and, for SLURM, its template
+              in slurm/, the template's arguments and the sbatch options (`Stage`)
+    local     run the commands here in order; stop at the first that fails
+    state     ROOT/slurm/pipeline.json: the job of each stage, rewritten (temporary file, rename) after
+              every sbatch
+    look      a recorded job's state: `scontrol show job` while slurmctld remembers it, else `sacct` where
+              the cluster keeps accounting, else the file each of its jobs (array tasks) leaves in
+              ROOT/slurm/pipeline-done/ when it succeeds (DRIVEKIT_DONE_DIR, see the templates)
+    submit    from the first stage whose job is neither live nor done (or --redo STAGE), each stage
+              `--dependency=afterok:` on the one before; later jobs of the old chain are cancelled first
+
+Every job is named drivekit-<hash of the root>-<stage>: a job that was submitted but not recorded (the
+command killed between the two) is found by its name and adopted, never submitted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.dataset import atomic, cli
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import resolve_root
+from tools.dataset.manifest import now_iso
+
+PROG = "pipeline"
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / "bin"
+STAGES = ("collect", "buckets", "cache", "pretrain", "posttrain")
+STATE_FORMAT = 1
+STATE_FILE = Path("slurm") / "pipeline.json"  # under ROOT, beside collection's waves
+DONE_DIR = Path("slurm") / "pipeline-done"
+LOG_DIR = Path("logs") / "slurm"
+
+#: Each stage's template (slurm/) and log name (under ROOT/logs/slurm/).
+TEMPLATES = {"collect": "collect-monitor.sbatch", "buckets": "build-buckets.sbatch", "cache": "build-cache.sbatch",
+             "pretrain": "train.sbatch", "posttrain": "train.sbatch"}
+#: sbatch options of each stage before the user's (sbatch takes the last of a repeated option). The collection
+#: job only watches the arrays it submits; it lives as long as the collection.
+RESOURCES = {
+    "collect": ("--cpus-per-task=1", "--mem=2G", "--time=2-00:00:00"),
+    "buckets": ("--cpus-per-task=1", "--mem=8G", "--time=01:00:00"),
+    "cache": ("--cpus-per-task=2", "--mem=8G", "--time=04:00:00"),
+    "pretrain": ("--cpus-per-task=8", "--mem=64G", "--time=1-00:00:00"),
+    "posttrain": ("--cpus-per-task=8", "--mem=64G", "--time=1-00:00:00"),
+}
+#: What the pipeline sets itself, refused in a stage's --STAGE-args (with the flag to use instead).
+RESERVED = {
+    "collect": {"--root": "--root", "--slurm": "--slurm", "--watch": "(the job watches)",
+                "--no-watch": "(the job watches)", "--partition": "--partition", "--account": "--account"},
+    "buckets": {"--root": "--root"},
+    "cache": {"--root": "--root", "--shard": "--shards"},
+    "pretrain": {"root=": "--root", "logdir=": "--outputs", "--nproc": "--gpus"},
+    "posttrain": {"root=": "--root", "logdir=": "--outputs", "load=": "--outputs", "--nproc": "--gpus"},
+}
+
+#: Job states of a job that has not ended (it may still succeed).
+LIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+        "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+#: A pending job whose dependency failed: it will never run.
+NEVER = "DependencyNeverSatisfied"
+
+
+def log(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    routes: Path
+    root: Path
+    outputs: Path
+    slurm: bool = False
+    partition: str | None = None
+    account: str | None = None
+    shards: int = 8
+    gpus: int = 1
+    redo: str | None = None
+    sbatch_args: tuple[str, ...] = ()  # every job
+    stage_args: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, arguments of its tool)
+    stage_sbatch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, sbatch options of its job)
+
+    def args(self, stage: str) -> list[str]:
+        return list(dict(self.stage_args).get(stage, ()))
+
+    def sbatch(self, stage: str) -> list[str]:
+        return list(dict(self.stage_sbatch).get(stage, ()))
+
+
+def _words(value: Any, flag: str) -> tuple[str, ...]:
+    """A quoted option string (`--pretrain-args "max_steps=100 lr=1e-3"`) as words."""
+    if value is None or value == "":
+        return ()
+    try:
+        return tuple(shlex.split(cli.text(value, flag)))
+    except ValueError as e:
+        raise ToolError(f"--{flag} {value!r}: {e} (quote it as one string)") from None
+
+
+def _writable(path: Path, flag: str, what: str) -> None:
+    """`path`, or the nearest folder above it that exists (where it would be made), must be writable."""
+    target = path
+    while not target.exists():
+        target = target.parent
+    if not target.is_dir():
+        raise ToolError(f"--{flag} {path}: {target} is not a folder")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ToolError(f"--{flag} {path}: {target} is not writable; give {what}")
+
+
+def parse_options(routes_dir: Any, root: Any, outputs: Any, slurm: Any, partition: Any, account: Any, shards: Any,
+                  gpus: Any, redo: Any, sbatch_args: Any, args: dict[str, Any], sbatch: dict[str, Any]
+                  ) -> PipelineOptions:
+    """PipelineOptions from the flags, each converted and checked; ToolError naming the flag otherwise."""
+    routes = Path(cli.text(routes_dir, "ROUTES_DIR")).expanduser().absolute()
+    if not routes.is_dir():
+        raise ToolError(f"ROUTES_DIR {routes}: no such folder; give the folder of route files (*.xml)")
+    root_ = resolve_root(cli.optional_text(root, "root"))
+    outputs_ = Path(cli.text(outputs, "outputs")).expanduser().absolute()
+    stage_args = {stage: _words(value, f"{stage}-args") for stage, value in args.items()}
+    for stage, words in stage_args.items():
+        for word in words:
+            for reserved, instead in RESERVED[stage].items():
+                if word == reserved or (reserved.endswith("=") and word.lstrip("-").startswith(reserved)) or \
+                        word.startswith(reserved + "="):
+                    raise ToolError(f"--{stage}-args: {word} is set by the pipeline; use bin/pipeline {instead}")
+    redo_ = cli.optional_text(redo, "redo")
+    if redo_ is not None and redo_ not in STAGES:
+        raise ToolError(f"--redo {redo_}: expected one of {', '.join(STAGES)}")
+    options = PipelineOptions(
+        routes=routes, root=root_, outputs=outputs_, slurm=cli.switch(slurm, "slurm"),
+        partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
+        shards=cli.integer(shards, "shards", 1, 10000), gpus=cli.integer(gpus, "gpus", 0, 64), redo=redo_,
+        sbatch_args=_words(sbatch_args, "sbatch-args"),
+        stage_args=tuple((s, w) for s, w in stage_args.items() if w),
+        stage_sbatch=tuple((s, _words(v, f"{s}-sbatch")) for s, v in sbatch.items() if v))
+    _writable(options.root, "root", "a root on storage every node sees and you can write")
+    _writable(options.outputs, "outputs", "a folder you can write for the training runs")
+    if options.slurm:
+        for path, flag in ((REPO, "the checkout"), (options.root, "--root"), (options.outputs, "--outputs")):
+            if "," in str(path):  # sbatch --export=ALL,NAME=VALUE,... cannot hold a comma
+                raise ToolError(f"{flag} {path}: a path with a comma cannot be passed to sbatch --export; "
+                                "use another folder")
+    return options
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    command: list[str]  # what runs here without --slurm
+    script_args: list[str]  # with --slurm: the template's arguments (the job runs the same wrapper)
+    tasks: int = 1  # array tasks (the cache's shards); 1: not an array
+    array: bool = False
+
+    @property
+    def template(self) -> Path:
+        return REPO / "slurm" / TEMPLATES[self.name]
+
+
+def stages(o: PipelineOptions) -> list[Stage]:
+    root = str(o.root)
+    pre, post = o.outputs / "pretrain", o.outputs / "posttrain"
+    nproc = ["--nproc", str(o.gpus)] if o.gpus > 1 else []
+    where = [f for flag, value in (("--partition", o.partition), ("--account", o.account)) if value
+             for f in (flag, value)]
+    pretrain = ["pretrain", f"root={root}", f"logdir={pre}", *o.args("pretrain")]
+    posttrain = ["posttrain", f"root={root}", f"load={pre}", f"logdir={post}", *o.args("posttrain")]
+    return [
+        Stage("collect", [str(BIN / "collect"), str(o.routes), "--root", root, *o.args("collect")],
+              [str(o.routes), "--root", root, *where, *o.args("collect")]),
+        Stage("buckets", [str(BIN / "build-buckets"), "--root", root, *o.args("buckets")],
+              ["--root", root, *o.args("buckets")]),
+        Stage("cache", [str(BIN / "build-cache"), "--root", root, *o.args("cache")],
+              ["--root", root, *o.args("cache")], tasks=o.shards, array=True),
+        Stage("pretrain", [str(BIN / "train"), *nproc, *pretrain], pretrain),
+        Stage("posttrain", [str(BIN / "train"), *nproc, *posttrain], posttrain),
+    ]
+
+
+def job_name(o: PipelineOptions, stage: str) -> str:
+    return f"drivekit-{hashlib.sha256(str(o.root).encode()).hexdigest()[:8]}-{stage}"
+
+
+def sbatch_argv(o: PipelineOptions, stage: Stage, after: str | None) -> list[str]:
+    """The sbatch command line of a stage's job (`after`: the job it waits for)."""
+    logs = o.root / LOG_DIR
+    argv = ["sbatch", "--parsable", f"--job-name={job_name(o, stage.name)}",
+            f"--output={logs}/%x-{'%A_%a' if stage.array else '%j'}.log",
+            f"--export=ALL,DRIVEKIT_HOME={REPO},DRIVEKIT_DONE_DIR={o.root / DONE_DIR}"]
+    if stage.array:
+        argv.append(f"--array=0-{stage.tasks - 1}")
+    if after:
+        argv += [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes"]
+    if o.partition:
+        argv.append(f"--partition={o.partition}")
+    if o.account:
+        argv.append(f"--account={o.account}")
+    argv += RESOURCES[stage.name]
+    if stage.name in ("pretrain", "posttrain") and o.gpus:
+        argv.append(f"--gpus-per-node={o.gpus}")
+    argv += [*o.sbatch_args, *o.sbatch("train" if stage.name in ("pretrain", "posttrain") else stage.name)]
+    return [*argv, str(stage.template), *stage.script_args]
+
+
+# ----------------------------------------------------------------------------- here, one after the other
+
+
+def run_local(o: PipelineOptions) -> None:
+    """Run the stages here in order (from --redo STAGE); stop at the first that fails. Rerunning skips what
+    is done: every stage's tool does."""
+    todo = stages(o)
+    if o.redo:
+        todo = todo[STAGES.index(o.redo):]
+    for stage in todo:
+        log(f"== {stage.name}: {shlex.join(stage.command)}")
+        status = subprocess.run(stage.command, check=False).returncode
+        if status != 0:
+            log(f"{stage.name} failed (exit {status}); fix it and run the same command again (what is done is "
+                "skipped)")
+            sys.exit(1)
+    log(f"every stage done: data in {o.root}, training runs in {o.outputs}")
+
+
+# ----------------------------------------------------------------------------- the scheduler
+
+
+def _expand(tasks: str) -> list[str]:
+    """An array's task list as SLURM writes it ("0-7%2", "1,3-5") -> ["0", ..., "7"]."""
+    out = []
+    for part in tasks.split("%")[0].strip("[]").split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi.isdigit() or not hi):
+            out += [str(t) for t in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+class Scheduler:
+    """The SLURM commands, called with argument lists (never a shell)."""
+
+    def __init__(self) -> None:
+        self._accounting: bool | None = None
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        try:
+            proc = subprocess.run(list(args), capture_output=True, text=True, timeout=120)
+        except FileNotFoundError:
+            raise ToolError(f"--slurm: {args[0]} not found on PATH; run on a SLURM login node, or leave --slurm "
+                            "out to run the stages here") from None
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"{args[0]} did not answer in 120 s; is slurmctld up? (scontrol ping)") from None
+        if check and proc.returncode != 0:
+            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise ToolError(f"{shlex.join(args[:2])} ...: {why[-1] if why else f'exit status {proc.returncode}'}")
+        return proc
+
+    def require(self, partition: str | None) -> None:
+        if shutil.which("sbatch") is None:
+            raise ToolError("--slurm: sbatch not found on PATH; run on a SLURM login node, or leave --slurm out to "
+                            "run the stages here")
+        if partition and not self.run("sinfo", "-h", "-p", partition, "-o", "%P").stdout.strip():
+            names = sorted({p.rstrip("*") for p in self.run("sinfo", "-h", "-o", "%P").stdout.split()})
+            raise ToolError(f"--partition {partition}: no such partition on this cluster (partitions: "
+                            f"{', '.join(names) or 'none'})")
+
+    @property
+    def accounting(self) -> bool:
+        """Whether sacct answers (a cluster without accounting says "accounting storage is disabled")."""
+        if self._accounting is None:
+            proc = self.run("sacct", "-n", "-X", "-j", "1", "-o", "JobID", check=False)
+            text = (proc.stdout + proc.stderr).lower()
+            self._accounting = proc.returncode == 0 and "accounting storage is disabled" not in text
+        return self._accounting
+
+    def scontrol_states(self, job: str) -> dict[str, str]:
+        """task ("" when not an array) -> state, of what slurmctld still remembers of `job`; a pending job
+        whose dependency failed is NEVER."""
+        proc = self.run("scontrol", "-o", "show", "job", job, check=False)
+        states: dict[str, str] = {}
+        for line in proc.stdout.splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            if fields.get("JobId") != job and fields.get("ArrayJobId") != job:
+                continue
+            state = fields.get("JobState", "UNKNOWN")
+            if state == "PENDING" and fields.get("Reason") == NEVER:
+                state = NEVER
+            for task in _expand(fields["ArrayTaskId"]) if "ArrayTaskId" in fields else [""]:
+                states[task] = state
+        return states
+
+    def sacct_states(self, job: str) -> dict[str, str]:
+        if not self.accounting:
+            return {}
+        out = self.run("sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State", check=False).stdout
+        states: dict[str, str] = {}
+        for line in out.splitlines():
+            jid, _, state = line.partition("|")
+            base, _, tasks = jid.strip().partition("_")
+            if base == job and state.strip():
+                for task in _expand(tasks) if tasks else [""]:
+                    states[task] = state.split()[0]
+        return states
+
+    def live_job_named(self, name: str) -> str | None:
+        out = self.run("squeue", "-h", f"--name={name}", "-o", "%F", check=False).stdout.split()
+        return out[0] if out else None
+
+    def submit(self, argv: list[str]) -> str:
+        out = self.run(*argv).stdout.strip()
+        job = out.split(";")[0].strip()
+        if not job.isdigit():
+            raise ToolError(f"sbatch answered {out!r}, not a job id")
+        return job
+
+    def cancel(self, job: str) -> None:
+        self.run("scancel", job, check=False)
+
+
+def status_of(scheduler: Scheduler, o: PipelineOptions, job: dict[str, Any]) -> str:
+    """"live", "done" or "failed: <states>" for a recorded job (every array task counted)."""
+    jid = job["job_id"]
+    tasks = [str(t) for t in range(job["tasks"])] if job.get("array") else [""]
+    states = scheduler.scontrol_states(jid)
+    if any(t not in states for t in tasks):
+        states = {**scheduler.sacct_states(jid), **states}
+    for t in tasks:
+        if t not in states and (o.root / DONE_DIR / (f"{jid}_{t}" if t else jid)).exists():
+            states[t] = "COMPLETED"
+    seen = [states.get(t, "UNKNOWN") for t in tasks]
+    if any(s in LIVE for s in seen):
+        return "running" if "RUNNING" in seen else "live"
+    if all(s == "COMPLETED" for s in seen):
+        return "done"
+    counts = {s: seen.count(s) for s in sorted(set(seen))}
+    return "failed: " + ", ".join(f"{n} {s}" if len(seen) > 1 else s for s, n in counts.items())
+
+
+def word(status: str) -> str:
+    return {"live": "pending", "running": "running", "done": "done"}.get(status, status)
+
+
+# ----------------------------------------------------------------------------- the chain
+
+
+def read_state(o: PipelineOptions) -> dict[str, Any]:
+    path = o.root / STATE_FILE
+    if not path.exists():
+        return {"format": STATE_FORMAT, "root": str(o.root), "stages": {}}
+    try:
+        state = json.loads(path.read_text())
+        if state.get("format") != STATE_FORMAT or not isinstance(state.get("stages"), dict):
+            raise ValueError(f"format {state.get('format')!r}, expected {STATE_FORMAT}")
+    except (OSError, ValueError) as e:
+        raise ToolError(f"{path}: unreadable ({e}); move it aside to start a new chain") from None
+    return state
+
+
+def submit_chain(o: PipelineOptions) -> dict[str, Any]:
+    """Submit what is not pending, running or done, from the first stage that failed (or --redo); print
+    one line per stage: name, job id, what it is doing. Returns the state written."""
+    scheduler = Scheduler()
+    scheduler.require(o.partition)
+    state = read_state(o)
+    plan = stages(o)
+    jobs = state["stages"]
+    statuses = {s.name: status_of(scheduler, o, jobs[s.name]) for s in plan if s.name in jobs}
+    first = next((i for i, s in enumerate(plan) if statuses.get(s.name, "failed") not in ("live", "running", "done")),
+                 len(plan))
+    if o.redo:
+        first = min(first, STAGES.index(o.redo))
+    for s in plan[:first]:
+        argv = sbatch_argv(o, s, jobs[s.name].get("after"))
+        if argv != jobs[s.name]["argv"]:
+            log(f"note: {s.name} (job {jobs[s.name]['job_id']}) was submitted with other options; it is left as it "
+                f"is (bin/pipeline ... --redo {s.name} submits it again, and what follows)")
+    # Jobs of the old chain from `first` on wait for a job that failed or is redone: cancel them first.
+    for s in plan[first:]:
+        if s.name in jobs and statuses.get(s.name) in ("live", "running"):
+            scheduler.cancel(jobs[s.name]["job_id"])
+    if first < len(plan):
+        for sub in (o.root / LOG_DIR, o.root / DONE_DIR):
+            sub.mkdir(parents=True, exist_ok=True)
+    after = jobs[plan[first - 1].name]["job_id"] if first > 0 else None
+    for i, s in enumerate(plan):
+        if i < first:
+            print(f"{s.name:<10} {jobs[s.name]['job_id']:<8} {word(statuses[s.name])}", flush=True)
+            continue
+        argv = sbatch_argv(o, s, after)
+        name = job_name(o, s.name)
+        earlier = list(jobs.get(s.name, {}).get("history", []))
+        adopted = scheduler.live_job_named(name)
+        if adopted and adopted not in earlier:
+            job, how = adopted, "adopted (submitted by an earlier run that did not record it)"
+        else:
+            job, how = scheduler.submit(argv), "submitted"
+        jobs[s.name] = {"job_id": job, "name": name, "array": s.array, "tasks": s.tasks, "after": after,
+                        "argv": argv, "submitted": now_iso(), "history": [*earlier, job]}
+        state.update(root=str(o.root), routes=str(o.routes), outputs=str(o.outputs))
+        atomic.write_json(o.root / STATE_FILE, state)
+        extra = f", after {after}" if after else ""
+        print(f"{s.name:<10} {job:<8} {how}{extra}{f' ({s.tasks} tasks)' if s.array else ''}", flush=True)
+        after = job
+    if first == len(plan):
+        log(f"nothing submitted: every stage is pending, running or done ({o.root / STATE_FILE})")
+    else:
+        log(f"{len(plan) - first} jobs submitted, each after the one before; state in {o.root / STATE_FILE}, "
+            f"logs in {o.root / LOG_DIR}; rerun the same command to see where they are or to resubmit from a "
+            "stage that failed")
+    return state
+
+
+def pipeline(o: PipelineOptions) -> None:
+    if o.slurm:
+        submit_chain(o)
+    else:
+        run_local(o)
