@@ -56,9 +56,12 @@ class RecordingScheduler(Scheduler):
         self.calls["scontrol"] += 1
         return 1001
 
+    @property
     def accounting(self) -> bool:
-        self.calls["sacct"] += 1
-        return True
+        if self._accounting is None:
+            self.calls["sacct"] += 1
+            self._accounting = True
+        return self._accounting
 
     def submit(self, argv: list[str]) -> str:
         self.calls["sbatch"] += 1

@@ -607,6 +607,14 @@ class SlurmCluster:
         tmp.replace(self.conf)
 
 
+def path_without_slurm(folder: Path) -> str:
+    """A PATH holding what the bin/ wrappers need and no SLURM command (for the "no sbatch" cases)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("bash", "env", "dirname", "realpath", "sed"):
+        (folder / name).symlink_to(shutil.which(name))
+    return str(folder)
+
+
 # ---- pytest fixtures: one cluster of each kind per test session, however many modules import them.
 _shared: dict[str, SlurmCluster] = {}
 

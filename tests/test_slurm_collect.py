@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, REPO, copy_root, run_tool, start_tool, tree
+from slurm_cluster import path_without_slurm
 
 from tools.collect.slurm import Monitor, Scheduler, SlurmOptions, load_waves, run_key_of, waves_dir
 from tools.dataset.layout import Layout
@@ -236,12 +237,8 @@ def test_bad_input_is_one_line_and_nothing_is_submitted(slurm, four_routes, tmp_
     root.mkdir()
     env = dict(slurm.env)
     args = [BIN / "collect", four_routes, "--root", root, "--slurm"]
-    if case == "no sbatch":  # a PATH with what the wrapper needs, and no SLURM command
-        tools = tmp_path / "path"
-        tools.mkdir()
-        for name in ("bash", "env", "dirname", "realpath", "sed"):
-            (tools / name).symlink_to(shutil.which(name))
-        env["PATH"] = str(tools)
+    if case == "no sbatch":
+        env["PATH"] = path_without_slurm(tmp_path / "path")
     elif case == "unknown partition":
         args += ["--partition", "nosuch"]
     elif case == "throttle 0":

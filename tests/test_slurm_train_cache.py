@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
 from conftest import BIN, PYTHON, REPO, copy_root, run_bin, run_tool, start_tool, tree
+from slurm_cluster import path_without_slurm
 
 from tools.pipeline.chain import DONE_DIR, STATE_FILE, PipelineOptions, Scheduler, status_of
 from tools.train import checkpoint
@@ -333,12 +333,8 @@ def test_pipeline_bad_input_is_one_line_exit_2_and_nothing_is_submitted(slurm, c
     root = copy_root(collected_root, tmp_path / "root")
     env = dict(slurm.env)
     args = [BIN / "pipeline", routes, "--root", root, "--slurm", "--outputs", tmp_path / "outputs"]
-    if case == "no sbatch":  # a PATH with what the wrapper needs, and no SLURM command
-        tools = tmp_path / "path"
-        tools.mkdir()
-        for name in ("bash", "env", "dirname", "realpath", "sed"):
-            (tools / name).symlink_to(shutil.which(name))
-        env["PATH"] = str(tools)
+    if case == "no sbatch":
+        env["PATH"] = path_without_slurm(tmp_path / "path")
     elif case == "unknown partition":
         args += ["--partition", "nosuch"]
     elif case == "a key the pipeline sets":

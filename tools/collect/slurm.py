@@ -23,8 +23,6 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -46,6 +44,7 @@ from tools.dataset.results import (
     run_state,
     write_result,
 )
+from tools.dataset.slurm import SlurmCommands
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
@@ -65,8 +64,6 @@ ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEM
          "DEADLINE")
 #: Ended states that are the cluster's fault, not the route's: reported apart.
 INFRASTRUCTURE = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
-LIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
-        "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED")
 
 
 def slurm_dir(layout: Layout) -> Path:
@@ -154,64 +151,25 @@ def check_options(o: SlurmOptions) -> None:
 # ----------------------------------------------------------------------------- the scheduler
 
 
-class Scheduler:
-    """The SLURM commands, called with argument lists (never a shell), counted for the benchmark."""
+class Scheduler(SlurmCommands):
+    """What the monitor asks of SLURM (tools.dataset.slurm runs and counts the commands)."""
 
     def __init__(self, env: dict[str, str] | None = None):
-        self.env = env
-        self.calls: Counter = Counter()
-
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        self.calls[args[0]] += 1
-        try:
-            proc = subprocess.run(list(args), capture_output=True, text=True, env=self.env, timeout=120)
-        except FileNotFoundError:
-            raise ToolError(f"--slurm: {args[0]} not found on PATH; run on a SLURM login node, or leave --slurm "
-                            "out to collect locally") from None
-        except subprocess.TimeoutExpired:
-            raise ToolError(f"{args[0]} did not answer in 120 s; is slurmctld up? (scontrol ping)") from None
-        if check and proc.returncode != 0:
-            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise ToolError(f"{shlex.join(args[:3])} ...: {why[-1] if why else f'exit status {proc.returncode}'}")
-        return proc
-
-    def require(self) -> None:
-        if shutil.which("sbatch", path=(self.env or os.environ).get("PATH")) is None:
-            raise ToolError("--slurm: sbatch not found on PATH; run on a SLURM login node, or leave --slurm out to "
-                            "collect locally")
+        super().__init__("leave --slurm out to collect locally", env)
 
     def max_array_size(self) -> int:
-        out = self._run("scontrol", "show", "config").stdout
+        out = self.run("scontrol", "show", "config").stdout
         m = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
         return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
 
-    def check_partition(self, partition: str) -> None:
-        out = self._run("sinfo", "-h", "-o", "%R", check=False).stdout.split()
-        if partition not in out:
-            raise ToolError(f"--partition {partition}: no such partition on this cluster (partitions: "
-                            f"{', '.join(sorted(set(out))) or 'none'})")
-
-    def accounting(self) -> bool:
-        """Whether sacct answers: most clusters keep accounting; one without says so on stderr."""
-        proc = self._run("sacct", "-n", "-X", "-j", "1", "-o", "JobID", check=False)
-        text = (proc.stdout + proc.stderr).lower()
-        return proc.returncode == 0 and "accounting storage is disabled" not in text
-
-    def submit(self, argv: list[str]) -> str:
-        out = self._run(*argv).stdout.strip()
-        job = out.split(";")[0].strip()
-        if not job.isdigit():
-            raise ToolError(f"sbatch answered {out!r}, not a job id")
-        return job
-
     def find_by_name(self, name: str, accounting: bool) -> str | None:
         """The job id of a job array submitted under `name` (one a killed monitor did not record)."""
-        out = self._run("squeue", "-h", "-r", f"--name={name}", "-o", "%F", check=False).stdout.split()
+        out = self.run("squeue", "-h", "-r", f"--name={name}", "-o", "%F", check=False).stdout.split()
         if out:
             return out[0]
         if not accounting:  # an array that already ended: its runs' states on disk tell the rest
             return None
-        out = self._run("sacct", "-n", "-X", f"--name={name}", "-o", "JobID", "-S", "now-7days",
+        out = self.run("sacct", "-n", "-X", f"--name={name}", "-o", "JobID", "-S", "now-7days",
                         check=False).stdout.split()
         ids = [o.split("_")[0] for o in out if o.split("_")[0].isdigit()]
         return ids[0] if ids else None
@@ -222,21 +180,21 @@ class Scheduler:
             return {}
         states: dict[tuple[str, int], str] = {}
         if accounting:
-            out = self._run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State").stdout
+            out = self.run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State").stdout
             for line in out.splitlines():
                 jid, _, state = line.partition("|")
                 self._add(states, jid, state)
             if not {array for array, _ in states} >= set(job_ids):  # slurmdbd not told of a new array yet
-                out = self._run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
+                out = self.run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
                 for line in out.splitlines():
                     jid, _, state = line.partition("|")
                     self._add(states, jid, state)
             return states
-        out = self._run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
+        out = self.run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
         for line in out.splitlines():
             jid, _, state = line.partition("|")
             self._add(states, jid, state)
-        out = self._run("scontrol", "-o", "show", "job", check=False).stdout
+        out = self.run("scontrol", "-o", "show", "job", check=False).stdout
         wanted = set(job_ids)
         for line in out.splitlines():
             fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
@@ -260,7 +218,7 @@ class Scheduler:
                     states[(m.group(1), t)] = state
 
     def set_throttle(self, job_id: str, throttle: int) -> None:
-        self._run("scontrol", "update", f"JobId={job_id}", f"ArrayTaskThrottle={throttle}")
+        self.run("scontrol", "update", f"JobId={job_id}", f"ArrayTaskThrottle={throttle}")
 
 
 # ----------------------------------------------------------------------------- waves
@@ -344,14 +302,11 @@ class Monitor:
         self.max_attempts = max_attempts
         self.log = log or (lambda message: print(f"collect: {message}", file=sys.stderr, flush=True))
         self.prefix = f"drivekit-{dataset_id(layout)[:8]}"
-        self._accounting: bool | None = None
         self._max_array: int | None = None
 
     @property
     def accounting(self) -> bool:
-        if self._accounting is None:
-            self._accounting = self.s.accounting()
-        return self._accounting
+        return self.s.accounting
 
     @property
     def max_array(self) -> int:

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import resolve_root
 from tools.dataset.manifest import now_iso
+from tools.dataset.slurm import LIVE, SlurmCommands
 
 PROG = "pipeline"
 REPO = Path(__file__).resolve().parents[2]
@@ -66,9 +66,6 @@ RESERVED = {
     "posttrain": {"root=": "--root", "logdir=": "--outputs", "load=": "--outputs", "--nproc": "--gpus"},
 }
 
-#: Job states of a job that has not ended (it may still succeed).
-LIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
-        "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"}
 #: A pending job whose dependency failed: it will never run.
 NEVER = "DependencyNeverSatisfied"
 
@@ -252,42 +249,16 @@ def _expand(tasks: str) -> list[str]:
     return out
 
 
-class Scheduler:
-    """The SLURM commands, called with argument lists (never a shell)."""
+class Scheduler(SlurmCommands):
+    """What the pipeline asks of SLURM (tools.dataset.slurm runs the commands)."""
 
     def __init__(self) -> None:
-        self._accounting: bool | None = None
+        super().__init__("leave --slurm out to run the stages here")
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        try:
-            proc = subprocess.run(list(args), capture_output=True, text=True, timeout=120)
-        except FileNotFoundError:
-            raise ToolError(f"--slurm: {args[0]} not found on PATH; run on a SLURM login node, or leave --slurm "
-                            "out to run the stages here") from None
-        except subprocess.TimeoutExpired:
-            raise ToolError(f"{args[0]} did not answer in 120 s; is slurmctld up? (scontrol ping)") from None
-        if check and proc.returncode != 0:
-            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise ToolError(f"{shlex.join(args[:2])} ...: {why[-1] if why else f'exit status {proc.returncode}'}")
-        return proc
-
-    def require(self, partition: str | None) -> None:
-        if shutil.which("sbatch") is None:
-            raise ToolError("--slurm: sbatch not found on PATH; run on a SLURM login node, or leave --slurm out to "
-                            "run the stages here")
-        if partition and not self.run("sinfo", "-h", "-p", partition, "-o", "%P").stdout.strip():
-            names = sorted({p.rstrip("*") for p in self.run("sinfo", "-h", "-o", "%P").stdout.split()})
-            raise ToolError(f"--partition {partition}: no such partition on this cluster (partitions: "
-                            f"{', '.join(names) or 'none'})")
-
-    @property
-    def accounting(self) -> bool:
-        """Whether sacct answers (a cluster without accounting says "accounting storage is disabled")."""
-        if self._accounting is None:
-            proc = self.run("sacct", "-n", "-X", "-j", "1", "-o", "JobID", check=False)
-            text = (proc.stdout + proc.stderr).lower()
-            self._accounting = proc.returncode == 0 and "accounting storage is disabled" not in text
-        return self._accounting
+    def require_partition(self, partition: str | None) -> None:
+        self.require()
+        if partition:
+            self.check_partition(partition)
 
     def scontrol_states(self, job: str) -> dict[str, str]:
         """task ("" when not an array) -> state, of what slurmctld still remembers of `job`; a pending job
@@ -322,12 +293,6 @@ class Scheduler:
         out = self.run("squeue", "-h", f"--name={name}", "-o", "%F", check=False).stdout.split()
         return out[0] if out else None
 
-    def submit(self, argv: list[str]) -> str:
-        out = self.run(*argv).stdout.strip()
-        job = out.split(";")[0].strip()
-        if not job.isdigit():
-            raise ToolError(f"sbatch answered {out!r}, not a job id")
-        return job
 
     def cancel(self, job: str) -> None:
         self.run("scancel", job, check=False)
@@ -376,7 +341,7 @@ def submit_chain(o: PipelineOptions) -> dict[str, Any]:
     """Submit what is not pending, running or done, from the first stage that failed (or --redo); print
     one line per stage: name, job id, what it is doing. Returns the state written."""
     scheduler = Scheduler()
-    scheduler.require(o.partition)
+    scheduler.require_partition(o.partition)
     state = read_state(o)
     plan = stages(o)
     jobs = state["stages"]
