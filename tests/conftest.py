@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,17 @@ def start_tool(*args: str | Path, cwd: Path | None = None, env: dict | None = No
     """run_tool without waiting: for a test that signals the command or watches it work."""
     return subprocess.Popen([str(a) for a in args], cwd=cwd or REPO, env=tool_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def wait_until(predicate, timeout: float, what: str):
+    """Poll `predicate` until it returns something true (returned), else fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from slurm_cluster import SlurmCluster
 
 # The fixtures `slurm` and `slurm_accounting` come from slurm_cluster.py through tests/conftest.py.
@@ -61,16 +62,6 @@ def write_script(path: Path, text: str) -> Path:
 def most_at_once(intervals: list[tuple[float, float]]) -> int:
     """The largest number of [start, end) intervals that overlap."""
     return max(sum(1 for s, e in intervals if s <= t < e) for t, _ in intervals)
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.25)
 
 
 def sacct_rows(cluster: SlurmCluster, job: str, *extra: str) -> list[list[str]]:

@@ -9,12 +9,11 @@ import os
 import re
 import shutil
 import signal
-import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, copy_root, run_tool, start_tool, tree
+from conftest import BIN, REPO, copy_root, run_tool, start_tool, tree, wait_until
 from slurm_cluster import path_without_slurm
 
 from tools.collect.slurm import Monitor, Scheduler, SlurmOptions, load_waves, run_key_of, waves_dir
@@ -50,16 +49,6 @@ def all_finished(root: Path, expected: int) -> None:
     keys = list(layout.iter_runs())
     assert len(keys) == expected
     assert [run_state(layout, k) for k in keys] == [RunState.FINISHED] * expected
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def running_tasks(cluster, job: str) -> list[str]:

@@ -17,11 +17,10 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, PYTHON, REPO, copy_root, run_bin, run_tool, start_tool, tree
+from conftest import BIN, PYTHON, REPO, copy_root, run_bin, run_tool, start_tool, tree, wait_until
 from slurm_cluster import path_without_slurm
 
 from tools.pipeline.chain import DONE_DIR, STATE_FILE, PipelineOptions, Scheduler, status_of
@@ -49,16 +48,6 @@ def built_root(collected_root, tmp_path_factory) -> Path:
 def routes(collected_root) -> Path:
     """The 4 routes the collected root was collected from (every one of its runs is finished)."""
     return collected_root.parent / "routes"
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def job(cluster, job_id: str) -> dict[str, str]:

@@ -128,7 +128,8 @@ def _setting_args(settings: dict[str, Any]) -> list[str]:
     return [f"--{k}={v if isinstance(v, str) else repr(v)}" for k, v in sorted(settings.items())]
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """H:MM:SS."""
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
@@ -427,7 +428,7 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
     if c.given_up:
         parts.append(f", {len(c.given_up)} given up (failed {max_attempts} times before; bin/clean-failed "
                      f"{layout.root} --yes starts them over)")
-    parts.append(f". {c.frames} frames recorded by the finished runs in {_duration(time.time() - started)}. Data in "
+    parts.append(f". {c.frames} frames recorded by the finished runs in {duration(time.time() - started)}. Data in "
                  f"{layout.root}/data, results in {layout.root}/results, logs in {layout.root}/logs; "
                  f"see bin/progress {layout.root}.")
     if c.failed or c.given_up:

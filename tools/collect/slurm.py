@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.collect.local import duration
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -236,6 +237,7 @@ class Wave:
     settings: dict[str, Any]
     throttle: int
     arrays: list[dict[str, Any]] = field(default_factory=list)  # {"name", "first", "count", "job_id", "argv"}
+    created: str = field(default_factory=now_iso)
 
     @property
     def n_tasks(self) -> int:
@@ -246,7 +248,7 @@ class Wave:
 
     def save(self) -> None:
         atomic.write_json(self.path, {
-            "format": WAVE_FORMAT, "wave": self.wave, "created": now_iso(), "runs_per_task": self.runs_per_task,
+            "format": WAVE_FORMAT, "wave": self.wave, "created": self.created, "runs_per_task": self.runs_per_task,
             "max_attempts": self.max_attempts, "settings": self.settings, "throttle": self.throttle,
             "arrays": self.arrays, "runs": self.runs,
         })
@@ -258,7 +260,7 @@ class Wave:
             if d.get("format") != WAVE_FORMAT:
                 raise ValueError(f"format {d.get('format')}, this tool reads {WAVE_FORMAT}")
             return Wave(Path(path), int(d["wave"]), list(d["runs"]), int(d["runs_per_task"]), int(d["max_attempts"]),
-                        dict(d["settings"]), int(d["throttle"]), list(d["arrays"]))
+                        dict(d["settings"]), int(d["throttle"]), list(d["arrays"]), str(d["created"]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ToolError(f"{path}: not a readable wave file ({e})") from None
 
@@ -287,7 +289,6 @@ class Poll:
     running_tasks: int = 0
     ended: Counter = field(default_factory=Counter)  # task state -> tasks
     infrastructure: Counter = field(default_factory=Counter)  # tasks ended by a node failure, a preemption
-    crashed_written: int = 0
 
 
 class Monitor:
@@ -404,20 +405,19 @@ class Monitor:
         if act:
             for key, entry, state in ended_runs:
                 if key not in out.live:  # (not queued again in a newer wave meanwhile)
-                    out.crashed_written += self._close_crashed(key, entry, state)
+                    self._close_crashed(key, entry, state)
         return out
 
-    def _close_crashed(self, key: RunKey, entry: dict[str, Any], state: str) -> int:
+    def _close_crashed(self, key: RunKey, entry: dict[str, Any], state: str) -> None:
         """A run whose task ended without its result (killed by a time limit, a node failure, scancel):
         write `Failed - Simulation crashed` under the run's lock, so that the one definition holds."""
         if run_state(self.layout, key) is not RunState.CRASHED:
-            return 0
+            return
         with exclusive(self.layout, key) as mine:
             if not mine or held_run_state(self.layout, key) is not RunState.CRASHED:
-                return 0
+                return
             write_result(self.layout, key, RouteRecord(str(entry["route_id"]), FAILED_SIMULATION))
         self.log(f"{key}: its task ended {state} without a result: recorded as {FAILED_SIMULATION}")
-        return 1
 
     def look(self, planned: list[dict[str, Any]], live: set[RunKey]) -> tuple[list[dict[str, Any]], Counter]:
         """One pass over the planned runs' states on disk: the runs that need a task (not finished, not in a
@@ -463,7 +463,7 @@ class Monitor:
                 counts["to retry"] -= len(redo)
                 redo = []
             counts = +counts
-            self.log(f"{_elapsed(time.monotonic() - started)}: {p.queued_tasks} tasks queued, "
+            self.log(f"{duration(time.monotonic() - started)}: {p.queued_tasks} tasks queued, "
                      f"{p.running_tasks} running; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
                      + (f"; tasks ended: {_states(p.ended)}" if p.ended else ""))
             done = not p.live and not redo
@@ -476,11 +476,6 @@ class Monitor:
 
 def _states(c: Counter) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
-
-
-def _elapsed(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def live_runs(layout: Layout, scheduler: Scheduler | None = None) -> Poll | None:
@@ -558,7 +553,7 @@ def summary_line(layout: Layout, outcome: dict[str, Any], options: SlurmOptions,
                      " route runs)")
     calls = outcome["calls"]
     parts.append(f". Scheduler calls: {', '.join(f'{n} {c}' for c, n in sorted(calls.items()))}"
-                 f" in {_elapsed(seconds)}.")
+                 f" in {duration(seconds)}.")
     if not outcome["done"]:
         parts.append(f" Not watching (--no-watch): run the same command again to resubmit what failed; "
                      f"bin/progress {layout.root} shows the queue.")
