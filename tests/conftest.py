@@ -1,5 +1,6 @@
 """Shared by every test file: how to run a command (run_tool, run_bin, start_tool), and fixtures: a real town
-made with SUMO, real route files for it and a collected root (made once per session)."""
+made with SUMO, real route files for it, a collected root, its buckets and cache, and a tiny pre-trained and
+post-trained model (each made once per session)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,43 @@ def copy_root(root: Path, dest: Path) -> Path:
     import shutil
 
     return Path(shutil.copytree(root, dest, symlinks=True))
+
+
+# ----------------------------------------------------------------------------- training and evaluation
+
+#: The tiny run every training test starts from; a test adds or overrides keys.
+TINY = ["batch_size=4", "log_every=1", "image_every=2", "val_samples=8", "warmup_steps=1", "save_every=2"]
+
+
+def train(phase: str, root: Path, logdir: Path, *keys: str, cwd: Path | None = None,
+          timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python -m tools.train PHASE` of the tiny run (TINY, then `keys`) on `root`, into `logdir`."""
+    return run_tool(PYTHON, "-m", "tools.train", phase, f"root={root}", f"logdir={logdir}", *TINY, *keys,
+                    cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def train_root(tmp_path_factory, collected_root) -> Path:
+    """A copy of the collected root with its buckets and cache built by the real tools. Read-only."""
+    root = copy_root(collected_root, tmp_path_factory.mktemp("train") / "root")
+    run_tool(PYTHON, "-m", "tools.buckets", "build", "--root", str(root), check=True)
+    run_tool(PYTHON, "-m", "tools.cache", "build", "--root", str(root), check=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def pretrained(train_root, tmp_path_factory) -> Path:
+    """A pre-training run of 4 steps saving at 2 (the uninterrupted run of the smoke path). Read-only."""
+    logdir = tmp_path_factory.mktemp("runs") / "pretrain"
+    proc = train("pretrain", train_root, logdir, "max_steps=4")
+    assert proc.returncode == 0, proc.stderr
+    return logdir
+
+
+@pytest.fixture(scope="session")
+def posttrained(train_root, pretrained, tmp_path_factory) -> Path:
+    """A post-training run of 2 steps from `pretrained` (one checkpoint, step 2). Read-only."""
+    logdir = tmp_path_factory.mktemp("runs") / "posttrain"
+    proc = train("posttrain", train_root, logdir, "max_steps=2", "val_samples=4", f"load={pretrained}")
+    assert proc.returncode == 0, proc.stderr
+    return logdir

@@ -385,10 +385,12 @@ def test_bev_draws_each_vehicle_on_the_cells_its_box_covers(turned, turn):
 
 def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, short_routes):
     """The SUMO world names its lights "<tls id>:<link index>" as the scene's heads do: the renderer finds every
-    light's head by id, every head is driven, and the ego's next light is one of the lights."""
+    light's head by id, every head within the world's view radius is driven, and the light the expert stops for
+    is one of the lights."""
     from tools.collect.planner import RoutePlanner
     from tools.collect.routes import read_routes
-    from tools.collect.world import SumoWorld
+    from tools.collect.world import VIEW_RADIUS_M, SumoWorld
+    from tools.expert.expert import Expert
 
     town = Town(town_xodr)
     route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
@@ -396,26 +398,29 @@ def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, sho
     scene = Scene(town)
     renderer = Renderer(scene, RigConfig())
     sumo = SumoWorld(town, dense, seed=1, vehicles=10, sim_hz=20)
-    driven, states, ego_lights = set(), set(), 0
+    expert = Expert(dense, sumo.dt, town.carla_map)
+    states, ego_lights, samples = set(), 0, 0
     try:
-        for tick in range(600):
-            if sumo.step().arrived:
-                break
+        for tick in range(1200):
+            decision = expert.step(sumo)
+            if decision.light is not None:
+                assert decision.light["id"] in {li.id for li in sumo.snapshot().lights}
+                ego_lights += 1
+            sumo.step(decision.control)
             if tick % 50:
                 continue
             snap = sumo.snapshot()
             assert snap.lights
             assert renderer.unmatched_lights(snap.lights) == []
-            driven |= {s.head for s in scene.signals for light in snap.lights if light.id in s.links}
+            near = {f"{line.tls}:{i}" for line in sumo.stop_lines for i, _ in line.links
+                    if math.hypot(line.x - snap.ego.x, line.y - snap.ego.y) < VIEW_RADIUS_M}
+            driven = {s.head for s in scene.signals for light in snap.lights if light.id in s.links}
+            assert driven == {s.head for s in scene.signals if near & set(s.links)}
             states |= {light.state for light in snap.lights}
-            light = sumo.ego_state()["light"]
-            if light is not None:
-                assert light["id"] in {li.id for li in snap.lights}
-                ego_lights += 1
+            samples += 1
     finally:
         sumo.close()
-    assert driven == {s.head for s in scene.signals}
-    assert {"red", "green"} <= states and ego_lights > 0
+    assert {"red", "green"} <= states and ego_lights > 0 and samples > 5
 
 
 # ------------------------------------------------------------------------------------------- show

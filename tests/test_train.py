@@ -1,8 +1,8 @@
 """The training stage on real data: a collected root, its buckets and cache built by their own tools.
 
 Every run is the tiny model on CPU, a few steps at batch 4, as a user runs it (`python -m tools.train`,
-`bin/train`, `torchrun`), in a subprocess. The smoke path (STYLE.md 17): train 4 steps saving at 2,
-resume from 2, reach the same step-4 loss.
+`bin/train`, `torchrun`), in a subprocess (`train`, and the fixtures train_root and pretrained: conftest.py).
+The smoke path (STYLE.md 17): train 4 steps saving at 2, resume from 2, reach the same step-4 loss.
 """
 
 from __future__ import annotations
@@ -18,31 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import PYTHON, REPO, copy_root, run_tool
+from tests.conftest import PYTHON, REPO, TINY, copy_root, run_tool, train
 from tools.dataset.cache import read_frame_dt, settings_path
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.train import checkpoint
 from tools.train.config import TrainConfig, field_docs, help_text, parse_overrides
 from tools.train.data import find_cache
-
-#: The tiny run every test starts from; a test adds or overrides keys.
-TINY = ["batch_size=4", "log_every=1", "image_every=2", "val_samples=8", "warmup_steps=1", "save_every=2"]
-
-
-@pytest.fixture(scope="session")
-def train_root(tmp_path_factory, collected_root) -> Path:
-    """A copy of the collected root with its buckets and cache built by the real tools. Read-only."""
-    root = copy_root(collected_root, tmp_path_factory.mktemp("train") / "root")
-    run_tool(PYTHON, "-m", "tools.buckets", "build", "--root", str(root), check=True)
-    run_tool(PYTHON, "-m", "tools.cache", "build", "--root", str(root), check=True)
-    return root
-
-
-def train(phase: str, root: Path, logdir: Path, *keys: str, cwd: Path | None = None,
-          timeout: float = 240) -> subprocess.CompletedProcess:
-    return run_tool(PYTHON, "-m", "tools.train", phase, f"root={root}", f"logdir={logdir}", *TINY, *keys,
-                    cwd=cwd, timeout=timeout)
 
 
 def scalars(logdir: Path, tag: str) -> dict[int, float]:
@@ -80,15 +62,6 @@ def set_frame_dt(root: Path, frame_dt: float | None) -> Path:
     settings.pop("frame_dt", None)
     path.write_text(json.dumps(settings if frame_dt is None else {**settings, "frame_dt": frame_dt}))
     return path
-
-
-@pytest.fixture(scope="session")
-def pretrained(train_root, tmp_path_factory) -> Path:
-    """A pre-training run of 4 steps saving at 2 (the uninterrupted run of the smoke path)."""
-    logdir = tmp_path_factory.mktemp("runs") / "pretrain"
-    proc = train("pretrain", train_root, logdir, "max_steps=4")
-    assert proc.returncode == 0, proc.stderr
-    return logdir
 
 
 # ----------------------------------------------------------------------------- the smoke path

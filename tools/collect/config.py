@@ -11,6 +11,8 @@ from tools.dataset.errors import ToolError
 from tools.dataset.rig import RecordingRate, RigConfig, read_rig_file
 
 _RATE = RecordingRate()
+#: Who can drive the ego: our privileged expert, or a trained policy (closed-loop evaluation).
+AGENTS = ("expert", "policy")
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,14 @@ class CollectSettings:
     timeout_speed: float = 2.0  # m/s
     route_ahead: int = 20  # route points stored per frame (every 2 m ahead of the ego)
     rig: str = ""  # JSON file of a sensor rig (tools.dataset.rig.RigConfig); default rig when empty
+    agent: str = "expert"  # who drives the ego: "expert" (tools.expert) or "policy" (a trained checkpoint)
+    checkpoint: str = ""  # the policy's checkpoint (a step folder or a training run), with --agent=policy
+    record: bool = True  # write frames (evaluation drives without recording)
 
     def __post_init__(self) -> None:
         checks = {
             "world": self.world in ("sim",),
+            "agent": self.agent in AGENTS,
             "vehicles": 0 <= self.vehicles <= 2000,
             "sim_hz": 1 <= self.sim_hz <= 200,
             "record_every": 1 <= self.record_every <= 1000,
@@ -39,9 +45,12 @@ class CollectSettings:
             "timeout_speed": self.timeout_speed > 0,
             "route_ahead": 1 <= self.route_ahead <= 500,
         }
+        if self.agent == "policy" and not self.checkpoint:
+            raise ToolError("--agent=policy needs --checkpoint=PATH (a training run or one of its step folders)")
         for name, ok in checks.items():
             if not ok:
-                hint = " (only the embedded world 'sim' exists so far)" if name == "world" else ""
+                hint = {"world": " (only the embedded world 'sim' exists so far)",
+                        "agent": f" (agents: {', '.join(AGENTS)})"}.get(name, "")
                 raise ToolError(f"--{name.replace('_', '-')}={getattr(self, name)!r} is out of range{hint}")
 
     @classmethod

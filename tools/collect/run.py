@@ -10,6 +10,7 @@ Order of writes, so that a run killed at any point never looks complete:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -33,6 +34,7 @@ from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
+from tools.expert.expert import Decision
 
 log = logging.getLogger("collect.run")
 
@@ -44,8 +46,8 @@ ROUTE_AHEAD_SPACING_M = 2.0
 BOX_RADIUS_M = 60.0
 #: Wall-clock seconds between heartbeats (results.HEARTBEAT_STALE_S declares a writer gone).
 HEARTBEAT_EVERY_S = 5.0
-#: The ego that ends within this distance of the route's end has completed it, metres.
-ARRIVAL_TOLERANCE_M = 10.0
+#: The ego whose place on the route is this close to its end has completed it, metres.
+ARRIVAL_TOLERANCE_M = 2.0
 
 
 def derive_seed(route_stem: str, route_id: str, repetition: int, offset: int) -> int:
@@ -76,7 +78,6 @@ class Referee:
         self.index = 0
         self.still_since: float | None = None
         self.infractions: dict[str, list[str]] = {k: [] for k in results.INFRACTION_KEYS}
-        self._collided: set[str] = set()
         self.status: str | None = None  # set when the run must end with a failure
         self.budget = settings.timeout_base + route.length / settings.timeout_speed
 
@@ -85,6 +86,7 @@ class Referee:
         return 100.0 * float(self.route.s[self.index]) / max(self.route.length, 1e-6)
 
     def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
+        """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents)."""
         # Progress: nearest route point within a window ahead of the last one (monotonic).
         s0 = self.route.s[self.index]
         hi = int(np.searchsorted(self.route.s, s0 + 30.0)) + 1
@@ -96,10 +98,8 @@ class Referee:
             self.infractions["route_dev"].append(f"Agent deviated from the route at (x={xy[0]:.1f}, y={xy[1]:.1f})")
             self.status = results.FAILED_DEVIATED
         for other in events.collisions:
-            if other not in self._collided:
-                self._collided.add(other)
-                self.infractions["collisions_vehicle"].append(
-                    f"Agent collided against object with type=vehicle and id={other} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+            self.infractions["collisions_vehicle"].append(
+                f"Agent collided against object with type=vehicle and id={other} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
         if events.ran_red_light:
             self.infractions["red_light"].append(
                 f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
@@ -107,12 +107,17 @@ class Referee:
             self.still_since = None
         elif self.still_since is None:
             self.still_since = t
-        if events.teleported or (self.still_since is not None and t - self.still_since > self.settings.blocked_after):
+        if self.still_since is not None and t - self.still_since > self.settings.blocked_after:
             self.infractions["vehicle_blocked"].append(f"Agent got blocked at (x={xy[0]:.1f}, y={xy[1]:.1f})")
             self.status = results.FAILED_BLOCKED
         if t > self.budget:
             self.infractions["route_timeout"].append("Route timeout.")
             self.status = results.FAILED
+
+    @property
+    def arrived(self) -> bool:
+        """The ego reached the route's end."""
+        return self.route.length - float(self.route.s[self.index]) < ARRIVAL_TOLERANCE_M
 
     def final_status(self) -> str:
         if self.status:
@@ -135,32 +140,34 @@ def _r3(v: float) -> float:
     return round(float(v), 3)
 
 
-def measurements(world, snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee: Referee,
-                 frame_index: int, tick: int, ahead: int, weather: dict) -> Measurements:
-    """The measurements of the frame recorded now (tools.dataset.measurements); values rounded to millimetres."""
+def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee: Referee, frame_index: int,
+                 tick: int, ahead: int, weather: dict, speed_limit: float, lane: str, accel: float,
+                 decision: Decision | None) -> Measurements:
+    """The measurements of the frame recorded now (tools.dataset.measurements); values rounded to millimetres.
+    `decision` is what the driver decided at this frame (None: the policy's input, before it decides)."""
     ego = snap.ego
-    st = world.ego_state()
     xy = np.array([ego.x, ego.y])
     k, k2 = _targets(route, coarse, referee.index, xy)
     tp, tp_next = route.xy[coarse[k]], route.xy[coarse[k2]]
     s_ahead = route.s[referee.index] + ROUTE_AHEAD_SPACING_M * np.arange(ahead)
     route_ahead = np.stack([np.interp(s_ahead, route.s, route.xy[:, i]) for i in (0, 1)], axis=1)
-    light, leader = st["light"], st["leader"]
+    light = decision.light if decision else None
+    leader = decision.leader if decision else None
     light_hazard = bool(light and light["state"] in ("red", "yellow") and light["distance"] < 25.0)
-    vehicle_hazard = bool(leader and leader["gap"] < max(8.0, 2.0 * st["speed"] + 4.0))
+    vehicle_hazard = bool(leader and leader["gap"] < max(8.0, 2.0 * ego.speed + 4.0))
     heading = -math.radians(ego.yaw)  # OpenDRIVE frame: counter-clockwise from +x
     command = RoadOption(int(route.option[coarse[k]]))
     return Measurements(
         frame=frame_index,
         tick=tick,
         time=_r3(snap.time),
-        ego={"x": _r3(ego.x), "y": _r3(ego.y), "z": _r3(ego.z), "yaw": _r3(ego.yaw), "speed": _r3(st["speed"]),
+        ego={"x": _r3(ego.x), "y": _r3(ego.y), "z": _r3(ego.z), "yaw": _r3(ego.yaw), "speed": _r3(ego.speed),
              "extent": [ego.length, ego.width, ego.height]},
         ego_opendrive={"x": _r3(ego.x), "y": _r3(-ego.y), "heading": round(heading, 5)},
-        speed=_r3(st["speed"]),
-        acceleration=_r3(st["acceleration"]),
-        target_speed=_r3(st["target_speed"]),
-        speed_limit=_r3(st["speed_limit"]),
+        speed=_r3(ego.speed),
+        acceleration=_r3(accel),
+        target_speed=_r3(decision.target_speed if decision else 0.0),
+        speed_limit=_r3(speed_limit),
         command=int(command),
         next_command=int(route.option[coarse[k2]]),
         command_name=command.name,
@@ -171,12 +178,15 @@ def measurements(world, snap: Snapshot, route: DenseRoute, coarse: np.ndarray, r
         route_index=referee.index,
         route_completion=_r3(referee.completion),
         junction=bool(route.junction[referee.index]),
-        lane=st["lane"],
+        lane=lane,
         light=light,
         leader=leader,
         light_hazard=light_hazard,
         vehicle_hazard=vehicle_hazard,
         weather=weather,
+        reason=decision.reason if decision else "",
+        reason_detail=decision.detail if decision else "",
+        control=decision.control.to_dict() if decision else {},
     )
 
 
@@ -203,7 +213,9 @@ def _label(box: Box, ego: Box, center_ego: list[float]) -> BoxLabel:
 
 def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
           seed: int, attempt: int) -> results.RouteRecord:
-    """Simulate and record. Returns the record for the result file."""
+    """Drive the route with the settings' agent; record frames (unless settings.record is off). Returns the
+    record for the result file."""
+    from tools.collect.agents import make_driver
     from tools.collect.render import Renderer
     from tools.collect.scene import Scene
     from tools.collect.world import SumoWorld
@@ -211,8 +223,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     started = time.time()
     dense = RoutePlanner(town.carla_map).trace(route.waypoints)
     coarse = dense.target_indices()
-    rig = settings.load_rig()
-    renderer = Renderer(Scene(town, seed=0), rig)
+    driver = make_driver(settings, dense, 1.0 / settings.sim_hz, town.carla_map)
+    rig = driver.rig or settings.load_rig()
+    renderer = Renderer(Scene(town, seed=0), rig) if settings.record or driver.needs_sensors else None
     weather = route.weathers[0] if route.weathers else {}
     atomic.write_json(layout.run_settings(key), {
         "route": route.id, "town": town.name, "town_file": str(town.xodr), "scenario": route.scenario,
@@ -227,29 +240,30 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     last_beat = time.monotonic()
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
     referee = Referee(dense, settings)
-    ego_box = world.ego_box()
     n_frames = 0
-    arrived = False
     try:
-        while referee.status is None:
-            ev = world.step()
-            if ev.arrived:
-                arrived = True
-                break
-            ego_box = world.ego_box()
-            referee.update(world.time, np.array([ego_box.x, ego_box.y]), ego_box.speed, ev)
+        while referee.status is None and not referee.arrived:
+            due = world.tick % settings.record_every == 0 and renderer is not None
+            if due:  # a frame tick: the sensors, and the measurements but for what the driver decides
+                snap = world.snapshot()
+                sensors = renderer.render(snap)
+                frame = functools.partial(measurements, snap, dense, coarse, referee, n_frames, world.tick,
+                                          settings.route_ahead, weather, world.speed_limit(), world.lane(),
+                                          world.ego.accel)
+            # A policy sees the frame's sensors and measurements (its inputs) before it decides.
+            decision = driver.step(world, (sensors, frame(None)) if due and driver.needs_sensors else None)
+            if due and settings.record:
+                frames.write_frame(layout.frame_path(key, n_frames), n_frames, frame(decision), boxes(snap), sensors)
+                n_frames += 1
+            events = world.step(decision.control)
+            ego = world.ego_box()
+            referee.update(world.time, np.array([ego.x, ego.y]), ego.speed, events)
             if time.monotonic() - last_beat > HEARTBEAT_EVERY_S:
                 results.write_heartbeat(layout, key, world.tick)
                 last_beat = time.monotonic()
-            if world.tick % settings.record_every == 0 and referee.status is None:
-                snap = world.snapshot()
-                m = measurements(world, snap, dense, coarse, referee, n_frames, world.tick, settings.route_ahead,
-                                 weather)
-                frames.write_frame(layout.frame_path(key, n_frames), n_frames, m, boxes(snap), renderer.render(snap))
-                n_frames += 1
     finally:
         world.close()
-    if arrived and math.dist(dense.xy[-1], (ego_box.x, ego_box.y)) < ARRIVAL_TOLERANCE_M + ego_box.length:
+    if referee.arrived and referee.status is None:
         referee.index = len(dense.s) - 1
     record = results.RouteRecord(route_id=route.id, status=referee.final_status(), infractions=referee.infractions,
                                  route_completion=referee.completion, route_length=dense.length,

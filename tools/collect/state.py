@@ -53,6 +53,9 @@ class Light:
     yaw: float  # driving direction of the incoming lane, degrees
     width: float  # lane width, metres
     state: str  # "red" | "yellow" | "green" | "off"
+    #: A point on the link's way through the junction (world frame), telling the links of one stop line
+    #: apart (a left turn may be red while straight on is green); None where all links show one state.
+    via: tuple[float, float] | None = None
 
 
 @dataclass

@@ -176,10 +176,11 @@ class Town:
         return out
 
     @staticmethod
-    def sumo_angle_to_yaw(angle: float) -> float:
-        """SUMO heading (degrees clockwise from north) to CARLA yaw (degrees), in (-180, 180]."""
-        yaw = (angle - 90.0) % 360.0
-        return yaw - 360.0 if yaw > 180.0 else yaw
+    def sumo_angle_to_yaw(angle: float | np.ndarray) -> float | np.ndarray:
+        """SUMO heading (degrees clockwise from north) to CARLA yaw (degrees), in (-180, 180]; elementwise."""
+        yaw = (np.asarray(angle, dtype=np.float64) - 90.0) % 360.0
+        yaw = np.where(yaw > 180.0, yaw - 360.0, yaw)
+        return float(yaw) if yaw.ndim == 0 else yaw
 
     # ------------------------------------------------------------------ parts
     @cached_property

@@ -1,6 +1,10 @@
-"""The embedded world's traffic: SUMO through libsumo, in-process and seeded.
+"""The embedded world's traffic: SUMO through libsumo, in-process and seeded, around an ego it does not drive.
 
-SUMO drives everything, the ego included: its car-following and right-of-way model is the expert.
+SUMO drives every other vehicle. The ego is an external vehicle: a kinematic bicycle
+(tools.collect.vehicle) moved by its driver's control (the expert, tools.expert, or a trained policy)
+and placed into SUMO each tick with `moveToXY`, so background traffic sees it and reacts to it.
+What happens to the ego is judged here from geometry, as the leaderboard's criteria judge it:
+collisions from box overlap, red lights from crossing a stop line while the link taken shows red.
 This module converts SUMO's frame (network coordinates, angles clockwise from north, front-bumper
 positions) into CARLA's frame once, so everything downstream speaks CARLA.
 """
@@ -12,12 +16,16 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
+import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
 
 from tools.collect.planner import DenseRoute
 from tools.collect.state import Box, Light, Snapshot
 from tools.collect.town import Town
+from tools.collect.vehicle import Bicycle
 from tools.dataset import semantics
 from tools.dataset.errors import ToolError
+from tools.dataset.geometry import boxes_overlap, wrap_degrees
+from tools.expert.control import Control
 
 EGO = "ego"
 #: (class, length, width, height, share) of background vehicles.
@@ -26,11 +34,14 @@ VEHICLE_TYPES = (
     (semantics.TRUCK, 7.5, 2.4, 3.0, 0.12),
     (semantics.BUS, 11.0, 2.5, 3.2, 0.08),
 )
-EGO_SIZE = (4.9, 2.1, 1.5)
-#: SUMO lane-change mode of the ego: the default 1621 without speed-gain (bit 4) and keep-right (bit 6) changes.
-EGO_LANE_CHANGE_MODE = 1621 - 16 - 64  # a CARLA Lincoln MKZ, roughly
+EGO_SIZE = (4.9, 2.1, 1.5)  # a CARLA Lincoln MKZ, roughly
 _STATE = {"r": "red", "R": "red", "s": "red", "y": "yellow", "Y": "yellow", "u": "yellow", "G": "green",
           "g": "green", "o": "off", "O": "off"}
+#: The world state (snapshot) holds the vehicles and lights within this distance of the ego, metres: what
+#: the expert looks at (80 m ahead), the sensors see (the camera's far lamps are a pixel at this range).
+VIEW_RADIUS_M = 150.0
+#: A red-light crossing is judged once the ego has driven this far past the stop line (which link it took).
+LINK_JUDGED_AFTER_M = 8.0
 
 
 class WorldError(ToolError):
@@ -41,14 +52,35 @@ class WorldError(ToolError):
 class StepEvents:
     """What happened to the ego during one tick."""
 
-    collisions: list[str] = field(default_factory=list)  # ids of vehicles the ego collided with
+    collisions: list[int] = field(default_factory=list)  # ids of the actors whose boxes the ego's overlaps
     ran_red_light: str | None = None  # "<tls>:<link>" crossed on red
-    arrived: bool = False  # the ego reached the end of its route
-    teleported: bool = False  # SUMO removed the ego from a jam
+
+
+@dataclass(frozen=True)
+class StopLine:
+    """The stop line of one incoming lane of a signal, and its links (index, via point) through the junction."""
+
+    tls: str
+    x: float
+    y: float
+    yaw: float
+    width: float
+    links: tuple[tuple[int, tuple[float, float]], ...]
+
+
+@dataclass
+class _Crossing:
+    """A stop line the ego crossed, waiting to be judged: the link states at that moment."""
+
+    line: StopLine
+    states: dict[int, str]
+    x: float
+    y: float
 
 
 class SumoWorld:
-    """One SUMO simulation (libsumo allows one per process): background traffic and the ego on its route."""
+    """One SUMO simulation (libsumo allows one per process): background traffic, and the ego at the start
+    of its route, moved by `step(control)`."""
 
     def __init__(self, town: Town, route: DenseRoute, seed: int, vehicles: int, sim_hz: int):
         import libsumo
@@ -62,23 +94,35 @@ class SumoWorld:
         self.time = 0.0
         self.tick = 0
         self._ids: dict[str, int] = {EGO: 0}
-        self._types: dict[str, tuple[int, float, float, float]] = {EGO: (semantics.CAR, *EGO_SIZE)}
+        self._types: dict[str, tuple[int, float, float, float]] = {}
         self._next_bg = 0
-        self._last_tls: tuple[str, int, float, str] | None = None
+        self._crossing: _Crossing | None = None
+        self._collided: set[int] = set()
+        self._light_cache: dict[tuple[int, str], list[Light]] = {}
+        self._speed_limit = 13.89  # until the ego is first on a lane: 50 km/h
+        self._snap: Snapshot | None = None
         self.target_vehicles = vehicles
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
-            "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "warn",
-            "--collision.check-junctions", "true", "--time-to-teleport", "60", "--ignore-route-errors", "true",
+            "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "none",
+            "--time-to-teleport", "60", "--ignore-route-errors", "true",
             "--default.action-step-length", f"{self.dt}", "--lanechange.duration", "2.0",
         ])
         try:
             self._edges = [e for e in libsumo.edge.getIDList() if not e.startswith(":")]
             self._setup_types()
-            self._add_ego(route)
+            # The ego starts with its rear on the route's first point, heading along the route.
+            s0 = min(EGO_SIZE[0] / 2, route.length / 2)
+            x0, y0 = (float(np.interp(s0, route.s, route.xy[:, i])) for i in (0, 1))
+            self.ego = Bicycle(x=x0, y=y0, yaw=float(route.yaw[int(np.searchsorted(route.s, s0))]))
+            self._add_ego()
             for _ in range(vehicles):
                 self._add_background(depart_pos="random_free")
-            self._lights = self._light_geometry()
+            self.stop_lines = self._stop_lines()
+            self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
+            self.ls.simulationStep()  # insert everyone; the ego stands at its start
+            if EGO not in self.ls.vehicle.getIDList():
+                raise WorldError("SUMO could not place the ego at the start of the route")
         except BaseException:
             libsumo.close()
             raise
@@ -91,9 +135,6 @@ class SumoWorld:
         vt.setLength("ego", length)
         vt.setWidth("ego", width)
         vt.setHeight("ego", height)
-        vt.setImperfection("ego", 0.0)
-        vt.setSpeedDeviation("ego", 0.0)
-        vt.setMinGap("ego", 2.5)
         for cls, length, width, height, _ in VEHICLE_TYPES:
             name = f"bg{cls}"
             vt.copy("DEFAULT_VEHTYPE", name)
@@ -103,41 +144,30 @@ class SumoWorld:
             vt.setImperfection(name, 0.5)
             vt.setSpeedDeviation(name, 0.1)
 
-    def _route_edges(self, route: DenseRoute) -> tuple[list[str], float, int, float]:
-        """SUMO edges along the dense route, the start position and lane, the arrival position."""
-        sumo_xy = self.town.carla_to_sumo(route.xy)
-        hits = []
-        for x, y in sumo_xy[:: max(1, len(sumo_xy) // 400)].tolist() + [sumo_xy[-1].tolist()]:
-            edge, pos, lane = self.ls.simulation.convertRoad(x, y, False, "passenger")
-            if edge and not edge.startswith(":"):
-                hits.append((edge, pos, lane))
-        if not hits:
-            raise WorldError("the route does not lie on any SUMO edge")
-        edges = [hits[0][0]]
-        for edge, _, _ in hits[1:]:
-            if edge == edges[-1]:
-                continue
-            link = self.ls.simulation.findRoute(edges[-1], edge, vType="ego")
-            if not link.edges:
-                raise WorldError(f"SUMO finds no way from edge {edges[-1]} to {edge} along the route")
-            edges += list(link.edges[1:])
-        return edges, hits[0][1], hits[0][2], hits[-1][1]
+    def _add_ego(self) -> None:
+        """The ego as a SUMO vehicle that SUMO never moves: placed by `_place_ego` every tick."""
+        sx, sy = self.town.carla_to_sumo(np.array([self.ego.x, self.ego.y]))
+        edge, _, _ = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+        if not edge or edge.startswith(":"):
+            edge = self._edges[0]
+        self.ls.route.add("ego_route", [edge])
+        self.ls.vehicle.add(EGO, "ego_route", typeID="ego", depart="now", departSpeed="0")
+        self.ls.vehicle.setSpeedMode(EGO, 0)
+        self.ls.vehicle.setLaneChangeMode(EGO, 0)
+        # One call a tick returns every vehicle near the ego with what a box needs (libsumo context subscription).
+        self.ls.vehicle.subscribeContext(EGO, _tc.CMD_GET_VEHICLE_VARIABLE, VIEW_RADIUS_M,
+                                         [_tc.VAR_POSITION, _tc.VAR_ANGLE, _tc.VAR_SPEED])
+        self._place_ego()
 
-    def _add_ego(self, route: DenseRoute) -> None:
-        edges, start_pos, start_lane, end_pos = self._route_edges(route)
-        self.ls.route.add("ego_route", edges)
-        lane_len = self.ls.lane.getLength(f"{edges[0]}_{start_lane}")
-        depart = min(start_pos + EGO_SIZE[0], lane_len - 0.1)
-        self.ls.vehicle.add(EGO, "ego_route", typeID="ego", depart="now", departPos=f"{depart:.2f}",
-                            departLane=str(start_lane), departSpeed="0", arrivalPos=f"{max(end_pos, 0.1):.2f}")
-        self.ls.vehicle.setSpeedFactor(EGO, 1.0)
-        # The expert changes lanes only where its route needs it (no overtaking, no keep-right moves).
-        self.ls.vehicle.setLaneChangeMode(EGO, EGO_LANE_CHANGE_MODE)
-        self.ls.simulationStep()
-        self.time += self.dt
-        self.tick += 1
-        if EGO not in self.ls.vehicle.getIDList():
-            raise WorldError("SUMO could not place the ego at the start of the route")
+    def _place_ego(self) -> None:
+        """Put SUMO's ego where the bicycle is (SUMO's position is the front bumper's)."""
+        e = self.ego
+        rad = math.radians(e.yaw)
+        front = np.array([e.x + math.cos(rad) * EGO_SIZE[0] / 2, e.y + math.sin(rad) * EGO_SIZE[0] / 2])
+        sx, sy = self.town.carla_to_sumo(front)
+        angle = (e.yaw + 90.0) % 360.0  # CARLA's yaw as SUMO's angle
+        # keepRoute 2: onto any lane (the ego leaves SUMO's idea of its route); a lane within 10 m.
+        self.ls.vehicle.moveToXY(EGO, "", -1, float(sx), float(sy), angle, 2, 10.0)
 
     def _add_background(self, depart_pos: str = "base") -> None:
         for _ in range(20):
@@ -155,117 +185,162 @@ class SumoWorld:
                             departLane="best", departSpeed="avg")
         self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
 
-    def _light_geometry(self) -> list[tuple[str, str, list[int], float, float, float, float]]:
-        """Static stop lines: (tls, incoming lane, its link indices, x, y, yaw, width) in CARLA's frame.
-
-        A link index is the position of a connection in the signal's state string, as in
-        trafficlight.getControlledLinks and the network's `connection linkIndex` (tools.collect.scene)."""
+    def _stop_lines(self) -> list[StopLine]:
+        """Every signal's stop lines in CARLA's frame, with each link's via point: the middle of the link's
+        way through the junction. A link index is the position of a connection in the signal's state
+        string, as in trafficlight.getControlledLinks and the network's `connection linkIndex`."""
         out = []
         for tls in self.ls.trafficlight.getIDList():
-            lanes: dict[str, list[int]] = {}
+            lanes: dict[str, list[tuple[int, tuple[float, float]]]] = {}
             for index, links in enumerate(self.ls.trafficlight.getControlledLinks(tls)):
-                for in_lane, _, _ in links:
-                    lanes.setdefault(in_lane, []).append(index)
-            for lane, indices in lanes.items():
+                for in_lane, out_lane, via_lane in links:
+                    shape = np.array(self.ls.lane.getShape(via_lane or out_lane))[:, :2]
+                    mid = self.town.sumo_to_carla(shape[len(shape) // 2])
+                    lanes.setdefault(in_lane, []).append((index, (float(mid[0]), float(mid[1]))))
+            for lane, links in lanes.items():
                 shape = np.array(self.ls.lane.getShape(lane))[-2:, :2]
                 xy = self.town.sumo_to_carla(shape)
                 yaw = math.degrees(math.atan2(xy[1, 1] - xy[0, 1], xy[1, 0] - xy[0, 0]))
-                out.append((tls, lane, indices, float(xy[1, 0]), float(xy[1, 1]), yaw, self.ls.lane.getWidth(lane)))
+                out.append(StopLine(tls, float(xy[1, 0]), float(xy[1, 1]), yaw, self.ls.lane.getWidth(lane),
+                                    tuple(links)))
         return out
 
     # ------------------------------------------------------------------ stepping
-    def step(self) -> StepEvents:
+    def step(self, control: Control) -> StepEvents:
+        """Move the ego by `control` for one tick, let SUMO move everyone else, judge what happened."""
         ls = self.ls
-        ev = StepEvents()
-        before = self._next_tls()
-        lane_before = ls.vehicle.getLaneID(EGO)
+        before = self._front()
+        self.ego.step(control, self.dt)
+        self._place_ego()
         ls.simulationStep()
         self.time += self.dt
         self.tick += 1
-        arrived = set(ls.simulation.getArrivedIDList())
-        ev.arrived = EGO in arrived
-        ev.teleported = EGO in ls.simulation.getStartingTeleportIDList()
-        for c in ls.simulation.getCollisions():
-            if EGO in (c.collider, c.victim):
-                ev.collisions.append(c.victim if c.collider == EGO else c.collider)
-        if not ev.arrived and not ev.teleported:
-            # Ran a red light: entered the junction (an internal lane) while its signal showed red.
-            entered = ls.vehicle.getLaneID(EGO).startswith(":") and not lane_before.startswith(":")
-            if entered and before and before[2] < 3.0 and before[3] in "rR":
-                ev.ran_red_light = f"{before[0]}:{before[1]}"
+        if EGO not in ls.vehicle.getIDList():  # SUMO dropped it (it never should): put it back
+            self._add_ego()
         # Keep the traffic density: a vehicle that arrived is replaced by a new one elsewhere.
-        for vid in arrived - {EGO}:
+        for vid in ls.simulation.getArrivedIDList():
             self._ids.pop(vid, None)
             self._types.pop(vid, None)
             self._add_background()
+        ev = StepEvents()
+        ego = self.ego_box()
+        # Collisions: the ego's box against the boxes of the vehicles close to it.
+        found = ls.vehicle.getContextSubscriptionResults(EGO)
+        sx, sy = self.town.carla_to_sumo(np.array([ego.x, ego.y]))
+        pos = _tc.VAR_POSITION
+        vids, rows = self._rows({v: val for v, val in found.items()
+                                 if abs(val[pos][0] - sx) < 16.0 and abs(val[pos][1] - sy) < 16.0})
+        if vids:
+            hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), rows[:, :5])
+            for i in np.flatnonzero(hit):
+                aid = self._ids[vids[i]]
+                if aid not in self._collided:  # one infraction per actor, as the leaderboard counts
+                    self._collided.add(aid)
+                    ev.collisions.append(aid)
+        ev.ran_red_light = self._judge_lights(before, self._front())
         return ev
 
-    def _next_tls(self) -> tuple[str, int, float, str] | None:
-        nxt = self.ls.vehicle.getNextTLS(EGO) if EGO in self.ls.vehicle.getIDList() else ()
-        return tuple(nxt[0]) if nxt else None
+    def _front(self) -> tuple[float, float]:
+        rad = math.radians(self.ego.yaw)
+        return (self.ego.x + math.cos(rad) * EGO_SIZE[0] / 2, self.ego.y + math.sin(rad) * EGO_SIZE[0] / 2)
+
+    def _judge_lights(self, a: tuple[float, float], b: tuple[float, float]) -> str | None:
+        """A red light run: the ego's front crossed a stop line while the link it then took showed red."""
+        for line in self.stop_lines:
+            if abs(line.x - b[0]) > 15.0 or abs(line.y - b[1]) > 15.0:
+                continue
+            if abs(wrap_degrees(self.ego.yaw - line.yaw)) > 60.0:
+                continue
+            c, s = math.cos(math.radians(line.yaw)), math.sin(math.radians(line.yaw))
+            along_a = (a[0] - line.x) * c + (a[1] - line.y) * s
+            along_b = (b[0] - line.x) * c + (b[1] - line.y) * s
+            across = -(b[0] - line.x) * s + (b[1] - line.y) * c
+            if along_a < 0.0 <= along_b and abs(across) <= line.width / 2 + 0.5:
+                state = self.ls.trafficlight.getRedYellowGreenState(line.tls)
+                states = {i: _STATE.get(state[i], "off") if i < len(state) else "off" for i, _ in line.links}
+                self._crossing = _Crossing(line, states, b[0], b[1])
+        cr = self._crossing
+        if cr is None or math.hypot(b[0] - cr.x, b[1] - cr.y) < LINK_JUDGED_AFTER_M:
+            return None
+        self._crossing = None
+        index = min(cr.line.links, key=lambda link: math.hypot(link[1][0] - b[0], link[1][1] - b[1]))[0]
+        return f"{cr.line.tls}:{index}" if cr.states[index] == "red" else None
 
     # ------------------------------------------------------------------ state
-    def _box(self, vid: str) -> Box:
-        ls = self.ls
-        if vid not in self._types:
-            tid = ls.vehicle.getTypeID(vid)
-            cls = int(tid[2:]) if tid.startswith("bg") else semantics.CAR
-            self._types[vid] = (cls, ls.vehicle.getLength(vid), ls.vehicle.getWidth(vid), ls.vehicle.getHeight(vid))
-        if vid not in self._ids:
-            self._ids[vid] = len(self._ids)
-        cls, length, width, height = self._types[vid]
-        fx, fy = ls.vehicle.getPosition(vid)  # front bumper, SUMO frame
-        angle = ls.vehicle.getAngle(vid)
-        yaw = self.town.sumo_angle_to_yaw(angle)
-        front = self.town.sumo_to_carla(np.array([fx, fy]))
-        c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
-        return Box(id=self._ids[vid], cls=cls, x=float(front[0] - c * length / 2), y=float(front[1] - s * length / 2),
-                   z=height / 2, yaw=yaw, length=length, width=width, height=height,
-                   speed=float(ls.vehicle.getSpeed(vid)))
+    def _rows(self, found: dict[str, dict[int, object]]) -> tuple[list[str], np.ndarray]:
+        """The SUMO vehicles of `found` (their subscribed values: front-bumper position in SUMO's frame, angle,
+        speed) as ids and (N, 6) rows of centre x, y, yaw, length, width, speed in CARLA's frame."""
+        vids = [v for v in found if v != EGO]
+        for vid in vids:
+            if vid not in self._types:
+                tid = self.ls.vehicle.getTypeID(vid)
+                cls = int(tid[2:]) if tid.startswith("bg") else semantics.CAR
+                self._types[vid] = (cls, self.ls.vehicle.getLength(vid), self.ls.vehicle.getWidth(vid),
+                                    self.ls.vehicle.getHeight(vid))
+            if vid not in self._ids:
+                self._ids[vid] = len(self._ids)
+        if not vids:
+            return vids, np.zeros((0, 6))
+        front = self.town.sumo_to_carla(np.array([found[v][_tc.VAR_POSITION] for v in vids], dtype=np.float64))
+        yaw = self.town.sumo_angle_to_yaw(np.array([found[v][_tc.VAR_ANGLE] for v in vids], dtype=np.float64))
+        size = np.array([self._types[v][1:3] for v in vids], dtype=np.float64)
+        rad = np.radians(yaw)
+        centre = front - np.stack([np.cos(rad), np.sin(rad)], axis=1) * size[:, :1] / 2
+        speed = np.array([found[v][_tc.VAR_SPEED] for v in vids], dtype=np.float64)
+        return vids, np.column_stack([centre, yaw, size, speed])
+
+    def _boxes(self, found: dict[str, dict[int, object]]) -> list[Box]:
+        vids, rows = self._rows(found)
+        out = []
+        for vid, (x, y, yaw, length, width, speed) in zip(vids, rows.tolist(), strict=True):
+            cls, _, _, height = self._types[vid]
+            out.append(Box(id=self._ids[vid], cls=cls, x=x, y=y, z=height / 2, yaw=yaw, length=length, width=width,
+                           height=height, speed=speed))
+        return out
 
     def ego_box(self) -> Box:
-        return self._box(EGO)
+        length, width, height = EGO_SIZE
+        e = self.ego
+        return Box(id=0, cls=semantics.CAR, x=e.x, y=e.y, z=height / 2, yaw=e.yaw, length=length, width=width,
+                   height=height, speed=e.speed)
 
     def snapshot(self) -> Snapshot:
-        ids = self.ls.vehicle.getIDList()
-        lights = []
-        states = {tls: self.ls.trafficlight.getRedYellowGreenState(tls) for tls in self.ls.trafficlight.getIDList()}
-        for tls, _, indices, x, y, yaw, width in self._lights:
-            for i in indices:  # one light per link, on its lane's stop line
-                state = _STATE.get(states[tls][i], "off") if i < len(states[tls]) else "off"
-                lights.append(Light(id=f"{tls}:{i}", x=x, y=y, yaw=yaw, width=width, state=state))
-        return Snapshot(time=self.time, ego=self._box(EGO), actors=[self._box(v) for v in ids if v != EGO],
-                        lights=lights)
+        """The world now: the ego (the bicycle's pose), the vehicles and signalled links near it (made once
+        per tick, when first asked for)."""
+        if self._snap is None or self._snap.time != self.time:
+            self._snap = self._snapshot()
+        return self._snap
 
-    def ego_state(self) -> dict:
-        """The expert's view: speed, acceleration, allowed and target speed, leader and next light."""
-        v = self.ls.vehicle
-        speed = v.getSpeed(EGO)
-        allowed = v.getAllowedSpeed(EGO)
-        target = allowed * v.getSpeedFactor(EGO)
-        leader = v.getLeader(EGO, 60.0)
-        lead = None
-        if leader and leader[0]:
-            lid, gap = leader
-            lspeed = v.getSpeed(lid)
-            lead = {"id": self._box(lid).id, "gap": round(gap, 3), "speed": round(lspeed, 3)}
-            target = min(target, v.getFollowSpeed(EGO, speed, max(gap, 0.0), lspeed, v.getDecel(lid), lid))
-        tls = self._next_tls()
-        light = None
-        if tls:
-            tid, index, dist, state = tls
-            light = {"id": f"{tid}:{index}", "distance": round(dist, 3), "state": _STATE.get(state, "off")}
-            if state in "rRyYs" and dist < 60.0:
-                target = min(target, v.getStopSpeed(EGO, speed, max(dist - 1.0, 0.0)))
-        return {
-            "speed": speed,
-            "acceleration": v.getAcceleration(EGO),
-            "speed_limit": allowed,
-            "target_speed": max(target, 0.0),
-            "lane": v.getLaneID(EGO),
-            "leader": lead,
-            "light": light,
-        }
+    def _snapshot(self) -> Snapshot:
+        e = self.ego
+        near = self._line_xy[:, 0] - e.x, self._line_xy[:, 1] - e.y
+        lights: list[Light] = []
+        states: dict[str, str] = {}
+        for k in np.flatnonzero(np.hypot(*near) < VIEW_RADIUS_M):
+            line = self.stop_lines[k]
+            if line.tls not in states:
+                states[line.tls] = self.ls.trafficlight.getRedYellowGreenState(line.tls)
+            key = (int(k), states[line.tls])
+            if key not in self._light_cache:  # a line's lights change only when its signal does
+                state = states[line.tls]
+                self._light_cache[key] = [  # one light per link, on its lane's stop line
+                    Light(id=f"{line.tls}:{i}", x=line.x, y=line.y, yaw=line.yaw, width=line.width,
+                          state=_STATE.get(state[i], "off") if i < len(state) else "off", via=via)
+                    for i, via in line.links]
+            lights += self._light_cache[key]
+        actors = self._boxes(self.ls.vehicle.getContextSubscriptionResults(EGO))
+        return Snapshot(time=self.time, ego=self.ego_box(), actors=actors, lights=lights)
+
+    def speed_limit(self) -> float:
+        """The speed limit of the lane the ego is on (of the last lane it was on, while SUMO maps it to
+        none), m/s."""
+        lane = self.lane()
+        if lane:
+            self._speed_limit = float(self.ls.lane.getMaxSpeed(lane))
+        return self._speed_limit
+
+    def lane(self) -> str:
+        return str(self.ls.vehicle.getLaneID(EGO))
 
     def close(self) -> None:
         self.ls.close()

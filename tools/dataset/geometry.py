@@ -80,6 +80,24 @@ def yaw_to_ego(pose: Any, yaw: float) -> float:
     return float(wrap_degrees(float(yaw) - Pose.of(pose).yaw))
 
 
+def boxes_overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether top-view oriented boxes overlap, pairwise: `a` and `b` are (..., 5) rows of
+    (x, y, yaw in degrees, length, width), broadcast against each other. The separating-axis test on
+    the four edge directions; touching boxes overlap."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ya, yb = np.radians(a[..., 2]), np.radians(b[..., 2])
+    ca, sa, cb, sb = np.cos(ya), np.sin(ya), np.cos(yb), np.sin(yb)
+    dx, dy = b[..., 0] - a[..., 0], b[..., 1] - a[..., 1]
+    la, wa, lb, wb = a[..., 3] / 2, a[..., 4] / 2, b[..., 3] / 2, b[..., 4] / 2
+    cos_d = np.abs(ca * cb + sa * sb)  # |cos| and |sin| of the yaw difference
+    sin_d = np.abs(sa * cb - ca * sb)
+    apart = np.abs(dx * ca + dy * sa) > la + lb * cos_d + wb * sin_d  # along a's length
+    apart |= np.abs(-dx * sa + dy * ca) > wa + lb * sin_d + wb * cos_d  # along a's width
+    apart |= np.abs(dx * cb + dy * sb) > lb + la * cos_d + wa * sin_d  # along b's length
+    apart |= np.abs(-dx * sb + dy * cb) > wb + la * sin_d + wa * cos_d  # along b's width
+    return ~apart
+
+
 # ----------------------------------------------------------------------------- cameras
 
 

@@ -14,6 +14,16 @@
       cache/<key>/settings.json                  one training cache per preprocessing key (tools.dataset.cache)
       cache/<key>/data/<Scenario>/<run>/<index:05d>.rec   one record per recorded frame
 
+An evaluation root (bin/evaluate: routes driven by a trained policy or the expert, nothing recorded) has
+the same manifest.json, results/ and logs/, and two files of its own:
+
+      evaluation.json                            what is evaluated: agent, checkpoint, routes, settings, argv;
+                                                 written before any run, it makes ROOT an evaluation root
+      result.json                                the aggregate: a leaderboard 2.0 checkpoint JSON over every
+                                                 planned run (tools.evaluate.score)
+
+In an evaluation root a driving outcome is final (tools.dataset.results.run_state): `Layout.is_evaluation`.
+
 A route run's folder name (<run>) is `RunKey.for_route`'s one rule: `<route file stem>_rep<K>` when the
 route's id is the file's stem (one route per file, named after it, as LEAD ships them), else
 `<route file stem>_route<id>_rep<K>`.
@@ -23,6 +33,7 @@ See docs/dataset-format.md for the schemas.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -52,6 +63,8 @@ COLLECTION_FILE = "{name}.json"
 BUCKET_INDEX = "index.json"
 BUCKET_LOCK = ".tmp-build.lock"
 CACHE_SETTINGS = "settings.json"
+EVALUATION = "evaluation.json"
+EVALUATION_RESULT = "result.json"
 RECORD_NAME = "{index:05d}.rec"
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -151,6 +164,22 @@ class Layout:
     @property
     def manifest(self) -> Path:
         return self.root / MANIFEST
+
+    @property
+    def evaluation(self) -> Path:
+        """ROOT/evaluation.json: what an evaluation root evaluates; its existence makes ROOT one."""
+        return self.root / EVALUATION
+
+    @property
+    def evaluation_result(self) -> Path:
+        """ROOT/result.json: the aggregate leaderboard 2.0 checkpoint JSON of an evaluation root."""
+        return self.root / EVALUATION_RESULT
+
+    @functools.cached_property
+    def is_evaluation(self) -> bool:
+        """Whether ROOT is an evaluation root (evaluation.json exists). Looked at once per Layout:
+        bin/evaluate writes the file before any run starts, and nothing removes it."""
+        return self.evaluation.is_file()
 
     @property
     def buckets(self) -> Path:

@@ -46,6 +46,12 @@ FAILED_BLOCKED = "Failed - Agent got blocked"
 
 #: Statuses of a route run whose data is usable: the route was driven to its end.
 SUCCESS_STATUSES = frozenset({PERFECT, COMPLETED})
+#: Statuses that say the run itself broke (the simulator, the agent's process, its set-up or sensors), not
+#: how the ego drove: the result's `entry_status` is Crashed, and the run is retried everywhere.
+CRASH_STATUSES = frozenset({FAILED_SIMULATION, FAILED_AGENT, FAILED_SETUP, FAILED_SENSORS})
+#: How the ego drove: the outcomes of a run that went to its end. In an evaluation root (bin/evaluate) each of
+#: them is final, a FINISHED run; in a collection root only SUCCESS_STATUSES are.
+DRIVING_STATUSES = frozenset({PERFECT, COMPLETED, FAILED, FAILED_TIMEOUT, FAILED_DEVIATED, FAILED_BLOCKED})
 
 INFRACTION_KEYS = (
     "collisions_layout",
@@ -80,8 +86,8 @@ HEARTBEAT_STALE_S = 120.0
 class RunState(enum.StrEnum):
     PENDING = "pending"  # nothing on disk yet
     RUNNING = "running"  # a live process is writing it (fresh heartbeat)
-    FINISHED = "finished"  # result file with a success status: usable data
-    FAILED = "failed"  # result file with a failure status
+    FINISHED = "finished"  # result file with a success status (usable data); in an evaluation root, any driving outcome
+    FAILED = "failed"  # result file with another status (in an evaluation root: a crash status)
     CRASHED = "crashed"  # started, no result, and its writer is gone: unfinished
     DAMAGED = "damaged"  # a result file that is not a readable result: reported, never redone or deleted silently
 
@@ -130,7 +136,7 @@ class RouteRecord:
                 "duration_system": round(self.duration_system, 3),
             },
         }
-        crashed = self.status in (FAILED_SIMULATION, FAILED_AGENT, FAILED_SETUP, FAILED_SENSORS)
+        crashed = self.status in CRASH_STATUSES
         return {
             "_checkpoint": {
                 "global_record": {
@@ -196,7 +202,10 @@ def heartbeat_alive(path: Path, now: float | None = None) -> bool:
 
 
 def run_state(layout: Layout, key: RunKey) -> RunState:
-    """THE definition of where a route run stands. A run is finished only when its result says so."""
+    """THE definition of where a route run stands. A run is finished only when its result says so: in a
+    collection root when the route was driven to its end (SUCCESS_STATUSES), in an evaluation root
+    (`layout.is_evaluation`) when the run has any driving outcome (DRIVING_STATUSES), a failed drive
+    included; a crash status is FAILED (retried) in both."""
     return _state(layout, key, holder=False)
 
 
@@ -213,7 +222,8 @@ def _state(layout: Layout, key: RunKey, holder: bool) -> RunState:
         status = read_status(result)
         if status is None:
             return RunState.DAMAGED
-        return RunState.FINISHED if status in SUCCESS_STATUSES else RunState.FAILED
+        final = DRIVING_STATUSES if layout.is_evaluation else SUCCESS_STATUSES
+        return RunState.FINISHED if status in final else RunState.FAILED
     if holder:
         if heartbeat_alive(layout.heartbeat(key)) and not _own_heartbeat(layout, key):
             return RunState.RUNNING

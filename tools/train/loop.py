@@ -11,17 +11,23 @@
 The loop's state is a small dict (`loop`): step, epoch, samples consumed in the epoch and counters.
 Together with the model, optimizer, scheduler, scaler and RNG states it is all a resume needs. The
 TrainConfig is settled before the model is built and never changes during the run.
+
+Besides the TrainConfig, every checkpoint's config.json (and the run folder's) records what the model
+was trained on under `trained_on` (`trained_on()`): the cache folder and its preprocessing settings, the
+rig and the towns of the training runs. Driving the model later (tools/evaluate/policy.py) needs them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +39,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tools.dataset import atomic
 from tools.dataset.cache import read_frame_dt
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout
+from tools.dataset.layout import Layout, run_key
+from tools.dataset.rig import RigConfig, run_rig
+from tools.dataset.samples import CacheSettings
 from tools.train import checkpoint, data
 from tools.train.config import TrainConfig, loss_names
 from tools.train.model import ModelConfig, TransFuser, compute_losses, count_parameters, model_config
@@ -177,6 +185,28 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
+def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, frames: list[data.Item]) -> dict[str, Any]:
+    """What a checkpoint records about its training data, for driving the model later: the cache folder's
+    name and its preprocessing settings, the rig of the training runs (the one most of them were recorded
+    with: the cache refuses runs lacking its camera) and the sorted town names of the training runs
+    (their run.json)."""
+    rigs: Counter[RigConfig] = Counter()
+    towns: set[str] = set()
+    for rel in sorted({run for run, _ in frames}):
+        path = layout.run_settings(run_key(rel))
+        try:
+            run = json.loads(path.read_text())
+            rigs[run_rig(run)] += 1
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            raise ToolError(f"{path}: cannot read the run's rig ({e}); repair the run.json, or collect the run "
+                            "again (bin/collect) before training") from None
+        if run.get("town"):
+            towns.add(str(run["town"]))
+    rig = rigs.most_common(1)[0][0] if rigs else RigConfig()
+    return {"cache": cache_root.name, "cache_settings": settings.to_dict(), "rig": rig.to_dict(),
+            "towns": sorted(towns)}
+
+
 # ----------------------------------------------------------------------------- training
 
 
@@ -214,8 +244,10 @@ def train(cfg: TrainConfig) -> int:
         rt.barrier()  # rank 0 first: it may rebuild stale bucket files
     collection = load_collection(layout, cfg.collection, horizon=settings.horizon)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
+    recorded = {}  # what every checkpoint's config.json records under trained_on (rank 0 saves)
     if rt.main:
         data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
+        recorded = trained_on(layout, cache_root, settings, collection.frames("train"))
         rt.barrier()
     session = None
     if cfg.session_cache:
@@ -275,7 +307,8 @@ def train(cfg: TrainConfig) -> int:
         from torch.utils.tensorboard import SummaryWriter
 
         logdir.mkdir(parents=True, exist_ok=True)
-        atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": mcfg.to_dict()})
+        atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": mcfg.to_dict(),
+                                                   "trained_on": recorded})
         # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
         writer = SummaryWriter(str(logdir), purge_step=loop["step"] + 1 if loop["step"] else None)
         how = f"resuming {resume}" if ckpt else (f"starting from {start['path']}" if start else "from scratch")
@@ -291,7 +324,7 @@ def train(cfg: TrainConfig) -> int:
             state = {"scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler else {},
                      "rng": checkpoint.rng_state(), "loop": dict(loop), "model_config": mcfg.to_dict()}
             path = checkpoint.save(logdir, loop["step"], model.state_dict(), optimizer.state_dict(), state,
-                                   cfg.to_dict(), cfg.keep)
+                                   {**cfg.to_dict(), "trained_on": recorded}, cfg.keep)
         rt.barrier()
         return path
 

@@ -1,0 +1,1 @@
+"""Closed-loop evaluation: drive routes in the embedded world with a trained policy."""

@@ -1,0 +1,400 @@
+"""The privileged expert: a rule-based planner that drives the ego along its route from the world state.
+
+It reads what a privileged driver may know, never the simulator behind it (nothing here imports SUMO, so
+the same expert drives in the embedded world and in CARLA):
+  - the ego's box and speed, other actors' boxes and speeds (tools.collect.state.Snapshot),
+  - traffic-light states at their stop lines (Snapshot.lights), the lane's speed limit,
+  - the dense route (tools.collect.planner.DenseRoute) and the lanes of the `carla.Map` (for passing).
+
+Each tick (`Expert.step`), in this order (the design follows PDM-Lite's, carla_garage / LEAD):
+  1. progress: the ego's place on the route (monotonic);
+  2. the path: the route's centreline ahead, shifted into the next lane while passing an obstacle;
+  3. the free speed: the speed limit, lowered ahead of curves (lateral acceleration A_LAT);
+  4. car following (IDM) behind the nearest actor in the path's corridor, and behind the stop line of a
+     red light, or of a yellow one it can still stop for;
+  5. a collision check: the ego's boxes along the path at the speeds of that plan against every other
+     actor's box forecast at constant velocity, HORIZON_S ahead (longer approaching a junction, which
+     is how it yields at a junction without lights); a conflict means stop;
+  6. passing: behind an obstacle that has not moved for PASS_AFTER_S, with no light or queue ahead, it
+     moves over into the neighbouring lane (the same direction's, else the oncoming one) once that lane
+     is free for the whole pass;
+  7. the controllers (tools.expert.control) turn the path and target speed into steer, throttle, brake.
+The `Decision` says why (`reason`, `detail`): it goes into every recorded frame's measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tools.collect.planner import DenseRoute
+from tools.collect.state import Box, Light, Snapshot
+from tools.dataset.geometry import boxes_overlap, wrap_degrees
+from tools.expert.control import Control, Controller
+
+#: Plans per simulated second; the controllers run every tick on the latest plan.
+PLAN_HZ = 10.0
+# IDM (Treiber's intelligent driver model) parameters.
+IDM_ACCEL = 2.0  # maximum acceleration, m/s^2
+IDM_DECEL = 3.0  # comfortable deceleration, m/s^2
+IDM_HEADWAY_S = 1.2  # desired time gap to the leader, s
+IDM_MIN_GAP = 3.0  # standstill gap to a leader, m
+STOP_LINE_GAP = 1.0  # standstill gap to a stop line, m
+#: The target speed is the speed the IDM acceleration reaches after this long (what the controller tracks).
+PLAN_S = 0.5
+A_LAT = 2.5  # lateral acceleration allowed in curves, m/s^2
+PATH_AHEAD_M = 80.0  # how far ahead the expert looks along the route
+#: Collision check: forecast horizon and step; longer within JUNCTION_AHEAD_M of a junction.
+HORIZON_S = 3.0
+JUNCTION_HORIZON_S = 4.5
+FORECAST_STEP_S = 0.5
+JUNCTION_AHEAD_M = 20.0
+#: Margins added to the ego's box in the collision check (ahead, to each side), metres.
+FRONT_MARGIN_M = 1.5
+SIDE_MARGIN_M = 0.3
+#: A stop line belongs to the path when this close to it (beyond half the lane width), metres.
+STOP_LINE_TOLERANCE_M = 1.5
+#: Passing: a leader standing this long, this close, with nothing queued before it, is an obstacle.
+PASS_AFTER_S = 6.0
+PASS_GAP_M = 15.0
+PASS_RAMP_M = 12.0  # length of the moves out and back, metres
+PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
+PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
+
+#: Why the expert drives as it does (Decision.reason); "" is cruising at the free speed.
+REASONS = ("", "curve", "leader", "light", "collision", "junction", "passing")
+
+
+class WorldView(Protocol):
+    """What a driver may ask a world (the embedded one, or CARLA) each tick."""
+
+    time: float  # simulated seconds
+
+    def ego_box(self) -> Box: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def speed_limit(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One tick's plan, its control and why."""
+
+    control: Control
+    target_speed: float  # m/s
+    reason: str  # one of REASONS: what limits the speed now
+    detail: str = ""  # with what, e.g. "light 12:3 red in 14.2 m", "vehicle 7 at 9.1 m, 0.0 m/s"
+    leader: dict[str, Any] | None = None  # {"id", "gap", "speed"}: the actor followed
+    light: dict[str, Any] | None = None  # {"id", "distance", "state"}: the next light on the path
+    path: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # the path driven, world frame
+
+    @property
+    def hazard(self) -> bool:
+        return self.reason in ("collision", "junction")
+
+
+def idm(speed: float, free_speed: float, gap: float, closing: float, min_gap: float) -> float:
+    """IDM acceleration behind an obstacle `gap` metres ahead approached at `closing` m/s (inf: none)."""
+    accel = IDM_ACCEL * (1.0 - (speed / max(free_speed, 0.1)) ** 4)
+    if math.isfinite(gap):
+        wanted = min_gap + max(0.0, speed * IDM_HEADWAY_S + speed * closing / (2 * math.sqrt(IDM_ACCEL * IDM_DECEL)))
+        accel -= IDM_ACCEL * (wanted / max(gap, 0.1)) ** 2
+    return accel
+
+
+def _boxes(boxes: list[Box]) -> np.ndarray:
+    """(N, 7) rows of x, y, yaw, length, width, speed, id."""
+    return np.array([[b.x, b.y, b.yaw, b.length, b.width, b.speed, b.id] for b in boxes],
+                    dtype=np.float64).reshape(-1, 7)
+
+
+@dataclass
+class _Pass:
+    """An obstacle being passed: the path shifts by `offset` metres (left positive) over [start, end]."""
+
+    start: float  # route s where the move out starts
+    end: float  # route s where the ego is back in its lane
+    offset: float  # metres to the left
+    obstacle: int  # the actor id
+
+
+class Expert:
+    """Drives one route. `step` once per tick, with the world state of that tick."""
+
+    def __init__(self, route: DenseRoute, dt: float, carla_map: Any = None):
+        self.route = route
+        self.dt = dt
+        self.map = carla_map
+        self.index = 0
+        self.controller = Controller(dt)
+        self.passing: _Pass | None = None
+        self._stopped_behind: tuple[int, float] | None = None  # (actor id, since when)
+        self._time = 0.0
+        self._plan: Decision | None = None
+        self._plan_time = 0.0
+        # Curve speed at every route point: sqrt(A_LAT / curvature), curvature over +-3 m.
+        yaw = np.unwrap(np.radians(route.yaw))
+        ahead = np.minimum(np.arange(len(yaw)) + 3, len(yaw) - 1)
+        behind = np.maximum(np.arange(len(yaw)) - 3, 0)
+        ds = np.maximum(route.s[ahead] - route.s[behind], 1e-3)
+        dyaw = np.abs(yaw[ahead] - yaw[behind])
+        self.curve_speed = np.sqrt(A_LAT / np.maximum(dyaw / ds, 1e-4))
+
+    # ------------------------------------------------------------------ the tick
+    def step(self, world: WorldView) -> Decision:
+        """The decision of this tick: a new plan every 1 / PLAN_HZ seconds (from the world's snapshot), the
+        control every tick (from the ego's box)."""
+        if self._plan is None or world.time - self._plan_time >= 1.0 / PLAN_HZ - 1e-6:
+            self._plan, self._plan_time = self._decide(world.snapshot(), world.speed_limit()), world.time
+        ego = world.ego_box()
+        control = self.controller(ego.x, ego.y, ego.yaw, max(ego.speed, 0.0), self._plan.path,
+                                  self._plan.target_speed)
+        return dataclasses.replace(self._plan, control=control)
+
+    def _decide(self, snap: Snapshot, speed_limit: float) -> Decision:
+        ego = snap.ego
+        v = max(ego.speed, 0.0)
+        self._time = snap.time
+        self._progress(ego)
+        path, path_s, path_yaw = self._path()
+        s_ego = float(self.route.s[self.index])
+        rel = path_s - s_ego  # distance of each path point ahead of the ego's centre
+
+        # Free speed: the limit, and what every curve ahead allows when braking at IDM_DECEL towards it.
+        lo = self.index
+        curve = self.curve_speed[lo : lo + len(path)]
+        reachable = np.sqrt(curve**2 + 2 * IDM_DECEL * np.maximum(rel - ego.length / 2, 0.0))
+        free = min(speed_limit, float(reachable.min())) if len(reachable) else speed_limit
+        reason, detail = ("curve", f"curve ahead allows {free:.1f} m/s") if free < speed_limit - 0.5 else ("", "")
+        if self.passing is not None:
+            free = min(free, PASS_SPEED if self.passing.offset else free)
+
+        actors = _boxes(snap.actors)
+        near = actors[np.hypot(actors[:, 0] - ego.x, actors[:, 1] - ego.y) < PATH_AHEAD_M + 10.0]
+        accel, leader = self._follow(ego, v, free, near, path, path_s, path_yaw, s_ego)
+        if leader is not None and leader["accel"] < idm(v, free, math.inf, 0.0, IDM_MIN_GAP) - 0.05:
+            reason, detail = "leader", f"vehicle {leader['id']} at {leader['gap']:.1f} m, {leader['speed']:.1f} m/s"
+        light, stop_gap = self._light(ego, v, snap.lights, path, path_s, path_yaw, s_ego)
+        if stop_gap is not None:
+            a_light = idm(v, free, stop_gap, v, STOP_LINE_GAP)
+            if a_light < accel:
+                accel = a_light
+                reason, detail = "light", f"light {light['id']} {light['state']} in {light['distance']:.1f} m"
+        target = max(0.0, min(free, v + accel * PLAN_S))
+
+        # The collision check of the plan against constant-velocity forecasts.
+        junction_ahead = bool(self.route.junction[lo : lo + int(JUNCTION_AHEAD_M)].any())
+        horizon = JUNCTION_HORIZON_S if junction_ahead else HORIZON_S
+        conflict = self._conflict(ego, v, max(target, min(free, v + IDM_ACCEL * 1.0)), accel, near, path, path_s,
+                                  path_yaw, s_ego, horizon, skip=leader["id"] if leader else None)
+        if conflict is not None:
+            other, when = conflict
+            target = 0.0
+            reason = "junction" if junction_ahead else "collision"
+            detail = f"vehicle {other} would meet the ego in {when:.1f} s"
+
+        self._maybe_pass(ego, v, leader, light, near, s_ego)
+        lead = None if leader is None else {k: leader[k] for k in ("id", "gap", "speed")}
+        return Decision(control=Control(), target_speed=target, reason=reason, detail=detail, leader=lead,
+                        light=light, path=path)
+
+    # ------------------------------------------------------------------ the parts
+    def _progress(self, ego: Box) -> None:
+        """The nearest route point within a window ahead of the last one (never backwards)."""
+        s0 = self.route.s[self.index]
+        hi = int(np.searchsorted(self.route.s, s0 + 20.0)) + 1
+        window = self.route.xy[self.index : hi]
+        d = np.hypot(window[:, 0] - ego.x, window[:, 1] - ego.y)
+        self.index += int(d.argmin())
+
+    def _path(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Route points ahead (xy, s, yaw in degrees), shifted while passing."""
+        r = self.route
+        hi = int(np.searchsorted(r.s, r.s[self.index] + PATH_AHEAD_M)) + 1
+        xy, s, yaw = r.xy[self.index : hi].copy(), r.s[self.index : hi], r.yaw[self.index : hi]
+        if self.passing is not None:
+            p = self.passing
+            if s[0] > p.end:
+                self.passing = None
+            else:
+                ramp_out = np.clip((s - p.start) / PASS_RAMP_M, 0.0, 1.0)
+                ramp_in = np.clip((p.end - s) / PASS_RAMP_M, 0.0, 1.0)
+                shift = p.offset * np.minimum(ramp_out, ramp_in)
+                rad = np.radians(yaw)
+                xy[:, 0] += shift * np.sin(rad)  # left of the heading (CARLA's y points right)
+                xy[:, 1] -= shift * np.cos(rad)
+        return xy, s, yaw
+
+    @staticmethod
+    def _on_path(actors: np.ndarray, path: np.ndarray, path_yaw: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                            np.ndarray]:
+        """For each actor: its nearest path point, its lateral distance to it, its heading relative to it."""
+        d = np.hypot(actors[:, None, 0] - path[None, :, 0], actors[:, None, 1] - path[None, :, 1])
+        k = d.argmin(axis=1)
+        lateral = d[np.arange(len(actors)), k]
+        rel_yaw = np.radians(wrap_degrees(actors[:, 2] - path_yaw[k]))
+        return k, lateral, rel_yaw
+
+    def _follow(self, ego: Box, v: float, free: float, near: np.ndarray, path: np.ndarray, path_s: np.ndarray,
+                path_yaw: np.ndarray, s_ego: float) -> tuple[float, dict | None]:
+        """IDM acceleration behind the nearest actor in the path's corridor (and that actor)."""
+        accel = idm(v, free, math.inf, 0.0, IDM_MIN_GAP)
+        if len(near) == 0 or len(path) < 2:
+            return accel, None
+        k, lateral, rel_yaw = self._on_path(near, path, path_yaw)
+        half_across = np.abs(np.sin(rel_yaw)) * near[:, 3] / 2 + np.abs(np.cos(rel_yaw)) * near[:, 4] / 2
+        half_along = np.abs(np.cos(rel_yaw)) * near[:, 3] / 2 + np.abs(np.sin(rel_yaw)) * near[:, 4] / 2
+        gap = path_s[k] - s_ego - ego.length / 2 - half_along
+        inside = (lateral < ego.width / 2 + half_across + 0.2) & (path_s[k] > s_ego) & (k < len(path) - 1)
+        if not inside.any():
+            return accel, None
+        i = int(np.flatnonzero(inside)[np.argmin(gap[inside])])
+        speed = max(float(near[i, 5] * math.cos(rel_yaw[i])), 0.0)
+        a = idm(v, free, float(gap[i]), v - speed, IDM_MIN_GAP)
+        return min(accel, a), {"id": int(near[i, 6]), "gap": round(float(gap[i]), 3), "speed": round(speed, 3),
+                               "accel": a, "s": float(path_s[k[i]])}
+
+    def _light(self, ego: Box, v: float, lights: list[Light], path: np.ndarray, path_s: np.ndarray,
+               path_yaw: np.ndarray, s_ego: float) -> tuple[dict | None, float | None]:
+        """The next light on the path ({"id", "distance", "state"}) and the gap to stop at, if it must."""
+        if not lights or len(path) < 2:
+            return None, None
+        pos = np.array([[lt.x, lt.y, lt.yaw] for lt in lights])
+        d = np.hypot(pos[:, None, 0] - path[None, :, 0], pos[:, None, 1] - path[None, :, 1])
+        k = d.argmin(axis=1)
+        width = np.array([lt.width for lt in lights])
+        aligned = np.abs(wrap_degrees(pos[:, 2] - path_yaw[k])) < 45.0
+        ahead = path_s[k] - s_ego - ego.length / 2  # front bumper to stop line
+        on = (d[np.arange(len(lights)), k] < width / 2 + STOP_LINE_TOLERANCE_M) & aligned & (ahead > -0.5)
+        if not on.any():
+            return None, None
+        first = int(np.flatnonzero(on)[np.argmin(ahead[on])])
+        same_line = [i for i in np.flatnonzero(on) if abs(ahead[i] - ahead[first]) < 0.5
+                     and math.hypot(pos[i, 0] - pos[first, 0], pos[i, 1] - pos[first, 1]) < 0.5]
+        chosen = self._link(lights, same_line, path, path_s, float(path_s[k[first]]))
+        state = lights[chosen].state
+        distance = float(ahead[first])
+        light = {"id": lights[chosen].id, "distance": round(distance, 3), "state": state}
+        must_stop = state == "red" or (state == "yellow" and distance > v * v / (2 * IDM_DECEL) + 1.0)
+        return light, (max(distance, 0.0) if must_stop else None)
+
+    @staticmethod
+    def _link(lights: list[Light], same_line: list[int], path: np.ndarray, path_s: np.ndarray, s_line: float) -> int:
+        """Of the links leaving one stop line, the one the path takes: its `via` point nearest the path
+        beyond the line (a world that signals every link of a lane alike gives no via: the first)."""
+        beyond = path[(path_s > s_line) & (path_s < s_line + 30.0)]
+        best, best_d = same_line[0], math.inf
+        for i in same_line:
+            via = lights[i].via
+            if via is None or len(beyond) == 0:
+                continue
+            dist = float(np.hypot(beyond[:, 0] - via[0], beyond[:, 1] - via[1]).min())
+            if dist < best_d:
+                best, best_d = i, dist
+        return best
+
+    def _conflict(self, ego: Box, v: float, v_plan: float, accel: float, near: np.ndarray, path: np.ndarray,
+                  path_s: np.ndarray, path_yaw: np.ndarray, s_ego: float, horizon: float, skip: int | None
+                  ) -> tuple[int, float] | None:
+        """(actor id, seconds) of the first predicted overlap of the ego's planned boxes with an actor's
+        constant-velocity forecast; None when the plan is free."""
+        if len(near) == 0 or len(path) < 2:
+            return None
+        # Not the leader (car following handles it), not what the ego overlaps already (a collision in
+        # progress is the world's to judge), not a car behind following the ego.
+        c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
+        ego_x = (near[:, 0] - ego.x) * c + (near[:, 1] - ego.y) * s
+        same_way = np.abs(wrap_degrees(near[:, 2] - ego.yaw)) < 45.0
+        keep = ~((ego_x < -ego.length / 2) & same_way) & (near[:, 6] != (skip if skip is not None else -1))
+        # Only what can reach the ego's path within the horizon (a distance bound), and not overlapping now.
+        keep &= np.hypot(near[:, 0] - ego.x, near[:, 1] - ego.y) < (near[:, 5] + v_plan) * horizon + ego.length + 10
+        keep[keep] = ~boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), near[keep, :5])
+        actors = near[keep]
+        if len(actors) == 0:
+            return None
+        times = np.arange(FORECAST_STEP_S, horizon + 1e-6, FORECAST_STEP_S)
+        # The ego's distance along the path at each time, accelerating (or braking) towards v_plan.
+        rate = IDM_ACCEL if v_plan >= v else -IDM_DECEL
+        t_reach = abs(v_plan - v) / abs(rate)
+        t1 = np.minimum(times, t_reach)
+        dist = v * t1 + 0.5 * rate * t1**2 + v_plan * (times - t1)
+        s_at = s_ego + dist
+        xs = np.interp(s_at, path_s, path[:, 0])
+        ys = np.interp(s_at, path_s, path[:, 1])
+        yaws = np.degrees(np.interp(s_at, path_s, np.unwrap(np.radians(path_yaw))))
+        # The box ahead of the centre grows by FRONT_MARGIN_M: shift the centre by half of it.
+        rad = np.radians(yaws)
+        ego_boxes = np.stack([xs + np.cos(rad) * FRONT_MARGIN_M / 2, ys + np.sin(rad) * FRONT_MARGIN_M / 2, yaws,
+                              np.full_like(xs, ego.length + FRONT_MARGIN_M),
+                              np.full_like(xs, ego.width + 2 * SIDE_MARGIN_M)], axis=-1)
+        ar = np.radians(actors[:, 2])
+        fx = actors[None, :, 0] + np.cos(ar)[None] * actors[None, :, 5] * times[:, None]
+        fy = actors[None, :, 1] + np.sin(ar)[None] * actors[None, :, 5] * times[:, None]
+        forecast = np.stack([fx, fy, np.broadcast_to(actors[None, :, 2], fx.shape),
+                             np.broadcast_to(actors[None, :, 3], fx.shape),
+                             np.broadcast_to(actors[None, :, 4], fx.shape)], axis=-1)
+        hit = boxes_overlap(ego_boxes[:, None, :], forecast)  # (times, actors)
+        if not hit.any():
+            return None
+        t, a = np.argwhere(hit)[0]
+        return int(actors[a, 6]), float(times[t])
+
+    def _maybe_pass(self, ego: Box, v: float, leader: dict | None, light: dict | None, near: np.ndarray,
+                    s_ego: float) -> None:
+        """Start passing a leader that stands still in the way (an obstacle) once the next lane is free."""
+        if self.passing is not None or leader is None or self.map is None:
+            self._stopped_behind = None if leader is None else self._stopped_behind
+            return
+        if leader["speed"] > 0.3 or leader["gap"] > PASS_GAP_M or v > 0.5:
+            self._stopped_behind = None
+            return
+        t = self._time
+        if self._stopped_behind is None or self._stopped_behind[0] != leader["id"]:
+            self._stopped_behind = (leader["id"], t)
+            return
+        if t - self._stopped_behind[1] < PASS_AFTER_S:
+            return
+        if light is not None and light["state"] in ("red", "yellow") and light["distance"] < leader["gap"] + 30.0:
+            return  # a queue at a light, not an obstacle
+        s_obst = leader["s"]
+        obstacle = near[near[:, 6] == leader["id"]]
+        if len(obstacle) == 0:
+            return
+        length = float(obstacle[0, 3])
+        lo, hi = s_obst - PASS_RAMP_M - 5.0, s_obst + length + PASS_CLEAR_M + PASS_RAMP_M
+        r = self.route
+        span = (r.s >= lo) & (r.s <= hi)
+        if r.junction[span].any():
+            return  # never pass inside a junction
+        offset = self._neighbour_offset(float(obstacle[0, 0]), float(obstacle[0, 1]))
+        if offset is None:
+            return
+        # The neighbouring lane must be empty over the pass and for the oncoming traffic's approach.
+        rad = np.radians(r.yaw[span])
+        shifted = r.xy[span] + offset * np.stack([np.sin(rad), -np.cos(rad)], axis=-1)
+        others = near[near[:, 6] != leader["id"]]
+        if len(others):
+            reach = others[:, 5] * ((hi - s_ego) / PASS_SPEED)  # how far each could drive meanwhile
+            d = np.hypot(others[:, None, 0] - shifted[None, :, 0], others[:, None, 1] - shifted[None, :, 1]).min(1)
+            if (d < reach + 3.0).any():
+                return
+        self.passing = _Pass(start=max(lo, s_ego), end=hi, offset=offset, obstacle=leader["id"])
+
+    def _neighbour_offset(self, x: float, y: float) -> float | None:
+        """Metres to the left of the obstacle's lane centre of the lane to pass in: the same direction's
+        left lane if there is one, else the oncoming lane; None when there is no driving lane there."""
+        import carla
+
+        wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
+        if wp is None:
+            return None
+        for side in (wp.get_left_lane(),):
+            if side is not None and str(side.lane_type) == "Driving":
+                a, b = wp.transform.location, side.transform.location
+                return math.hypot(b.x - a.x, b.y - a.y)
+        return None
