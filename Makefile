@@ -14,6 +14,9 @@ IMAGES ?= containers/carla.sif containers/train.sif
 
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stamp
+# CARLA's real towns (OpenDRIVE from the py123d wheel on PyPI): the tests drive the expert on them.
+CARLA_TOWNS_DIR ?= .cache/carla-towns
+TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp
 # Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/ (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
 SHELL_SCRIPTS = $(filter-out bin/lib slurm/lib,$(wildcard bin/* bin/lib/* .ci/* slurm/* slurm/lib/*))
 IMAGE_SOURCES = pyproject.toml $(wildcard README.md) $(shell find tools -name '*.py' -not -path '*/__pycache__/*')
@@ -21,7 +24,7 @@ IMAGE_SOURCES = pyproject.toml $(wildcard README.md) $(shell find tools -name '*
 # Debian packages of the real one-node SLURM cluster that the tests start (tests/slurm_cluster.py).
 SLURM_PACKAGES ?= slurm-wlm munge slurmdbd mariadb-server
 
-.PHONY: install test test-deps lint bench demo images clean distclean
+.PHONY: install towns test test-deps lint bench demo images clean distclean
 .DELETE_ON_ERROR:
 
 install: $(STAMP)
@@ -32,11 +35,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev]'
 	touch $@
 
+towns: $(TOWNS_STAMP)
+
+$(TOWNS_STAMP): | $(STAMP)
+	$(PY) -m tools.collect carla-towns --out $(CARLA_TOWNS_DIR)
+	touch $@
+
 # Where test-deps can install them (root with apt-get: CI), the SLURM tests must run, not skip.
 DRIVEKIT_REQUIRE_SLURM ?= $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo 1 || echo 0)
 
-test: $(STAMP) test-deps
-	DRIVEKIT_REQUIRE_SLURM=$(DRIVEKIT_REQUIRE_SLURM) $(PY) -m pytest -q $(PYTEST_ARGS)
+test: $(STAMP) $(TOWNS_STAMP) test-deps
+	DRIVEKIT_REQUIRE_SLURM=$(DRIVEKIT_REQUIRE_SLURM) DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) \
+	  $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Installs the missing SLURM_PACKAGES (one dpkg-query when none is missing). policy-rc.d answers 101 during
 # the install so that no package starts its service (munge, mariadb, slurmctld, slurmd, slurmdbd): the
@@ -87,4 +97,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(IMAGES)
+	rm -rf $(VENV) $(IMAGES) .cache

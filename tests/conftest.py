@@ -70,6 +70,16 @@ def town_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def carla_towns() -> Path:
+    """CARLA's real towns (Town01 .. Town07, Town10HD as OpenDRIVE): `make towns` extracts them from the py123d
+    wheel into .cache/carla-towns; make test passes the folder as DRIVEKIT_CARLA_TOWNS."""
+    folder = Path(os.environ.get("DRIVEKIT_CARLA_TOWNS") or REPO / ".cache" / "carla-towns")
+    if not (folder / "Town10HD.xodr").is_file():
+        pytest.fail(f"no CARLA towns in {folder}: run `make towns` (make test does)")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def town_xodr(town_dir) -> Path:
     return town_dir / "towns" / "town.xodr"
 

@@ -3,6 +3,7 @@
 Commands:
   town      generate an OpenDRIVE grid town with SUMO
   routes    write leaderboard 2.0 route files for a town (one route per file, folders by scenario type)
+  carla-towns  CARLA's real towns (OpenDRIVE) from the py123d wheel
   run       one route run: drive a route once and record it under ROOT (the unit a SLURM task runs)
   collect   every route file under a folder times K repetitions, in N local worker processes or on SLURM
   task      one array task of a SLURM collection wave (what slurm/collect.sbatch runs)
@@ -14,6 +15,8 @@ Commands:
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from tools.dataset import cli
 
@@ -36,6 +39,26 @@ def town(out: str, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: floa
     t = Town(path)
     xmin, ymin, xmax, ymax = t.bounds
     print(f"town {path}: {len(t.lanes)} lanes, {xmax - xmin:.0f} x {ymax - ymin:.0f} m; SUMO network {t.net}")
+
+
+def carla_towns(out: str, towns: str = "", wheel: str | None = None) -> None:
+    """Extract CARLA's real towns (OpenDRIVE) from the py123d wheel on PyPI into OUT, one <name>.xodr each.
+
+    Only the wheel is downloaded (pip download --no-deps), none of py123d's dependencies. Towns already in
+    OUT are kept. Use them as any town: tools.collect routes --town OUT/Town10HD.xodr ...
+
+    Args:
+        out: folder to write the towns into.
+        towns: comma-separated names (default: Town01 to Town07 and Town10HD).
+        wheel: a py123d wheel file already downloaded (default: pip download py123d==0.7.0).
+    """
+    from tools.collect.town import CARLA_TOWNS
+    from tools.collect.town import carla_towns as extract
+
+    listed = towns if isinstance(towns, list | tuple) else str(towns or "").split(",")  # fire splits a,b itself
+    names = tuple(str(t).strip() for t in listed if str(t).strip()) or CARLA_TOWNS
+    for path in extract(Path(cli.text(out, "out")), names, Path(wheel) if wheel else None):
+        print(path)
 
 
 def routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
@@ -188,6 +211,8 @@ def show(path: str, frame: int = 0, out: str | None = None) -> None:
 COMMANDS = {
     "town": town,
     "routes": routes,
+    "carla-towns": carla_towns,
+    "carla_towns": carla_towns,
     "run": run,
     "collect": collect,
     "task": task,

@@ -105,6 +105,44 @@ def make_town(out: Path, grid: str = "4x4", seed: int = 0, lanes: int = 2, block
     return out
 
 
+#: CARLA's towns ship gzipped in the py123d wheel (PyPI), folder py123d/parser/opendrive/carla_maps/.
+PY123D_WHEEL = "py123d==0.7.0"
+CARLA_MAPS_IN_WHEEL = "py123d/parser/opendrive/carla_maps/"
+#: The towns `carla_towns` extracts by default: the small and middle ones (Town11 to Town15 are 2 to 10 MB).
+CARLA_TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD")
+
+
+def carla_towns(out: Path, names: tuple[str, ...] = CARLA_TOWNS, wheel: Path | None = None) -> list[Path]:
+    """CARLA's real towns as OpenDRIVE files in `out` (<name>.xodr), taken from the py123d wheel: `wheel`, or
+    downloaded with pip (the wheel only, none of its dependencies). Towns already there are kept."""
+    import gzip
+    import zipfile
+
+    out = Path(out)
+    wanted = [out / f"{name}.xodr" for name in names]
+    if all(p.is_file() for p in wanted):
+        return wanted
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="py123d-") as tmp:
+        if wheel is None:
+            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp, PY123D_WHEEL],
+                 f"pip download {PY123D_WHEEL}")
+            wheel = next(Path(tmp).glob("py123d-*.whl"))
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                for name, path in zip(names, wanted, strict=True):
+                    if path.is_file():
+                        continue
+                    try:
+                        data = gzip.decompress(z.read(f"{CARLA_MAPS_IN_WHEEL}{name}.xodr.gz"))
+                    except KeyError:
+                        raise TownError(f"{wheel}: has no town {name} (under {CARLA_MAPS_IN_WHEEL})") from None
+                    atomic.write_bytes(path, data)
+        except (zipfile.BadZipFile, OSError) as e:
+            raise TownError(f"{wheel}: not a readable wheel ({e})") from None
+    return wanted
+
+
 @dataclass(frozen=True)
 class Lane:
     """A SUMO lane in CARLA's frame, for the renderer and the world."""

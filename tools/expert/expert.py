@@ -172,10 +172,12 @@ class Expert:
         free = min(speed_limit, float(reachable.min())) if len(reachable) else speed_limit
         reason, detail = ("curve", f"curve ahead allows {free:.1f} m/s") if free < speed_limit - 0.5 else ("", "")
         if self.passing is not None:
-            free = min(free, PASS_SPEED if self.passing.offset else free)
+            free = min(free, PASS_SPEED)
 
         actors = _boxes(snap.actors)
         near = actors[np.hypot(actors[:, 0] - ego.x, actors[:, 1] - ego.y) < PATH_AHEAD_M + 10.0]
+        if self.passing is not None:  # the obstacle being passed is no leader: the path leads around it
+            near = near[near[:, 6] != self.passing.obstacle]
         accel, leader = self._follow(ego, v, free, near, path, path_s, path_yaw, s_ego)
         if leader is not None and leader["accel"] < idm(v, free, math.inf, 0.0, IDM_MIN_GAP) - 0.05:
             reason, detail = "leader", f"vehicle {leader['id']} at {leader['gap']:.1f} m, {leader['speed']:.1f} m/s"
@@ -383,18 +385,24 @@ class Expert:
             d = np.hypot(others[:, None, 0] - shifted[None, :, 0], others[:, None, 1] - shifted[None, :, 1]).min(1)
             if (d < reach + 3.0).any():
                 return
-        self.passing = _Pass(start=max(lo, s_ego), end=hi, offset=offset, obstacle=leader["id"])
+        # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
+        self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"])
 
     def _neighbour_offset(self, x: float, y: float) -> float | None:
-        """Metres to the left of the obstacle's lane centre of the lane to pass in: the same direction's
-        left lane if there is one, else the oncoming lane; None when there is no driving lane there."""
+        """Metres to the left (negative: right) of the obstacle's lane centre of the lane to pass in: a lane of
+        the same direction (the left one first), else the oncoming lane on the left; None when there is none."""
         import carla
 
         wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
         if wp is None:
             return None
-        for side in (wp.get_left_lane(),):
-            if side is not None and str(side.lane_type) == "Driving":
-                a, b = wp.transform.location, side.transform.location
-                return math.hypot(b.x - a.x, b.y - a.y)
-        return None
+        left, right = wp.get_left_lane(), wp.get_right_lane()
+        candidates = [(lane, sign) for lane, sign in ((left, 1.0), (right, -1.0))
+                      if lane is not None and str(lane.lane_type) == "Driving" and lane.lane_id * wp.lane_id > 0]
+        if left is not None and str(left.lane_type) == "Driving" and left.lane_id * wp.lane_id < 0:
+            candidates.append((left, 1.0))  # through the oncoming lane
+        if not candidates:
+            return None
+        lane, sign = candidates[0]
+        a, b = wp.transform.location, lane.transform.location
+        return sign * math.hypot(b.x - a.x, b.y - a.y)
