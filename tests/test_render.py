@@ -172,9 +172,9 @@ def test_render_returns_every_sensor_with_its_dtype_and_codec(one_car):
     assert {name: codec for name, (_, codec) in one_car.items()} == RigConfig().sensor_names()
     assert list(one_car) == list(RigConfig().sensor_names())  # the rig's recording order
     expect = {"rgb_front": ((cam.height, cam.width, 3), np.uint8, "jpeg"),
-              "semantics_front": ((cam.height, cam.width), np.uint8, "png"),
-              "depth_front": ((cam.height, cam.width), np.uint16, "png"),
-              "bev": ((256, 256), np.uint8, "png")}
+              "semantics_front": ((cam.height, cam.width), np.uint8, "zstd"),
+              "depth_front": ((cam.height, cam.width), np.uint16, "zstd"),
+              "bev": ((256, 256), np.uint8, "zstd")}
     for name, (shape, dtype, codec) in expect.items():
         array, got = one_car[name]
         assert (array.shape, array.dtype, got) == (shape, dtype, codec), name
