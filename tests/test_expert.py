@@ -201,3 +201,65 @@ def test_expert_yields_to_a_car_crossing_its_path(straight):
     assert any(d.reason == "collision" and "vehicle 3" in d.detail for d in decisions)
     assert not any(hits)
     assert _distance_on_route(dense, world.ego_box()) > 80.0  # and then it went on
+
+
+def test_the_expert_imports_nothing_of_sumo():
+    """The same expert will drive in CARLA: importing it (and its controllers) loads no SUMO module."""
+    code = ("import sys, tools.expert.expert, tools.expert.control; "
+            "bad = sorted(m for m in sys.modules if 'sumo' in m.lower() or m == 'traci'); print(bad); "
+            "sys.exit(1 if bad else 0)")
+    proc = run_tool(PYTHON, "-c", code)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def stop_sign_route(carla_towns):
+    """Town10HD, a route from 20 to 30 m before a stop sign's line to 40 m past it: its carla.Map, the dense
+    route, and the line's distance along it."""
+    from tools.collect.planner import STOP_SIGN, stop_signs
+
+    town = Town(carla_towns / "Town10HD.xodr")
+    for wp in town.carla_map.generate_waypoints(5.0):
+        marks = [m for m in wp.get_landmarks_of_type(30.0, STOP_SIGN, False) if 20.0 < m.distance < 30.0]
+        if marks and not wp.is_junction:
+            end = wp.next(marks[0].distance + 40.0)[0]
+            a, b = wp.transform.location, end.transform.location
+            dense = RoutePlanner(town.carla_map).trace(np.array([[a.x, a.y], [b.x, b.y]]))
+            lines = stop_signs(dense, town.carla_map)
+            if len(lines) == 1:
+                return town, dense, float(lines[0])
+    raise AssertionError("no route through a stop sign in Town10HD")
+
+
+def test_expert_stands_still_at_a_stop_sign_then_goes_on(stop_sign_route):
+    town, dense, line = stop_sign_route
+    world = StandInWorld(_start(dense))
+    expert = Expert(dense, world.dt, town.carla_map)
+    stood = []
+
+    def watch(w: StandInWorld) -> None:
+        front = _distance_on_route(dense, w.ego_box()) + 4.9 / 2
+        if w.ego.speed < 0.1 and w.time > 1.0:
+            stood.append(front)
+
+    decisions = world.drive(expert, 25.0, watch)
+    assert any(d.reason == "stop_sign" for d in decisions)
+    assert stood and all(line - 4.0 < f < line + 0.5 for f in stood), (line, stood[:3], stood[-3:])
+    assert _distance_on_route(dense, world.ego_box()) > line + 20.0  # and it went on
+
+
+def test_the_referee_counts_a_stop_sign_run_and_not_a_stop(stop_sign_route):
+    from tools.collect.config import CollectSettings
+    from tools.collect.run import Referee
+    from tools.collect.world import StepEvents
+
+    town, dense, line = stop_sign_route
+    for stops_there, expected in ((True, 0), (False, 1)):
+        referee = Referee(dense, CollectSettings(), np.array([line]))
+        t = 0.0
+        for s in np.arange(2.0, line + 10.0, 0.4):
+            x, y, _ = _at(dense, float(s))
+            speed = 0.0 if stops_there and abs(s - (line - 3.0)) < 0.3 else 8.0
+            referee.update(t, np.array([x, y]), speed, StepEvents())
+            t += 0.05
+        assert len(referee.infractions["stop_infraction"]) == expected

@@ -23,6 +23,8 @@ TURN_DEGREES = 30.0
 TARGET_SPACING = 50.0
 #: Extra cost of a lane change in the route search, metres.
 LANE_CHANGE_COST = 20.0
+#: OpenDRIVE signal type of a stop sign (carla.Map landmark type).
+STOP_SIGN = "206"
 
 
 def _key(loc) -> tuple[int, int]:
@@ -79,6 +81,29 @@ class DenseRoute:
             "option": self.option.astype(int).tolist(),
             "junction": self.junction.astype(bool).tolist(),
         }
+
+
+def stop_signs(route: DenseRoute, cmap) -> np.ndarray:
+    """Distances from the route's start (metres) of the stop lines of the stop signs along the route: the
+    stop positions carla.Map gives for the stop-sign landmarks ahead of the route's lanes, kept where they
+    lie on the route. The expert stops there; the referee judges that it did."""
+    import carla
+
+    found: dict[tuple[int, int, int], float] = {}
+    for i in range(0, len(route.s), 5):
+        x, y = route.xy[i]
+        wp = cmap.get_waypoint(carla.Location(float(x), float(y), 0.0), project_to_road=True,
+                               lane_type=carla.LaneType.Driving)
+        for mark in wp.get_landmarks_of_type(10.0, STOP_SIGN, False) if wp is not None else []:
+            at = mark.waypoint
+            key = (mark.id, at.road_id, at.lane_id) if at is not None else None
+            if key is None or key in found:
+                continue
+            d = np.hypot(route.xy[:, 0] - at.transform.location.x, route.xy[:, 1] - at.transform.location.y)
+            k = int(d.argmin())
+            if d[k] < 2.0:
+                found[key] = float(route.s[k])
+    return np.array(sorted(set(found.values())), dtype=np.float64)
 
 
 class NoRoute(ValueError):

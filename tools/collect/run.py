@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tools.collect.config import CollectSettings
-from tools.collect.planner import DenseRoute, RoutePlanner
+from tools.collect.planner import DenseRoute, RoutePlanner, stop_signs
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
 from tools.collect.state import Box, Snapshot
 from tools.collect.town import Town
@@ -46,6 +46,8 @@ ROUTE_AHEAD_SPACING_M = 2.0
 BOX_RADIUS_M = 60.0
 #: Wall-clock seconds between heartbeats (results.HEARTBEAT_STALE_S declares a writer gone).
 HEARTBEAT_EVERY_S = 5.0
+#: Standing still within this distance (of the ego's centre) before a stop sign's line counts as stopping, metres.
+STOP_AREA_M = 8.0
 #: The ego whose place on the route is this close to its end has completed it, metres.
 ARRIVAL_TOLERANCE_M = 2.0
 
@@ -72,9 +74,14 @@ def select_route(route_file: Path, route_id: str | None) -> Route:
 class Referee:
     """Route progress and infractions, as the leaderboard's criteria judge them."""
 
-    def __init__(self, route: DenseRoute, settings: CollectSettings):
+    def __init__(self, route: DenseRoute, settings: CollectSettings, stops: np.ndarray | None = None):
         self.route = route
         self.settings = settings
+        #: Route distances of the stop signs' lines (planner.stop_signs); the next one to judge; whether the
+        #: ego stood still near it.
+        self.stops = np.zeros(0) if stops is None else np.asarray(stops, dtype=np.float64)
+        self._next_stop = 0
+        self._stood = False
         self.index = 0
         self.still_since: float | None = None
         self.infractions: dict[str, list[str]] = {k: [] for k in results.INFRACTION_KEYS}
@@ -103,6 +110,7 @@ class Referee:
         if events.ran_red_light:
             self.infractions["red_light"].append(
                 f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+        self._judge_stop(speed, xy)
         if speed > 0.1:
             self.still_since = None
         elif self.still_since is None:
@@ -113,6 +121,21 @@ class Referee:
         if t > self.budget:
             self.infractions["route_timeout"].append("Route timeout.")
             self.status = results.FAILED
+
+    def _judge_stop(self, speed: float, xy: np.ndarray) -> None:
+        """A stop sign run: the ego's centre passed the stop line without standing still (below 0.1 m/s, the
+        leaderboard's threshold) within STOP_AREA_M before it."""
+        if self._next_stop >= len(self.stops):
+            return
+        line, s = float(self.stops[self._next_stop]), float(self.route.s[self.index])
+        if line - STOP_AREA_M <= s and speed < 0.1:
+            self._stood = True
+        if s > line + 1.0:
+            if not self._stood:
+                self.infractions["stop_infraction"].append(
+                    f"Agent ran a stop sign at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+            self._next_stop += 1
+            self._stood = False
 
     @property
     def arrived(self) -> bool:
@@ -239,7 +262,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     results.write_heartbeat(layout, key, 0)
     last_beat = time.monotonic()
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
-    referee = Referee(dense, settings)
+    referee = Referee(dense, settings, stop_signs(dense, town.carla_map))
     n_frames = 0
     try:
         while referee.status is None and not referee.arrived:

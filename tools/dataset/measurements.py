@@ -70,7 +70,7 @@ class Measurements:
     leader: dict[str, Any] | None = None  # vehicle ahead on the route: {"id", "gap", "speed"}
     weather: dict[str, Any] = field(default_factory=dict)
     #: Why the driver drives as it does (tools.expert.expert.REASONS): "" cruising, "curve", "leader",
-    #: "light", "collision", "junction", "passing"; "policy" for a trained policy.
+    #: "light", "stop_sign", "collision", "junction", "passing"; "policy" for a trained policy.
     reason: str = ""
     reason_detail: str = ""  # with what: "light 12:3 red in 14.2 m", "vehicle 7 at 9.1 m, 0.0 m/s"
     control: dict[str, float] = field(default_factory=dict)  # {"steer", "throttle", "brake"} applied after it

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tools.collect.planner import DenseRoute
+from tools.collect.planner import DenseRoute, stop_signs
 from tools.collect.state import Box, Light, Snapshot
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.expert.control import Control, Controller
@@ -56,6 +56,9 @@ JUNCTION_AHEAD_M = 20.0
 #: Margins added to the ego's box in the collision check (ahead, to each side), metres.
 FRONT_MARGIN_M = 1.5
 SIDE_MARGIN_M = 0.3
+#: A stop sign is served once the ego stood (below STOPPED_SPEED) with its front this close to the line, metres.
+STOP_SIGN_REACH_M = 3.0
+STOPPED_SPEED = 0.1  # m/s, as the leaderboard's stop criterion
 #: A stop line belongs to the path when this close to it (beyond half the lane width), metres.
 STOP_LINE_TOLERANCE_M = 1.5
 #: Passing: a leader standing this long, this close, with nothing queued before it, is an obstacle.
@@ -66,7 +69,7 @@ PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
 PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
 
 #: Why the expert drives as it does (Decision.reason); "" is cruising at the free speed.
-REASONS = ("", "curve", "leader", "light", "collision", "junction", "passing")
+REASONS = ("", "curve", "leader", "light", "stop_sign", "collision", "junction", "passing")
 
 
 class WorldView(Protocol):
@@ -137,6 +140,9 @@ class Expert:
         self._time = 0.0
         self._plan: Decision | None = None
         self._plan_time = 0.0
+        #: Route distances of the stop signs' lines, and how many of them were served (stood at) so far.
+        self.stops = stop_signs(route, carla_map) if carla_map is not None else np.zeros(0)
+        self._stops_served = 0
         # Curve speed at every route point: sqrt(A_LAT / curvature), curvature over +-3 m.
         yaw = np.unwrap(np.radians(route.yaw))
         ahead = np.minimum(np.arange(len(yaw)) + 3, len(yaw) - 1)
@@ -187,6 +193,11 @@ class Expert:
             if a_light < accel:
                 accel = a_light
                 reason, detail = "light", f"light {light['id']} {light['state']} in {light['distance']:.1f} m"
+        stop_gap = self._stop_sign(ego, v, s_ego)
+        if stop_gap is not None:
+            a_stop = idm(v, free, stop_gap, v, STOP_LINE_GAP)
+            if a_stop < accel:
+                accel, reason, detail = a_stop, "stop_sign", f"stop sign in {stop_gap:.1f} m"
         target = max(0.0, min(free, v + accel * PLAN_S))
 
         # The collision check of the plan against constant-velocity forecasts.
@@ -284,6 +295,16 @@ class Expert:
         light = {"id": lights[chosen].id, "distance": round(distance, 3), "state": state}
         must_stop = state == "red" or (state == "yellow" and distance > v * v / (2 * IDM_DECEL) + 1.0)
         return light, (max(distance, 0.0) if must_stop else None)
+
+    def _stop_sign(self, ego: Box, v: float, s_ego: float) -> float | None:
+        """The gap to the next stop sign's line while it is still to be stood at (None: none ahead)."""
+        while self._stops_served < len(self.stops):
+            gap = float(self.stops[self._stops_served]) - s_ego - ego.length / 2
+            if gap < -1.0 or (v < STOPPED_SPEED and gap < STOP_SIGN_REACH_M):
+                self._stops_served += 1  # stood at it (or already past): on to the next
+                continue
+            return max(gap, 0.0) if gap < PATH_AHEAD_M else None
+        return None
 
     @staticmethod
     def _link(lights: list[Light], same_line: list[int], path: np.ndarray, path_s: np.ndarray, s_line: float) -> int:
