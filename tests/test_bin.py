@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import BIN, PYTHON, REPO, run_bin, run_tool
 
-WRAPPERS = ["collect", "progress", "clean-failed"]
+COLLECT_WRAPPERS = ["collect", "progress", "clean-failed"]  # the wrappers of tools.collect commands
+WRAPPERS = [*COLLECT_WRAPPERS, "evaluate"]
 
 
 def stub(path: Path, body: str) -> Path:
@@ -48,7 +49,7 @@ def test_progress_without_arguments_uses_data_root(tmp_path):
     assert str(tmp_path / "absent") in proc.stderr
 
 
-@pytest.mark.parametrize("name", WRAPPERS)
+@pytest.mark.parametrize("name", COLLECT_WRAPPERS)
 def test_runs_the_checkout_venv_python_when_there_is_no_image(name, tmp_path):
     venv_python = REPO / ".venv" / "bin" / "python"
     if not venv_python.exists():
