@@ -263,3 +263,32 @@ def test_the_referee_counts_a_stop_sign_run_and_not_a_stop(stop_sign_route):
             referee.update(t, np.array([x, y]), speed, StepEvents())
             t += 0.05
         assert len(referee.infractions["stop_infraction"]) == expected
+
+
+def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr, short_routes):
+    """SUMO teleports a vehicle that stood 60 s (--time-to-teleport): the world puts its ego back at once, where
+    the bicycle is, and traffic keeps seeing it."""
+    from tools.collect.routes import read_routes
+    from tools.collect.world import EGO, SumoWorld
+    from tools.expert.control import Control
+
+    town = Town(town_xodr)
+    route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
+    world = SumoWorld(town, dense, seed=1, vehicles=10, sim_hz=20)
+    try:
+        start = (world.ego.x, world.ego.y)
+        for _ in range(int(75 * 20)):
+            world.step(Control(brake=1.0))
+            assert EGO in world.ls.vehicle.getIDList()
+        assert (world.ego.x, world.ego.y) == start
+        assert world._ego_adds == 2  # SUMO did take it out once, and it was put back
+        fx, fy = world.ls.vehicle.getPosition(EGO)
+        front = town.carla_to_sumo(np.array([start[0], start[1]]))
+        assert math.hypot(fx - front[0], fy - front[1]) < EGO_HALF_LENGTH + 0.5
+        assert world.snapshot().actors  # the context subscription came back with it
+    finally:
+        world.close()
+
+
+EGO_HALF_LENGTH = 4.9 / 2

@@ -101,6 +101,7 @@ class SumoWorld:
         self._light_cache: dict[tuple[int, str], list[Light]] = {}
         self._speed_limit = 13.89  # until the ego is first on a lane: 50 km/h
         self._snap: Snapshot | None = None
+        self._ego_adds = 0  # times the ego was put into SUMO
         self.target_vehicles = vehicles
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
@@ -150,8 +151,10 @@ class SumoWorld:
         edge, _, _ = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
         if not edge or edge.startswith(":"):
             edge = self._edges[0]
-        self.ls.route.add("ego_route", [edge])
-        self.ls.vehicle.add(EGO, "ego_route", typeID="ego", depart="now", departSpeed="0")
+        self._ego_adds += 1
+        route = f"ego_route{self._ego_adds}"  # a route id is for good: a re-added ego needs a new one
+        self.ls.route.add(route, [edge])
+        self.ls.vehicle.add(EGO, route, typeID="ego", depart="now", departSpeed="0")
         self.ls.vehicle.setSpeedMode(EGO, 0)
         self.ls.vehicle.setLaneChangeMode(EGO, 0)
         # One call a tick returns every vehicle near the ego with what a box needs (libsumo context subscription).
@@ -215,10 +218,13 @@ class SumoWorld:
         ls.simulationStep()
         self.time += self.dt
         self.tick += 1
-        if EGO not in ls.vehicle.getIDList():  # SUMO dropped it (it never should): put it back
+        arrived = set(ls.simulation.getArrivedIDList())
+        if EGO in arrived or EGO not in ls.vehicle.getIDList():
+            # SUMO took it out: standing still for --time-to-teleport seconds it counts as jammed and is
+            # teleported to the end of its (one-edge) route, where it arrives. Put it back where it is.
             self._add_ego()
         # Keep the traffic density: a vehicle that arrived is replaced by a new one elsewhere.
-        for vid in ls.simulation.getArrivedIDList():
+        for vid in arrived - {EGO}:
             self._ids.pop(vid, None)
             self._types.pop(vid, None)
             self._add_background()
