@@ -252,9 +252,9 @@ class SumoWorld:
 
     def _judge_lights(self, a: tuple[float, float], b: tuple[float, float]) -> str | None:
         """A red light run: the ego's front crossed a stop line while the link it then took showed red."""
-        for line in self.stop_lines:
-            if abs(line.x - b[0]) > 15.0 or abs(line.y - b[1]) > 15.0:
-                continue
+        close = (np.abs(self._line_xy[:, 0] - b[0]) < 15.0) & (np.abs(self._line_xy[:, 1] - b[1]) < 15.0)
+        for k in np.flatnonzero(close):
+            line = self.stop_lines[k]
             if abs(wrap_degrees(self.ego.yaw - line.yaw)) > 60.0:
                 continue
             c, s = math.cos(math.radians(line.yaw)), math.sin(math.radians(line.yaw))

@@ -76,7 +76,9 @@ class Measurements:
     control: dict[str, float] = field(default_factory=dict)  # {"steer", "throttle", "brake"} applied after it
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Shallow (the values are plain lists and dicts already): dataclasses.asdict deep-copies each one,
+        # a millisecond per frame.
+        return {name: getattr(self, name) for name in _ORDER[Measurements]}
 
     @classmethod
     def from_dict(cls, d: Any) -> Measurements:
@@ -109,7 +111,7 @@ class BoxLabel:
     yaw_ego: float = 0.0  # degrees in [-180, 180), ego frame
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        d = {name: getattr(self, name) for name in _ORDER[BoxLabel]}
         d["class"] = d.pop("cls")
         return d
 
@@ -124,4 +126,5 @@ class BoxLabel:
         return cls(**{k: v for k, v in d.items() if k in _FIELDS[cls]})
 
 
-_FIELDS = {c: {f.name for f in dataclasses.fields(c)} for c in (Measurements, BoxLabel)}
+_ORDER = {c: tuple(f.name for f in dataclasses.fields(c)) for c in (Measurements, BoxLabel)}
+_FIELDS = {c: set(names) for c, names in _ORDER.items()}
