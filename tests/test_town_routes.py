@@ -116,3 +116,15 @@ def test_planner_traces_a_turn_with_left_or_right_command(town_xodr):
     ti = dense.target_indices()
     assert ti[0] == 0 and ti[-1] == len(dense.xy) - 1
     assert np.all(np.diff(dense.s[ti]) <= 50.0 + 1.5)
+
+
+def test_lane_segments_of_a_real_town_never_double_back(carla_towns):
+    """CARLA's Town06 renumbers lanes at lane-section boundaries, where a walk to the lane's end runs on past the
+    segment's exit: a route through such a segment used to jump back up to 28 m (the expert then lost its place)."""
+    town = Town(carla_towns / "Town06.xodr")
+    planner = RoutePlanner(town.carla_map)
+    for seg in planner.segments:
+        pts = np.array([[w.transform.location.x, w.transform.location.y] for w in seg])
+        steps = np.diff(pts, axis=0)
+        assert (np.linalg.norm(steps, axis=1) < 3.0).all()
+        assert ((steps[1:] * steps[:-1]).sum(axis=1) >= 0).all()

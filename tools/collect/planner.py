@@ -121,8 +121,13 @@ class RoutePlanner:
         self._out: dict[tuple[int, int], list[tuple[float, int, int | None]]] = {}
         for entry, exit_ in cmap.get_topology():
             path = [entry] + entry.next_until_lane_end(spacing)
-            if _key(path[-1].transform.location) != _key(exit_.transform.location):
-                path.append(exit_)
+            # The walk may run on past a lane-section boundary where the lane is renumbered (CARLA's Town03,
+            # Town04, Town06): the exit replaces the walked point nearest to it, and what follows goes, so
+            # the path never doubles back.
+            end = exit_.transform.location
+            nearest = int(np.argmin([math.hypot(w.transform.location.x - end.x, w.transform.location.y - end.y)
+                                     for w in path]))
+            path = path[: max(nearest, 1)] + [exit_]
             self.segments.append(path)
         for i, path in enumerate(self.segments):
             w = path[0]

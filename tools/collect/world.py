@@ -40,6 +40,8 @@ _STATE = {"r": "red", "R": "red", "s": "red", "y": "yellow", "Y": "yellow", "u":
 #: The world state (snapshot) holds the vehicles and lights within this distance of the ego, metres: what
 #: the expert looks at (80 m ahead), the sensors see (the camera's far lamps are a pixel at this range).
 VIEW_RADIUS_M = 150.0
+#: No background vehicle starts this close behind the ego (in its lane or beside it), metres.
+START_CLEAR_M = 30.0
 #: A red-light crossing is judged once the ego has driven this far past the stop line (which link it took).
 LINK_JUDGED_AFTER_M = 8.0
 
@@ -94,6 +96,7 @@ class SumoWorld:
         self.time = 0.0
         self.tick = 0
         self._ids: dict[str, int] = {EGO: 0}
+        self._next_id = 0  # the last box id given
         self._types: dict[str, tuple[int, float, float, float]] = {}
         self._next_bg = 0
         self._crossing: _Crossing | None = None
@@ -117,13 +120,15 @@ class SumoWorld:
             x0, y0 = (float(np.interp(s0, route.s, route.xy[:, i])) for i in (0, 1))
             self.ego = Bicycle(x=x0, y=y0, yaw=float(route.yaw[int(np.searchsorted(route.s, s0))]))
             self._add_ego()
+            self.ls.simulationStep()  # the ego first: the background's free places are free of it
+            if EGO not in self.ls.vehicle.getIDList():
+                raise WorldError("SUMO could not place the ego at the start of the route")
             for _ in range(vehicles):
                 self._add_background(depart_pos="random_free")
             self.stop_lines = self._stop_lines()
             self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
-            self.ls.simulationStep()  # insert everyone; the ego stands at its start
-            if EGO not in self.ls.vehicle.getIDList():
-                raise WorldError("SUMO could not place the ego at the start of the route")
+            self.ls.simulationStep()  # insert the background
+            self._clear_start()
         except BaseException:
             libsumo.close()
             raise
@@ -161,6 +166,19 @@ class SumoWorld:
         self.ls.vehicle.subscribeContext(EGO, _tc.CMD_GET_VEHICLE_VARIABLE, VIEW_RADIUS_M,
                                          [_tc.VAR_POSITION, _tc.VAR_ANGLE, _tc.VAR_SPEED])
         self._place_ego()
+
+    def _clear_start(self) -> None:
+        """Take out background vehicles placed on or just behind the standing ego (START_CLEAR_M behind it, in
+        its lane or beside it): inserted there, at speed, they would drive into it in the first second."""
+        e = self.ego
+        c, s = math.cos(math.radians(e.yaw)), math.sin(math.radians(e.yaw))
+        vids, rows = self._rows(self.ls.vehicle.getContextSubscriptionResults(EGO))
+        for vid, (x, y, *_) in zip(vids, rows.tolist(), strict=True):
+            along, across = (x - e.x) * c + (y - e.y) * s, -(x - e.x) * s + (y - e.y) * c
+            if -START_CLEAR_M < along < EGO_SIZE[0] and abs(across) < 2.5:
+                self.ls.vehicle.remove(vid)
+                self._ids.pop(vid, None)
+                self._types.pop(vid, None)
 
     def _place_ego(self) -> None:
         """Put SUMO's ego where the bicycle is (SUMO's position is the front bumper's)."""
@@ -283,8 +301,9 @@ class SumoWorld:
                 cls = int(tid[2:]) if tid.startswith("bg") else semantics.CAR
                 self._types[vid] = (cls, self.ls.vehicle.getLength(vid), self.ls.vehicle.getWidth(vid),
                                     self.ls.vehicle.getHeight(vid))
-            if vid not in self._ids:
-                self._ids[vid] = len(self._ids)
+            if vid not in self._ids:  # never reused: an id names one vehicle for the whole run
+                self._next_id += 1
+                self._ids[vid] = self._next_id
         if not vids:
             return vids, np.zeros((0, 6))
         front = self.town.sumo_to_carla(np.array([found[v][_tc.VAR_POSITION] for v in vids], dtype=np.float64))

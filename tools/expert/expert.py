@@ -53,6 +53,8 @@ HORIZON_S = 3.0
 JUNCTION_HORIZON_S = 4.5
 FORECAST_STEP_S = 0.5
 JUNCTION_AHEAD_M = 20.0
+#: Below this speed an actor stands (m/s): the collision check spares it the ego's margins.
+STANDING_SPEED = 0.3
 #: Margins added to the ego's box in the collision check (ahead, to each side), metres.
 FRONT_MARGIN_M = 1.5
 SIDE_MARGIN_M = 0.3
@@ -67,6 +69,8 @@ PASS_GAP_M = 15.0
 PASS_RAMP_M = 12.0  # length of the moves out and back, metres
 PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
 PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
+#: A pass that stood this long before reaching the obstacle (traffic came) is given up: back into the lane.
+PASS_ABORT_S = 5.0
 
 #: Why the expert drives as it does (Decision.reason); "" is cruising at the free speed.
 REASONS = ("", "curve", "leader", "light", "stop_sign", "collision", "junction", "passing")
@@ -124,6 +128,7 @@ class _Pass:
     end: float  # route s where the ego is back in its lane
     offset: float  # metres to the left
     obstacle: int  # the actor id
+    obstacle_s: float  # route s of the obstacle
 
 
 class Expert:
@@ -143,6 +148,7 @@ class Expert:
         #: Route distances of the stop signs' lines, and how many of them were served (stood at) so far.
         self.stops = stop_signs(route, carla_map) if carla_map is not None else np.zeros(0)
         self._stops_served = 0
+        self._pass_stuck_since: float | None = None
         # Curve speed at every route point: sqrt(A_LAT / curvature), curvature over +-3 m.
         yaw = np.unwrap(np.radians(route.yaw))
         ahead = np.minimum(np.arange(len(yaw)) + 3, len(yaw) - 1)
@@ -212,6 +218,15 @@ class Expert:
             detail = f"vehicle {other} would meet the ego in {when:.1f} s"
 
         self._maybe_pass(ego, v, leader, light, near, s_ego)
+        if self.passing is not None:
+            if v > STOPPED_SPEED or s_ego > self.passing.obstacle_s:
+                self._pass_stuck_since = None
+            elif self._pass_stuck_since is None:
+                self._pass_stuck_since = self._time
+            elif self._time - self._pass_stuck_since > PASS_ABORT_S:  # oncoming traffic: back into the lane
+                self.passing, self._pass_stuck_since = None, None
+            if self.passing is not None and reason == "":
+                reason, detail = "passing", f"passing vehicle {self.passing.obstacle}"
         lead = None if leader is None else {k: leader[k] for k in ("id", "gap", "speed")}
         return Decision(control=Control(), target_speed=target, reason=reason, detail=detail, leader=lead,
                         light=light, path=path)
@@ -362,6 +377,13 @@ class Expert:
                              np.broadcast_to(actors[None, :, 3], fx.shape),
                              np.broadcast_to(actors[None, :, 4], fx.shape)], axis=-1)
         hit = boxes_overlap(ego_boxes[:, None, :], forecast)  # (times, actors)
+        # A standing actor conflicts only where the ego's own box (no margins) would touch it: one waiting at
+        # the edge of a junction, its nose near the ego's path, yields to the ego, and the ego must go past it.
+        standing = actors[:, 5] < STANDING_SPEED
+        if standing.any() and hit[:, standing].any():
+            plain = np.concatenate([np.stack([xs, ys, yaws], axis=-1), np.broadcast_to([ego.length, ego.width],
+                                                                                       (len(xs), 2))], axis=-1)
+            hit[:, standing] = boxes_overlap(plain[:, None, :], forecast[:, standing])
         if not hit.any():
             return None
         t, a = np.argwhere(hit)[0]
@@ -407,7 +429,8 @@ class Expert:
             if (d < reach + 3.0).any():
                 return
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
-        self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"])
+        self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
+                             obstacle_s=s_obst)
 
     def _neighbour_offset(self, x: float, y: float) -> float | None:
         """Metres to the left (negative: right) of the obstacle's lane centre of the lane to pass in: a lane of
