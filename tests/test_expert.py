@@ -292,3 +292,26 @@ def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr,
 
 
 EGO_HALF_LENGTH = 4.9 / 2
+
+
+def test_no_background_vehicle_starts_on_or_just_behind_the_ego(town_xodr, short_routes):
+    """Dense traffic: whatever SUMO placed within START_CLEAR_M behind the ego is taken out before the run starts
+    (it would drive into the standing ego), and the world steps on."""
+    from tools.collect.routes import read_routes
+    from tools.collect.world import START_CLEAR_M, SumoWorld
+    from tools.expert.control import Control
+
+    town = Town(town_xodr)
+    for route_file in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+        dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
+        world = SumoWorld(town, dense, seed=3, vehicles=250, sim_hz=20)
+        try:
+            e = world.ego
+            c, s = math.cos(math.radians(e.yaw)), math.sin(math.radians(e.yaw))
+            for a in world.snapshot().actors:
+                along, across = (a.x - e.x) * c + (a.y - e.y) * s, -(a.x - e.x) * s + (a.y - e.y) * c
+                assert not (-START_CLEAR_M < along < 4.9 and abs(across) < 2.5), (a, along, across)
+            for _ in range(20):
+                assert not world.step(Control(brake=1.0)).collisions
+        finally:
+            world.close()

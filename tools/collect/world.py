@@ -128,7 +128,9 @@ class SumoWorld:
             self.stop_lines = self._stop_lines()
             self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
             self.ls.simulationStep()  # insert the background
-            self._clear_start()
+            for _ in range(5):
+                if not self._clear_start():
+                    break
         except BaseException:
             libsumo.close()
             raise
@@ -167,18 +169,25 @@ class SumoWorld:
                                          [_tc.VAR_POSITION, _tc.VAR_ANGLE, _tc.VAR_SPEED])
         self._place_ego()
 
-    def _clear_start(self) -> None:
+    def _clear_start(self) -> bool:
         """Take out background vehicles placed on or just behind the standing ego (START_CLEAR_M behind it, in
-        its lane or beside it): inserted there, at speed, they would drive into it in the first second."""
+        its lane or beside it): inserted there, at speed, they would drive into it in the first second. True
+        when it took some out (and stepped once, in which vehicles SUMO could not insert before may come)."""
         e = self.ego
         c, s = math.cos(math.radians(e.yaw)), math.sin(math.radians(e.yaw))
         vids, rows = self._rows(self.ls.vehicle.getContextSubscriptionResults(EGO))
+        removed = False
         for vid, (x, y, *_) in zip(vids, rows.tolist(), strict=True):
             along, across = (x - e.x) * c + (y - e.y) * s, -(x - e.x) * s + (y - e.y) * c
             if -START_CLEAR_M < along < EGO_SIZE[0] and abs(across) < 2.5:
                 self.ls.vehicle.remove(vid)
                 self._ids.pop(vid, None)
                 self._types.pop(vid, None)
+                removed = True
+        if removed:  # one more step: the subscription's results still name the removed vehicles
+            self._place_ego()
+            self.ls.simulationStep()
+        return removed
 
     def _place_ego(self) -> None:
         """Put SUMO's ego where the bicycle is (SUMO's position is the front bumper's)."""
