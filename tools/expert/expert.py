@@ -100,10 +100,6 @@ class Decision:
     light: dict[str, Any] | None = None  # {"id", "distance", "state"}: the next light on the path
     path: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # the path driven, world frame
 
-    @property
-    def hazard(self) -> bool:
-        return self.reason in ("collision", "junction")
-
 
 def idm(speed: float, free_speed: float, gap: float, closing: float, min_gap: float) -> float:
     """IDM acceleration behind an obstacle `gap` metres ahead approached at `closing` m/s (inf: none)."""
@@ -209,7 +205,7 @@ class Expert:
         # The collision check of the plan against constant-velocity forecasts.
         junction_ahead = bool(self.route.junction[lo : lo + int(JUNCTION_AHEAD_M)].any())
         horizon = JUNCTION_HORIZON_S if junction_ahead else HORIZON_S
-        conflict = self._conflict(ego, v, max(target, min(free, v + IDM_ACCEL * 1.0)), accel, near, path, path_s,
+        conflict = self._conflict(ego, v, max(target, min(free, v + IDM_ACCEL * 1.0)), near, path, path_s,
                                   path_yaw, s_ego, horizon, skip=leader["id"] if leader else None)
         if conflict is not None:
             other, when = conflict
@@ -336,7 +332,7 @@ class Expert:
                 best, best_d = i, dist
         return best
 
-    def _conflict(self, ego: Box, v: float, v_plan: float, accel: float, near: np.ndarray, path: np.ndarray,
+    def _conflict(self, ego: Box, v: float, v_plan: float, near: np.ndarray, path: np.ndarray,
                   path_s: np.ndarray, path_yaw: np.ndarray, s_ego: float, horizon: float, skip: int | None
                   ) -> tuple[int, float] | None:
         """(actor id, seconds) of the first predicted overlap of the ego's planned boxes with an actor's
