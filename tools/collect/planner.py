@@ -59,6 +59,14 @@ class DenseRoute:
     def length(self) -> float:
         return float(self.s[-1])
 
+    def advance(self, index: int, x: float, y: float, window: float) -> tuple[int, float]:
+        """Progress along the route, never backwards: the nearest point to (x, y) among those from `index`
+        to `window` metres beyond it, and the distance to it."""
+        hi = int(np.searchsorted(self.s, self.s[index] + window)) + 1
+        d = np.hypot(self.xy[index:hi, 0] - x, self.xy[index:hi, 1] - y)
+        k = int(d.argmin())
+        return index + k, float(d[k])
+
     def target_indices(self) -> np.ndarray:
         """Indices of the coarse route (target points): the first point of every change of command,
         the last point before it, and one point at least every TARGET_SPACING metres."""

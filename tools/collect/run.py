@@ -46,6 +46,8 @@ ROUTE_AHEAD_SPACING_M = 2.0
 BOX_RADIUS_M = 60.0
 #: Wall-clock seconds between heartbeats (results.HEARTBEAT_STALE_S declares a writer gone).
 HEARTBEAT_EVERY_S = 5.0
+#: The referee looks for the ego's place on the route this far beyond the last one, metres.
+PROGRESS_WINDOW_M = 30.0
 #: Standing still within this distance (of the ego's centre) before a stop sign's line counts as stopping, metres.
 STOP_AREA_M = 8.0
 #: The ego whose place on the route is this close to its end has completed it, metres.
@@ -94,14 +96,8 @@ class Referee:
 
     def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
         """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents)."""
-        # Progress: nearest route point within a window ahead of the last one (monotonic).
-        s0 = self.route.s[self.index]
-        hi = int(np.searchsorted(self.route.s, s0 + 30.0)) + 1
-        window = self.route.xy[self.index : hi]
-        d = np.hypot(window[:, 0] - xy[0], window[:, 1] - xy[1])
-        k = int(d.argmin())
-        self.index += k
-        if d[k] > self.settings.max_deviation:
+        self.index, off = self.route.advance(self.index, float(xy[0]), float(xy[1]), PROGRESS_WINDOW_M)
+        if off > self.settings.max_deviation:
             self.infractions["route_dev"].append(f"Agent deviated from the route at (x={xy[0]:.1f}, y={xy[1]:.1f})")
             self.status = results.FAILED_DEVIATED
         for other in events.collisions:

@@ -191,11 +191,8 @@ class SumoWorld:
 
     def _place_ego(self) -> None:
         """Put SUMO's ego where the bicycle is (SUMO's position is the front bumper's)."""
-        e = self.ego
-        rad = math.radians(e.yaw)
-        front = np.array([e.x + math.cos(rad) * EGO_SIZE[0] / 2, e.y + math.sin(rad) * EGO_SIZE[0] / 2])
-        sx, sy = self.town.carla_to_sumo(front)
-        angle = (e.yaw + 90.0) % 360.0  # CARLA's yaw as SUMO's angle
+        sx, sy = self.town.carla_to_sumo(np.array(self._front()))
+        angle = (self.ego.yaw + 90.0) % 360.0  # CARLA's yaw as SUMO's angle
         # keepRoute 2: onto any lane (the ego leaves SUMO's idea of its route); a lane within 10 m.
         self.ls.vehicle.moveToXY(EGO, "", -1, float(sx), float(sy), angle, 2, 10.0)
 

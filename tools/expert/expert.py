@@ -48,6 +48,7 @@ STOP_LINE_GAP = 1.0  # standstill gap to a stop line, m
 PLAN_S = 0.5
 A_LAT = 2.5  # lateral acceleration allowed in curves, m/s^2
 PATH_AHEAD_M = 80.0  # how far ahead the expert looks along the route
+PROGRESS_WINDOW_M = 20.0  # its place on the route is looked for this far beyond the last one
 #: Collision check: forecast horizon and step; longer within JUNCTION_AHEAD_M of a junction.
 HORIZON_S = 3.0
 JUNCTION_HORIZON_S = 4.5
@@ -168,7 +169,7 @@ class Expert:
         ego = snap.ego
         v = max(ego.speed, 0.0)
         self._time = snap.time
-        self._progress(ego)
+        self.index, _ = self.route.advance(self.index, ego.x, ego.y, PROGRESS_WINDOW_M)
         path, path_s, path_yaw = self._path()
         s_ego = float(self.route.s[self.index])
         rel = path_s - s_ego  # distance of each path point ahead of the ego's centre
@@ -228,13 +229,6 @@ class Expert:
                         light=light, path=path)
 
     # ------------------------------------------------------------------ the parts
-    def _progress(self, ego: Box) -> None:
-        """The nearest route point within a window ahead of the last one (never backwards)."""
-        s0 = self.route.s[self.index]
-        hi = int(np.searchsorted(self.route.s, s0 + 20.0)) + 1
-        window = self.route.xy[self.index : hi]
-        d = np.hypot(window[:, 0] - ego.x, window[:, 1] - ego.y)
-        self.index += int(d.argmin())
 
     def _path(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Route points ahead (xy, s, yaw in degrees), shifted while passing."""
