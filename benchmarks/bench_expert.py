@@ -103,9 +103,8 @@ class Run:
         return found[0] if found else (self.log_tail or "-")
 
 
-def build_routes(folder: Path, towns: list[str], count: int, seed: int, wheel: Path | None) -> dict[Path, tuple]:
-    """Towns and route files under folder/<group>/ (each group's towns in its towns/ folder, where collect finds
-    them). Returns route file -> (group, town)."""
+def build_towns(folder: Path, towns: list[str], seed: int, wheel: Path | None) -> list[tuple[str, Path]]:
+    """The towns as OpenDRIVE files in folder/<group>/towns/ (where collect finds them): (group, xodr) each."""
     generated = [t for t in towns if t in GENERATED]
     real = [t for t in towns if t not in GENERATED]
     xodrs: list[tuple[str, Path]] = []
@@ -115,8 +114,14 @@ def build_routes(folder: Path, towns: list[str], count: int, seed: int, wheel: P
                                              lanes=lanes)))
     if real:  # extracted straight into the folder collect reads, so the SUMO network cached beside is reused
         xodrs += [("real", p) for p in carla_towns(folder / "real" / "towns", tuple(real), wheel)]
+    return xodrs
+
+
+def build_routes(folder: Path, towns: list[str], count: int, seed: int, wheel: Path | None) -> dict[Path, tuple]:
+    """Towns and route files under folder/<group>/ (each group's towns in its towns/ folder, where collect finds
+    them). Returns route file -> (group, town)."""
     files: dict[Path, tuple] = {}
-    for i, (group, xodr) in enumerate(xodrs):
+    for i, (group, xodr) in enumerate(build_towns(folder, towns, seed, wheel)):
         with contextlib.redirect_stdout(sys.stderr):
             written = generate_routes(town=str(xodr), count=count, out=str(folder / group), seed=seed + i)
         files.update({p: (group, xodr.stem) for p in written})

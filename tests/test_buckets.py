@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
-from tools.buckets.rules import BUCKETS
+from tools.buckets.build import DEFAULT_WEIGHTS
+from tools.buckets.rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify
 from tools.dataset import atomic
 from tools.dataset.buckets import (
     COLLECTIONS,
@@ -30,6 +31,7 @@ from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import dataset_id, update_manifest
+from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import RouteRecord, RunState, read_status, run_state
 from tools.dataset.samples import CacheSettings
 
@@ -90,6 +92,8 @@ def test_every_frame_of_every_finished_run_is_in_exactly_one_pretrain_bucket(bui
                 assert m["command"] in (1, 2) or m["junction"]
             elif bucket.name == "junction":
                 assert m["junction"]
+            elif bucket.name in SCENARIO_BUCKETS:
+                assert m["scenario"] and bucket.name.startswith(m["scenario"]["kind"])
     assert seen["stop"] and seen["follow"] and seen["junction"]
 
 
@@ -413,3 +417,145 @@ def test_help_of_the_wrapper_and_the_tool():
     tool = run_tool(PYTHON, "-m", "tools.buckets", "build", "--help")
     text = tool.stdout + tool.stderr  # fire prints help on stderr when it is not a terminal
     assert tool.returncode == 0 and "--holdout" in text and "every:N" in text
+
+
+# ----------------------------------------------------------------------------- the rules, frame by frame
+
+#: Box ids of the scenario's actors in the synthetic frames below; 99 is background traffic.
+ACTORS = [41, 42, 43]
+
+
+def frame(scenario: dict | None = None, **values) -> Measurements:
+    """A straight, lane-following frame cruising at 8 m/s, with `values` changed and `scenario` running."""
+    m = {"frame": 10, "tick": 100, "time": 5.0, "ego": {"x": 0.0, "y": 0.0, "z": 0.0, "yaw": 0.0, "speed": 8.0},
+         "speed": 8.0, "acceleration": 0.0, "target_speed": 8.0, "speed_limit": 8.0, "command": RoadOption.LANEFOLLOW,
+         "next_command": RoadOption.LANEFOLLOW, "target_point": [10.0, 0.0], "target_point_next": [30.0, 0.0],
+         "route": [[2.0 * i, 0.0] for i in range(20)], "junction": False, "light_hazard": False,
+         "vehicle_hazard": False, "scenario": scenario, **values}
+    return Measurements.from_dict(m)
+
+
+def scenario(kind: str, distance: float, **values) -> dict:
+    types = {"obstacle": "Accident", "pedestrian": "DynamicObjectCrossing", "junction": "NonSignalizedJunctionLeftTurn"}
+    return {"name": f"{types[kind]}_1", "type": types[kind], "kind": kind, "actors": list(ACTORS),
+            "distance": distance, **values}
+
+
+STANDING = {"speed": 0.0, "target_speed": 0.0}
+
+
+def test_scenario_buckets_are_tried_first_and_every_bucket_has_default_weights():
+    assert BUCKETS == SCENARIO_BUCKETS + BEHAVIOUR_BUCKETS
+    assert SCENARIO_BUCKETS == ("obstacle_passing", "pedestrian_yielding", "junction_flow")
+    assert RULES["version"] >= 2
+    for name, weights in DEFAULT_WEIGHTS.items():
+        assert set(weights) == set(BUCKETS), name
+
+
+@pytest.mark.parametrize("values, distance", [
+    ({"reason": "passing", "reason_detail": "passing vehicle 42"}, 45.0),  # the pass, beyond the window
+    ({**STANDING, "reason": "leader", "reason_detail": "vehicle 41 at 3.0 m, 0.0 m/s",
+      "leader": {"id": 41, "gap": 3.0, "speed": 0.0}}, 40.0),  # standing behind the obstacle: not `stop`
+    ({"speed": 5.0, "target_speed": 3.0, "reason": "leader", "leader": {"id": 43, "gap": 25.0, "speed": 0.0}},
+     70.0),  # slowing towards it, its id only in `leader`
+    ({**STANDING, "reason": "collision", "reason_detail": "vehicle 42 would meet the ego in 1.5 s"},
+     50.0),  # waiting for a gap in the TwoWays oncoming flow
+    ({}, 30.0), ({}, 0.0), ({}, -10.0),  # cruising beside the obstacle: the window
+])
+def test_obstacle_passing(values, distance):
+    assert classify(frame(scenario("obstacle", distance), **values)) == "obstacle_passing"
+
+
+@pytest.mark.parametrize("values, distance, behaviour", [
+    ({}, 30.5, "follow"), ({}, -10.5, "follow"), ({}, 120.0, "follow"),  # outside the window, cruising
+    ({**STANDING, "reason": "leader", "reason_detail": "vehicle 99 at 3.0 m, 0.0 m/s",
+      "leader": {"id": 99, "gap": 3.0, "speed": 0.0}}, 60.0, "stop"),  # a background vehicle, not the obstacle
+    ({"reason": "", "leader": {"id": 41, "gap": 60.0, "speed": 0.0}}, 80.0, "follow"),  # seen, not reacted to
+    ({**STANDING, "reason": "junction", "reason_detail": "vehicle 99 would meet the ego in 4.5 s",
+      "leader": {"id": 42, "gap": 55.0, "speed": 0.0}}, 64.0, "stop"),  # yielding to another; the obstacle only seen
+    ({"speed": 2.0, "target_speed": 8.0, "reason": "light", "reason_detail": "light 12:3 green in 4.0 m"}, 60.0,
+     "start"),
+])
+def test_an_obstacle_scenario_the_ego_is_not_dealing_with_leaves_the_frame_to_its_behaviour_bucket(values, distance,
+                                                                                                   behaviour):
+    assert classify(frame(scenario("obstacle", distance), **values)) == behaviour
+    assert classify(frame(None, **values)) == behaviour
+
+
+@pytest.mark.parametrize("values, distance", [
+    ({"speed": 6.0, "target_speed": 0.0, "reason": "collision", "reason_detail": "vehicle 41 would meet the ego in "
+      "1.2 s"}, 25.0),  # braking for the walker, before the window
+    ({**STANDING, "reason": "junction", "reason_detail": "vehicle 42 would meet the ego in 0.8 s"},
+     30.0),  # PedestrianCrossing: the walkers cross just after a junction
+    ({**STANDING, "reason": "leader", "leader": {"id": 43, "gap": 3.0, "speed": 0.0},
+      "reason_detail": "vehicle 43 at 3.0 m, 0.0 m/s"}, 8.0),  # the walker in the lane ahead
+    ({"speed": 2.5, "target_speed": 3.4}, 5.0),  # pulling away once it has crossed
+    ({"speed": 3.5, "target_speed": 4.4, "reason": "curve"}, -5.0),
+    ({"speed": 0.0, "target_speed": 1.0}, 15.0),
+])
+def test_pedestrian_yielding(values, distance):
+    assert classify(frame(scenario("pedestrian", distance), **values)) == "pedestrian_yielding"
+
+
+@pytest.mark.parametrize("values, distance, behaviour", [
+    ({}, 10.0, "follow"),  # at the crossing at its target speed: not yielding
+    ({"speed": 7.5, "target_speed": 8.0}, 10.0, "follow"),  # below the target by no more than the margin
+    ({"speed": 0.0, "target_speed": 1.0}, 15.5, "follow"),  # pulling away, outside the window (a light before it)
+    ({"speed": 1.0, "target_speed": 6.0}, -5.5, "start"),
+    ({"speed": 3.0, "target_speed": 3.0, "reason": "curve", "leader": {"id": 41, "gap": 12.0, "speed": 1.0}}, 14.0,
+     "follow"),  # the walker in the path, but the curve limits the speed
+    ({"speed": 6.0, "target_speed": 0.0, "reason": "collision", "reason_detail": "vehicle 99 would meet the ego in "
+      "1.2 s", "vehicle_hazard": True}, 40.0, "hazard"),  # braking for another actor
+])
+def test_a_pedestrian_scenario_without_yielding_leaves_the_frame_to_its_behaviour_bucket(values, distance, behaviour):
+    assert classify(frame(scenario("pedestrian", distance), **values)) == behaviour
+    assert classify(frame(None, **values)) == behaviour
+
+
+def test_junction_flow_is_yielding_to_or_following_the_scenarios_traffic_and_nothing_else():
+    flow = scenario("junction", 15.0)
+    yielding = {**STANDING, "reason": "junction", "reason_detail": "vehicle 42 would meet the ego in 2.0 s",
+                "junction": True}
+    assert classify(frame(flow, **yielding)) == "junction_flow"
+    assert classify(frame(flow, speed=5.0, target_speed=0.0, reason="collision",
+                          reason_detail="vehicle 41 would meet the ego in 1.0 s")) == "junction_flow"
+    assert classify(frame(flow, speed=4.0, target_speed=4.0, reason="leader",
+                          leader={"id": 43, "gap": 8.0, "speed": 4.0})) == "junction_flow"
+    # background traffic, a red light, crossing with nothing to yield to: the behaviour buckets
+    assert classify(frame(flow, **{**yielding, "reason_detail": "vehicle 99 would meet the ego in 2.0 s"})) == "stop"
+    assert classify(frame(flow, **STANDING, reason="light", reason_detail="light 12:3 red in 1.0 m",
+                          light={"id": "12:3", "distance": 1.0, "state": "red"})) == "stop"
+    assert classify(frame(flow, junction=True)) == "junction"
+    assert classify(frame(flow, command=RoadOption.LEFT, reason="passing")) == "turn"  # passing: obstacles only
+
+
+@pytest.mark.parametrize("values", [
+    {"reason": "passing", "reason_detail": "passing vehicle 42"},
+    {**STANDING, "reason": "leader", "leader": {"id": 41, "gap": 3.0, "speed": 0.0}},
+    {**STANDING, "reason": "collision", "reason_detail": "vehicle 41 would meet the ego in 1.0 s"},
+    {"speed": 1.0, "target_speed": 6.0, "reason": "junction", "reason_detail": "vehicle 42 would meet the ego in 1 s",
+     "junction": True},
+])
+def test_a_frame_without_a_scenario_never_goes_to_a_scenario_bucket(values):
+    assert classify(frame(None, **values)) in BEHAVIOUR_BUCKETS
+
+
+def test_a_frame_recorded_before_the_scenario_field_still_classifies_as_before():
+    old = frame(None, **STANDING).to_dict()
+    del old["scenario"]
+    m = Measurements.from_dict(old)
+    assert m.scenario is None and classify(m) == "stop"
+    moving = frame(None, reason="passing").to_dict()
+    del moving["scenario"]
+    assert classify(Measurements.from_dict(moving)) == "follow"
+
+
+@pytest.mark.parametrize("broken", [
+    {"kind": "obstacle"},  # no actors, no distance
+    {"kind": "pedestrian", "actors": None, "distance": None},
+    {"kind": "weather", "actors": ACTORS, "distance": 0.0},  # a kind no bucket knows
+    {"kind": "junction", "actors": ["x"], "distance": "near"},
+])
+def test_a_scenario_measurement_missing_parts_falls_back_to_the_behaviour_buckets(broken):
+    values = {**STANDING, "reason": "leader", "leader": {"id": 41, "gap": 3.0, "speed": 0.0}}
+    assert classify(frame(broken, **values)) == "stop"

@@ -20,6 +20,7 @@ from tools.collect.state import Box, Light, Snapshot
 from tools.collect.town import Town, make_town
 from tools.collect.vehicle import Bicycle
 from tools.dataset import results
+from tools.dataset import semantics as sem
 from tools.dataset.geometry import boxes_overlap
 from tools.dataset.layout import Layout
 from tools.expert.expert import Expert
@@ -81,7 +82,7 @@ class StandInWorld:
 
     def ego_box(self) -> Box:
         e = self.ego
-        return Box(id=0, cls=0, x=e.x, y=e.y, z=0.75, yaw=e.yaw, length=4.9, width=2.1, height=1.5, speed=e.speed)
+        return Box(id=0, cls=sem.CAR, x=e.x, y=e.y, z=0.75, yaw=e.yaw, length=4.9, width=2.1, height=1.5, speed=e.speed)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(time=self.time, ego=self.ego_box(), actors=list(self.actors), lights=list(self.lights))
@@ -150,7 +151,7 @@ def test_expert_waits_behind_an_obstacle_then_passes_it_in_the_next_lane_without
     town, dense = straight
     world = StandInWorld(_start(dense))
     x, y, yaw = _at(dense, 80.0)
-    parked = Box(id=7, cls=0, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
     world.actors = [parked]
     expert = Expert(dense, world.dt, town.carla_map)
     touched = []
@@ -189,7 +190,7 @@ def test_expert_yields_to_a_car_crossing_its_path(straight):
     def move(w: StandInWorld) -> None:
         crossing["x"] += 8.0 * c * w.dt
         crossing["y"] += 8.0 * s * w.dt
-        box = Box(id=3, cls=0, x=crossing["x"], y=crossing["y"], z=0.75, yaw=yaw + 90, length=4.6, width=1.9,
+        box = Box(id=3, cls=sem.CAR, x=crossing["x"], y=crossing["y"], z=0.75, yaw=yaw + 90, length=4.6, width=1.9,
                   height=1.5, speed=8.0)
         w.actors = [box]
         e = w.ego_box()

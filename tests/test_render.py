@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tools.collect.render import Renderer
+from tools.collect.render import Renderer, bev_class
 from tools.collect.run import box_label
 from tools.collect.scene import SHADES, SLOT_LINE, SLOT_ROAD, SLOT_SIDEWALK, SLOT_TERRAIN, STATIC_ID0, Scene
 from tools.collect.show import show_frame
@@ -47,6 +47,15 @@ def lane_length(lane) -> float:
     return float(np.hypot(*np.diff(lane.centerline, axis=0).T).sum())
 
 
+def off_centre(actor_id: int, lane, s: float, right: float, cls: int, size: tuple[float, float, float],
+           speed: float = 0.0, turn: float = 0.0) -> Box:
+    """A box `right` metres to the right of a lane's centre line (a walker on the kerb, a cone in the lane)."""
+    x, y, yaw = lane_pose(lane, s)
+    rad = math.radians(yaw)
+    return Box(actor_id, cls, x - math.sin(rad) * right, y + math.cos(rad) * right, size[2] / 2, yaw + turn, *size,
+               speed)
+
+
 def car(actor_id: int, lane, s: float, cls: int = sem.CAR) -> Box:
     x, y, yaw = lane_pose(lane, s)
     if cls == sem.TRUCK:
@@ -73,8 +82,13 @@ def world(tmp_path_factory):
     lead = car(1, ego_lane, s0 + 10.0)
     beside = car(2, left_lane, s0 - 8.0)
     one_car = Snapshot(time=1.0, ego=ego, actors=[lead, beside], lights=lights)
+    # Besides vehicles, what scenarios place (tools.collect.scenarios): a walker stepping off the kerb, a
+    # cone, a cyclist.
     traffic = Snapshot(time=2.0, ego=ego, lights=lights, actors=[
-        lead, beside, car(3, left_lane, s0 + 20.0), car(4, ego_lane, s0 + 25.0, sem.TRUCK), car(5, ego_lane, s0 - 9.0)])
+        lead, beside, car(3, left_lane, s0 + 20.0), car(4, ego_lane, s0 + 25.0, sem.TRUCK), car(5, ego_lane, s0 - 9.0),
+        off_centre(6, ego_lane, s0 + 14.0, 2.4, sem.PEDESTRIAN, (0.5, 0.6, 1.8), 1.3, -90.0),
+        off_centre(7, ego_lane, s0 + 7.0, 1.3, sem.STATIC, (0.4, 0.4, 0.7)),
+        off_centre(8, left_lane, s0 + 12.0, -0.9, sem.BICYCLE, (1.8, 0.7, 1.7), 3.0)])
     return {"town": town, "scene": scene, "renderer": renderer, "signal": signal, "one_car": one_car,
             "traffic": traffic, "lead": lead}
 
@@ -242,8 +256,9 @@ def test_camera_pixels_of_vehicles_and_buildings_back_project_onto_their_boxes(w
                         cam.y + math.sin(yaw) * d + math.cos(yaw) * right, cam.z + up], axis=1)
     pts = ego_to_world(snap.ego, ego_pts)
     cls = labels[rows, cols]
-    vehicles = np.isin(cls, sem.VEHICLES)
+    vehicles = np.isin(cls, sem.VEHICLES + sem.VULNERABLE + (sem.STATIC,))
     assert vehicles.sum() > 1000
+    assert (cls == sem.PEDESTRIAN).sum() > 50 and (cls == sem.STATIC).sum() > 20 and (cls == sem.BICYCLE).sum() > 20
     assert _outside(pts[vehicles], snap.actors).max() < 0.02  # a centimetre of depth rounding
     buildings = cls == sem.BUILDING
     near = [b for b in scene.static_boxes if b.cls == sem.BUILDING
@@ -300,7 +315,7 @@ def test_lidar_points_labelled_with_an_actor_lie_inside_its_box(world, traffic):
     points, labels = traffic["lidar"][0], traffic["lidar_labels"][0]
     actors = {a.id: a for a in snap.actors}
     hit = set(labels[labels[:, 1] > 0, 1].tolist())
-    assert {1, 2, 3, 4, 5} <= hit
+    assert {1, 2, 3, 4, 5, 6, 7, 8} <= hit
     world_pts = ego_to_world(snap.ego, points[:, :3].astype(np.float64))
     for k in hit:
         a = actors[k]
@@ -370,17 +385,18 @@ def test_bev_ground_cells_show_the_ground_where_the_geometry_puts_them(world, tu
 
 
 @pytest.mark.parametrize("turn", [0.0, 33.0])
-def test_bev_draws_each_vehicle_on_the_cells_its_box_covers(turned, turn):
+def test_bev_draws_each_actor_in_its_class_on_the_cells_its_box_covers(turned, turn):
     (snap, sensors) = turned[turn]
     bev = sensors["bev"][0]
     grid = BevGrid.of_rig(BevConfig())
-    rows, cols = np.nonzero(bev == sem.BEV_VEHICLE)
+    rows, cols = np.nonzero(np.isin(bev, (sem.BEV_VEHICLE, sem.BEV_PEDESTRIAN, sem.BEV_OBSTACLE)))
     centres = ego_to_world(snap.ego, grid.pixel_to_ego(cols + 0.5, rows + 0.5))
     slack = grid.resolution * math.sqrt(2)  # PIL also fills the cells a polygon's edge passes through
     assert _outside(np.column_stack([centres, np.full(len(rows), 1.0)]), snap.actors).max() <= slack
     for actor in snap.actors:
         col, row = np.floor(grid.ego_to_pixel(world_to_ego(snap.ego, np.array([actor.x, actor.y])))).astype(int)
-        assert bev[row, col] == sem.BEV_VEHICLE, f"actor {actor.id}"
+        assert bev[row, col] == bev_class(actor.cls), f"actor {actor.id}"
+    assert {bev_class(a.cls) for a in snap.actors} == {sem.BEV_VEHICLE, sem.BEV_PEDESTRIAN, sem.BEV_OBSTACLE}
 
 
 def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, short_routes):

@@ -1,8 +1,8 @@
-"""Build bucket files: put every frame of every finished route run in one behaviour bucket (the rules of
-tools/buckets/rules.py), then write the collections (pretrain, posttrain) with a held-out validation
+"""Build bucket files: put every frame of every finished route run in one bucket, scenario or behaviour (the
+rules of tools/buckets/rules.py), then write the collections (pretrain, posttrain) with a held-out validation
 split and a weight schedule per bucket.
 
-    ROOT/buckets/index.json        behaviour of every frame, per run (reused for runs unchanged since)
+    ROOT/buckets/index.json        bucket of every frame, per run (reused for runs unchanged since)
     ROOT/buckets/<collection>.json the collections (tools.dataset.buckets reads them; docs/buckets.md)
 
 The frame index makes a rebuild after new routes cheap: only frames of new or redone runs are read.
@@ -51,11 +51,12 @@ from tools.dataset.samples import CacheSettings
 # ----------------------------------------------------------------------------- collection settings
 
 #: Default weight schedules. Pre-training (perception) sees every frame once per epoch; post-training
-#: (planning) sees the rare manoeuvres twice as often and the long waits at red lights half as often.
+#: (planning) sees the rare manoeuvres (the scenario buckets among them) twice as often and the long waits
+#: at red lights half as often.
 DEFAULT_WEIGHTS: dict[str, dict[str, list[float]]] = {
     "pretrain": {name: [1.0] for name in BUCKETS},
-    "posttrain": {"stop": [0.5], "start": [2.0], "hazard": [2.0], "turn": [2.0], "junction": [1.0],
-                  "follow": [1.0]},
+    "posttrain": {"obstacle_passing": [2.0], "pedestrian_yielding": [2.0], "junction_flow": [2.0], "stop": [0.5],
+                  "start": [2.0], "hazard": [2.0], "turn": [2.0], "junction": [1.0], "follow": [1.0]},
 }
 
 #: posttrain skips the first frames of a run (the ego starting from rest at the spawn point).

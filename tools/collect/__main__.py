@@ -62,10 +62,14 @@ def carla_towns(out: str, towns: str = "", wheel: str | None = None) -> None:
 
 
 def routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
-           max_length: float = 700.0) -> None:
+           max_length: float = 700.0, scenarios: str | None = None) -> None:
     """Write `count` leaderboard 2.0 route files for a town, one route per file, in folders by scenario type.
 
-    The town is copied to OUT/towns/, where `run` and `collect` look for it by default.
+    The town is copied to OUT/towns/, where `run` and `collect` look for it by default. Without
+    --scenarios, a route is filed under the junction type of its first junction and runs no actors;
+    with --scenarios=Accident,DynamicObjectCrossing the routes take the types in turn, each placed
+    where it makes sense (obstacles on straight stretches with a lane to pass in, junction types
+    before a junction of the right kind); docs/scenarios.md lists what each type does.
 
     Args:
         town: an OpenDRIVE file (*.xodr).
@@ -74,10 +78,12 @@ def routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 2
         seed: random seed of the route sampler.
         min_length: shortest route, metres.
         max_length: longest route, metres.
+        scenarios: comma-separated scenario types to place (tools.collect.scenarios.PLACEABLE).
     """
     from tools.collect.routes import generate_routes
 
-    generate_routes(town=town, count=count, out=out, seed=seed, min_length=min_length, max_length=max_length)
+    generate_routes(town=town, count=count, out=out, seed=seed, min_length=min_length, max_length=max_length,
+                    scenarios=scenarios)
 
 
 def run(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,

@@ -86,7 +86,8 @@ _MAT_PAINT = 512
 # Paints 0..255: one per class id (what a box of an unknown class looks like). Then extra paints.
 _CLASS_RGB = {sem.BUILDING: (150, 138, 120), sem.POLE: (120, 120, 125), sem.TRAFFIC_LIGHT: (32, 34, 36),
               sem.CAR: (40, 60, 140), sem.TRUCK: (180, 175, 160), sem.BUS: (200, 120, 30),
-              sem.VEGETATION: (60, 110, 40), sem.PEDESTRIAN: (170, 60, 60)}
+              sem.VEGETATION: (60, 110, 40), sem.PEDESTRIAN: (170, 60, 60), sem.BICYCLE: (40, 40, 45),
+              sem.STATIC: (235, 110, 20)}
 _CAR_RGB = [(40, 60, 140), (170, 30, 30), (225, 225, 225), (25, 25, 28), (130, 135, 140), (30, 110, 60),
             (200, 170, 40), (90, 40, 110), (180, 90, 30), (60, 130, 170), (110, 20, 30), (200, 200, 190)]
 _BUILDING_RGB = [(150, 138, 120), (170, 120, 95), (120, 118, 115), (185, 175, 150), (140, 95, 75),
@@ -572,7 +573,7 @@ class Renderer:
                 if _LAMP_RANK[li.state] > _LAMP_RANK[stop_lines.get(line, "off")]:
                     stop_lines[line] = li.state
         rects = [(x, y, yaw, 1.0, width, state_cls[state]) for (x, y, yaw, width), state in stop_lines.items()]
-        rects += [(a.x, a.y, a.yaw, a.length, a.width, sem.BEV_VEHICLE) for a in snap.actors
+        rects += [(a.x, a.y, a.yaw, a.length, a.width, bev_class(a.cls)) for a in snap.actors
                   if a.id != 0 and abs(a.x - ego.x) < reach + a.length and abs(a.y - ego.y) < reach + a.length]
         rects.append((ego.x, ego.y, ego.yaw, ego.length, ego.width, sem.BEV_EGO))
         r = np.array(rects, dtype=np.float64)
@@ -590,6 +591,13 @@ class Renderer:
         for k in range(len(r)):
             draw.polygon(list(zip(col[k].tolist(), row[k].tolist(), strict=True)), fill=int(r[k, 5]))
         return np.array(img)
+
+
+def bev_class(cls: int) -> int:
+    """The BEV class an actor's box is drawn with: vehicles, pedestrians (and cyclists), obstacles (props)."""
+    if cls in sem.VULNERABLE:
+        return sem.BEV_PEDESTRIAN
+    return sem.BEV_VEHICLE if cls in sem.VEHICLES else sem.BEV_OBSTACLE
 
 
 def _slab(d: np.ndarray, o: float, h: float) -> np.ndarray:

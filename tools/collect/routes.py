@@ -44,7 +44,8 @@ class Route:
     id: str
     town: str
     waypoints: np.ndarray  # (N, 3), CARLA frame
-    scenarios: list[dict] = field(default_factory=list)  # {"name", "type", "trigger": [x, y, z, yaw]}
+    #: {"name", "type", "trigger": [x, y, z, yaw], "params": {"distance": {"value": "70"}, ...}}
+    scenarios: list[dict] = field(default_factory=list)
     weathers: list[dict[str, float]] = field(default_factory=list)
 
     @property
@@ -104,7 +105,10 @@ def read_routes(path: Path) -> list[Route]:
             _plain(sc.get("type"), "scenario type", where)
             tp = sc.find("trigger_point")
             trigger = _floats(tp, ("x", "y", "z", "yaw"), where) if tp is not None else []
-            scenarios.append({"name": sc.get("name"), "type": sc.get("type"), "trigger": trigger})
+            # Every other child is a parameter, as the leaderboard reads them (config.other_parameters):
+            # <distance value="70"/>, <frequency from="20" to="60"/>.
+            params = {p.tag: dict(p.attrib) for p in sc if p.tag != "trigger_point"}
+            scenarios.append({"name": sc.get("name"), "type": sc.get("type"), "trigger": trigger, "params": params})
         weathers = []
         for w in el.findall("weathers/weather"):
             try:
@@ -136,6 +140,8 @@ def write_route(path: Path, route: Route) -> None:
         s = ET.SubElement(scs, "scenario", name=sc["name"], type=sc["type"])
         x, y, z, yaw = sc["trigger"]
         ET.SubElement(s, "trigger_point", x=f"{x:.1f}", y=f"{y:.1f}", z=f"{z:.1f}", yaw=f"{yaw:.1f}")
+        for name, attrib in sc.get("params", {}).items():
+            ET.SubElement(s, name, {k: str(v) for k, v in attrib.items()})
     ET.indent(root)
     atomic.write_bytes(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
 
@@ -165,8 +171,6 @@ def town_file(route_file: Path, route: Route, towns_dir: Path) -> Path:
 
 def check_routes(entries: list[tuple[Path, Route]], towns_dir: Path | None) -> None:
     """Every route's town exists and every waypoint lies on the town's road network."""
-    import carla
-
     from tools.collect.town import Town
 
     maps: dict[Path, object] = {}
@@ -174,14 +178,25 @@ def check_routes(entries: list[tuple[Path, Route]], towns_dir: Path | None) -> N
         xodr = town_file(path, route, towns_dir or find_towns_dir(path, None))
         if xodr not in maps:
             maps[xodr] = Town(xodr).carla_map
-        cmap = maps[xodr]
-        for i, (x, y, z) in enumerate(route.waypoints):
-            w = cmap.get_waypoint(carla.Location(float(x), float(y), float(z)), project_to_road=True,
-                                  lane_type=carla.LaneType.Driving)
-            d = math.inf if w is None else math.hypot(w.transform.location.x - x, w.transform.location.y - y)
-            if d > MAX_OFF_ROAD_M:
-                raise RouteError(f"{path}: route {route.id} waypoint {i} ({x:.1f}, {y:.1f}) is {d:.1f} m from "
-                                 f"the nearest driving lane of town '{route.town}' (at most {MAX_OFF_ROAD_M} m)")
+        off = _off_road(maps[xodr], route.waypoints)
+        if off is not None:
+            i, d = off
+            x, y, _ = route.waypoints[i]
+            raise RouteError(f"{path}: route {route.id} waypoint {i} ({x:.1f}, {y:.1f}) is {d:.1f} m from "
+                             f"the nearest driving lane of town '{route.town}' (at most {MAX_OFF_ROAD_M} m)")
+
+
+def _off_road(cmap, waypoints: np.ndarray) -> tuple[int, float] | None:
+    """(index, metres) of the first waypoint farther than MAX_OFF_ROAD_M from a driving lane's centre; None."""
+    import carla
+
+    for i, (x, y, z) in enumerate(waypoints):
+        w = cmap.get_waypoint(carla.Location(float(x), float(y), float(z)), project_to_road=True,
+                              lane_type=carla.LaneType.Driving)
+        d = math.inf if w is None else math.hypot(w.transform.location.x - x, w.transform.location.y - y)
+        if d > MAX_OFF_ROAD_M:
+            return i, d
+    return None
 
 
 # ----------------------------------------------------------------------------- generation
@@ -231,39 +246,128 @@ def _revisits(wps, radius: float = 5.0) -> bool:
     return bool((d[np.triu_indices(len(xy), k=1)] < radius).any())
 
 
-def _scenario_of(path, signalized: set[int]) -> tuple[dict, list[tuple]]:
-    """The first junction of a walk decides the route's scenario type; junction exits become waypoints."""
-    from tools.collect.planner import RoadOption, turn_option
+def _junctions(path, signalized: set[int]) -> list[dict]:
+    """The junctions a walk passes, in order: {"start", "end" (walk indices inside), "turn" (LEFT, RIGHT,
+    STRAIGHT), "signalized", "exit" (the waypoint after it)}."""
+    from tools.collect.planner import turn_option
 
-    first = None
-    exits = []
+    out = []
     i = 0
     while i < len(path):
-        if path[i].is_junction:
-            j = i
-            while j < len(path) and path[j].is_junction:
-                j += 1
-            entry_wp = path[max(i - 1, 0)]
-            exit_wp = path[min(j, len(path) - 1)]
-            if first is None:
-                opt = turn_option(entry_wp.transform.rotation.yaw, exit_wp.transform.rotation.yaw)
-                kind = "Signalized" if path[i].get_junction().id in signalized else "NonSignalized"
-                turn = {RoadOption.LEFT: "LeftTurn", RoadOption.RIGHT: "RightTurn"}.get(opt, "Straight")
-                trig = path[max(i - 10, 0)].transform
-                first = {
-                    "name": f"{kind}Junction{turn}_1",
-                    "type": f"{kind}Junction{turn}",
-                    "trigger": [trig.location.x, trig.location.y, 0.0, trig.rotation.yaw],
-                }
-            exits.append(exit_wp)
-            i = j
-        else:
+        if not path[i].is_junction:
             i += 1
-    return first, exits
+            continue
+        j = i
+        while j < len(path) and path[j].is_junction:
+            j += 1
+        entry_wp, exit_wp = path[max(i - 1, 0)], path[min(j, len(path) - 1)]
+        out.append({"start": i, "end": j - 1, "exit": exit_wp, "signalized": path[i].get_junction().id in signalized,
+                    "turn": turn_option(entry_wp.transform.rotation.yaw, exit_wp.transform.rotation.yaw)})
+        i = j
+    return out
+
+
+def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> dict:
+    t = wp.transform
+    return {"name": f"{name}_1", "type": name, "trigger": [t.location.x, t.location.y, 0.0, t.rotation.yaw],
+            "params": params or {}}
+
+
+def _junction_type(first: dict) -> str:
+    """The junction scenario type of a walk's first junction (how routes without --scenarios are filed)."""
+    from tools.collect.planner import RoadOption
+
+    kind = "Signalized" if first["signalized"] else "NonSignalized"
+    turn = {RoadOption.LEFT: "LeftTurn", RoadOption.RIGHT: "RightTurn"}.get(first["turn"], "Straight")
+    return f"{kind}Junction{turn}"
+
+
+#: A scenario is triggered this many walk steps (2 m) after the route's start at the earliest.
+_LEAD_STEPS = 25
+
+
+def _neighbour_lanes(wp) -> tuple[str | None, bool]:
+    """(the side of a driving lane of the same direction beside it, the left first; an oncoming driving lane
+    on its left)."""
+    def same(lane) -> bool:
+        return lane is not None and str(lane.lane_type) == "Driving" and lane.lane_id * wp.lane_id > 0
+
+    left = wp.get_left_lane()
+    side = "left" if same(left) else "right" if same(wp.get_right_lane()) else None
+    oncoming = left is not None and str(left.lane_type) == "Driving" and left.lane_id * wp.lane_id < 0
+    return side, oncoming
+
+
+def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict | None:
+    """A scenario block of type `name` on a walk (2 m steps), where it makes sense; None when the walk has no
+    such place. Obstacles and mid-block crossings go on straight stretches without a junction (with the
+    neighbouring lane their pass needs), junction types before a junction of the right kind."""
+    from tools.collect.planner import RoadOption
+    from tools.collect.scenarios import (
+        BEFORE_M,
+        CATALOGUE,
+        EXTENT_M,
+        JUNCTION,
+        JUNCTION_CLEARANCE_M,
+        OBSTACLE,
+        PASS_ROOM_M,
+    )
+
+    stype = CATALOGUE[name]
+    if stype.kind == JUNCTION or name in ("PedestrianCrossing", "VehicleTurningRoutePedestrian"):
+        def fits(j: dict) -> bool:
+            if "LeftTurn" in name and j["turn"] != RoadOption.LEFT:
+                return False
+            if ("RightTurn" in name or name == "VehicleTurningRoutePedestrian") and j["turn"] != RoadOption.RIGHT:
+                return False
+            if name.startswith("Signalized") or name == "OppositeVehicleRunningRedLight":
+                return j["signalized"]
+            if name.startswith("NonSignalized") or name == "OppositeVehicleTakingPriority":
+                return not j["signalized"]
+            return True
+        for j in junctions:
+            if j["start"] >= _LEAD_STEPS and j["end"] + 20 < len(walk) and fits(j):
+                params = {}
+                if name.endswith(("LeftTurn", "RightTurn")) or name.startswith("EnterActorFlow"):
+                    lo = rng.choice((15, 20, 25))
+                    params = {"flow_speed": {"value": f"{rng.uniform(8.0, 12.0):.1f}"},
+                              "source_dist_interval": {"from": str(lo), "to": str(lo + 30)}}
+                elif name.startswith("OppositeVehicle"):
+                    params = {"direction": {"value": rng.choice(("left", "right"))}}
+                return _block(name, walk[j["start"] - 10], params)
+        return None
+    # A straight stretch: the trigger, then `distance` metres to the site, then room to pass it.
+    distance = rng.uniform(BEFORE_M, BEFORE_M + 15.0) if stype.kind == OBSTACLE else rng.uniform(12.0, 30.0)
+    need = int((distance + EXTENT_M.get(name, 6.0) + PASS_ROOM_M + JUNCTION_CLEARANCE_M) / 2.0) + 1
+    two_ways = name.endswith("TwoWays")
+    for k in range(_LEAD_STEPS, len(walk) - need - 15):
+        stretch = walk[k:k + need]
+        if any(w.is_junction for w in stretch):
+            continue
+        site = walk[k + int(distance / 2.0)]
+        same, oncoming = _neighbour_lanes(site)
+        if stype.kind == OBSTACLE and not (oncoming if two_ways or name == "InvadingTurn" else same is not None):
+            continue
+        params = {"distance": {"value": f"{distance:.0f}"}}
+        if stype.kind == OBSTACLE and name != "InvadingTurn":  # the obstacle away from the lane passed in
+            params["direction"] = {"value": "left" if same == "right" and not two_ways else "right"}
+        if two_ways:
+            lo = rng.choice((40, 60, 80))
+            params["frequency"] = {"from": str(lo), "to": str(lo + 60)}
+        if name == "DynamicObjectCrossing":
+            params["blocker_model"] = {"value": rng.choice(("static.prop.vendingmachine",
+                                                            "static.prop.advertisement", "static.prop.container"))}
+            params["crossing_angle"] = {"value": str(rng.choice((0, 10, 15)))}
+        return _block(name, walk[k], params)
+    return None
 
 
 def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
-                    max_length: float = 700.0) -> list[Path]:
+                    max_length: float = 700.0, scenarios: str | tuple | list | None = None) -> list[Path]:
+    """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml. Without `scenarios` each
+    route is filed under the junction type of its first junction (no actors); with a list of scenario types
+    (tools.collect.scenarios.PLACEABLE), the routes take them in turn, each placed where it makes sense."""
+    from tools.collect.scenarios import CATALOGUE, PLACEABLE
     from tools.collect.town import Town
 
     try:
@@ -275,6 +379,12 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
         raise RouteError(f"--count {count}: must be at least 1")
     if not 20.0 <= min_length <= max_length:
         raise RouteError(f"--min-length {min_length} / --max-length {max_length}: need 20 <= min <= max")
+    types = _scenario_list(scenarios)
+    for name in types:
+        if name not in PLACEABLE:
+            why = f"{CATALOGUE[name].why} (docs/scenarios.md)" if name in CATALOGUE else "not a leaderboard 2.0 type"
+            raise RouteError(f"--scenarios {name}: the embedded world cannot place it: {why}; placeable: "
+                             f"{', '.join(PLACEABLE)}")
     t = Town(Path(town))
     out_dir = Path(out)
     towns_dir = out_dir / TOWNS_FOLDER
@@ -290,21 +400,29 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
         tries = 0
         while len(written) < count:
             tries += 1
-            if tries > 50 * count:
-                raise RouteError(f"town {town}: cannot find routes of {min_length:.0f}-{max_length:.0f} m with a "
-                                 "junction; lower --min-length")
+            wanted = types[len(written) % len(types)] if types else None
+            if tries > 200 * count:
+                what = f"a place for {wanted}" if wanted else "a junction"
+                raise RouteError(f"town {town}: cannot find routes of {min_length:.0f}-{max_length:.0f} m with "
+                                 f"{what}; lower --min-length{' or leave that type out' if wanted else ''}")
             length = rng.uniform(min_length, max_length)
             walk = _random_walk(rng, rng.choice(starts), length)
             if len(walk) * 2.0 < min_length:
                 continue
-            scenario, exits = _scenario_of(walk, signalized)
+            junctions = _junctions(walk, signalized)
+            if not junctions:
+                continue
+            scenario = _place(wanted, walk, junctions, rng) if wanted else _block(
+                _junction_type(junctions[0]), walk[max(junctions[0]["start"] - 10, 0)])
             if scenario is None:
                 continue
-            pts = [walk[0]] + exits + [walk[-1]]
+            pts = [walk[0]] + [j["exit"] for j in junctions] + [walk[-1]]
             if walk[-1].is_junction or _revisits(pts):
                 continue
             waypoints = np.array([[w.transform.location.x, w.transform.location.y, 0.0] for w in pts])
             keep = np.concatenate([[True], np.linalg.norm(np.diff(waypoints, axis=0), axis=1) > 1.0])
+            if _off_road(t.carla_map, waypoints[keep]) is not None:  # what `run` would refuse
+                continue
             route = Route(id=str(len(written)), town=t.name, waypoints=waypoints[keep], scenarios=[scenario],
                           weathers=[rng.choice(_WEATHERS)])
             path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
@@ -317,3 +435,11 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     summary = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items()))
     print(f"wrote {len(written)} routes to {out_dir} ({summary}); town copied to {target}")
     return written
+
+
+def _scenario_list(scenarios: str | tuple | list | None) -> list[str]:
+    """--scenarios as a list of names: "A,B" (fire may hand a tuple for A,B)."""
+    if scenarios is None or scenarios == "":
+        return []
+    items = scenarios if isinstance(scenarios, (tuple, list)) else str(scenarios).split(",")
+    return [str(name).strip() for name in items if str(name).strip()]

@@ -100,9 +100,9 @@ class Referee:
         if off > self.settings.max_deviation:
             self.infractions["route_dev"].append(f"Agent deviated from the route at (x={xy[0]:.1f}, y={xy[1]:.1f})")
             self.status = results.FAILED_DEVIATED
-        for other in events.collisions:
-            self.infractions["collisions_vehicle"].append(
-                f"Agent collided against object with type=vehicle and id={other} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
+        for other, kind in events.collisions:
+            self.infractions[f"collisions_{kind}"].append(
+                f"Agent collided against object with type={kind} and id={other} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
         if events.ran_red_light:
             self.infractions["red_light"].append(
                 f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
@@ -161,7 +161,7 @@ def _r3(v: float) -> float:
 
 def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee: Referee, frame_index: int,
                  tick: int, ahead: int, weather: dict, speed_limit: float, lane: str, accel: float,
-                 decision: Decision | None) -> Measurements:
+                 scenario: dict | None, decision: Decision | None) -> Measurements:
     """The measurements of the frame recorded now (tools.dataset.measurements); values rounded to millimetres.
     `decision` is what the driver decided at this frame (None: the policy's input, before it decides)."""
     ego = snap.ego
@@ -206,6 +206,7 @@ def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee:
         reason=decision.reason if decision else "",
         reason_detail=decision.detail if decision else "",
         control=decision.control.to_dict() if decision else {},
+        scenario=scenario,
     )
 
 
@@ -236,6 +237,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     record for the result file."""
     from tools.collect.agents import make_driver
     from tools.collect.render import Renderer
+    from tools.collect.scenarios import Scenarios
     from tools.collect.scene import Scene
     from tools.collect.world import SumoWorld
 
@@ -259,16 +261,19 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     last_beat = time.monotonic()
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
     referee = Referee(dense, settings, stop_signs(dense, town.carla_map))
+    scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     n_frames = 0
     try:
         while referee.status is None and not referee.arrived:
+            s_ego = float(dense.s[referee.index])
+            scenarios.update(world, s_ego)
             due = world.tick % settings.record_every == 0 and renderer is not None
             if due:  # a frame tick: the sensors, and the measurements but for what the driver decides
                 snap = world.snapshot()
                 sensors = renderer.render(snap)
                 frame = functools.partial(measurements, snap, dense, coarse, referee, n_frames, world.tick,
                                           settings.route_ahead, weather, world.speed_limit(), world.lane(),
-                                          world.ego.accel)
+                                          world.ego.accel, scenarios.active(world, s_ego))
             # A policy sees the frame's sensors and measurements (its inputs) before it decides.
             decision = driver.step(world, (sensors, frame(None)) if due and driver.needs_sensors else None)
             if due and settings.record:

@@ -54,7 +54,9 @@ class WorldError(ToolError):
 class StepEvents:
     """What happened to the ego during one tick."""
 
-    collisions: list[int] = field(default_factory=list)  # ids of the actors whose boxes the ego's overlaps
+    #: (id, kind) of the actors whose boxes the ego's overlaps; kind "vehicle", "pedestrian" (pedestrians and
+    #: cyclists) or "layout" (props), as the leaderboard's collision infractions are split.
+    collisions: list[tuple[int, str]] = field(default_factory=list)
     ran_red_light: str | None = None  # "<tls>:<link>" crossed on red
 
 
@@ -105,6 +107,11 @@ class SumoWorld:
         self._speed_limit = 13.89  # until the ego is first on a lane: 50 km/h
         self._snap: Snapshot | None = None
         self._ego_adds = 0  # times the ego was put into SUMO
+        #: Boxes of the actors scenarios place and move (tools.collect.scenarios), by box id; the SUMO vehicles
+        #: that stand in for the standing ones, so that SUMO's traffic stops behind them (not reported itself).
+        self._statics: dict[int, Box] = {}
+        self._hidden: set[str] = set()
+        self._next_sc = 0
         self.target_vehicles = vehicles
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
@@ -127,7 +134,7 @@ class SumoWorld:
                 self._add_background(depart_pos="random_free")
             self.stop_lines = self._stop_lines()
             self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
-            self.ls.simulationStep()  # insert the background
+            self._sumo_step()  # insert the background
             for _ in range(5):
                 if not self._clear_start():
                     break
@@ -186,7 +193,7 @@ class SumoWorld:
                 removed = True
         if removed:  # one more step: the subscription's results still name the removed vehicles
             self._place_ego()
-            self.ls.simulationStep()
+            self._sumo_step()
         return removed
 
     def _place_ego(self) -> None:
@@ -239,19 +246,15 @@ class SumoWorld:
         before = self._front()
         self.ego.step(control, self.dt)
         self._place_ego()
-        ls.simulationStep()
+        arrived = self._sumo_step()
         self.time += self.dt
         self.tick += 1
-        arrived = set(ls.simulation.getArrivedIDList())
-        if EGO in arrived or EGO not in ls.vehicle.getIDList():
-            # SUMO took it out: standing still for --time-to-teleport seconds it counts as jammed and is
-            # teleported to the end of its (one-edge) route, where it arrives. Put it back where it is.
-            self._add_ego()
-        # Keep the traffic density: a vehicle that arrived is replaced by a new one elsewhere.
+        # Keep the traffic density: a background vehicle that arrived is replaced by a new one elsewhere.
         for vid in arrived - {EGO}:
             self._ids.pop(vid, None)
             self._types.pop(vid, None)
-            self._add_background()
+            if vid.startswith("bg"):
+                self._add_background()
         ev = StepEvents()
         ego = self.ego_box()
         # Collisions: the ego's box against the boxes of the vehicles close to it.
@@ -263,12 +266,115 @@ class SumoWorld:
         if vids:
             hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), rows[:, :5])
             for i in np.flatnonzero(hit):
-                aid = self._ids[vids[i]]
-                if aid not in self._collided:  # one infraction per actor, as the leaderboard counts
-                    self._collided.add(aid)
-                    ev.collisions.append(aid)
+                self._collide(ev, self._ids[vids[i]], semantics.CAR)
+        near = [b for b in self._statics.values() if abs(b.x - ego.x) < 16.0 and abs(b.y - ego.y) < 16.0]
+        if near:
+            rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in near])
+            hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), rows)
+            for i in np.flatnonzero(hit):
+                self._collide(ev, near[i].id, near[i].cls)
         ev.ran_red_light = self._judge_lights(before, self._front())
         return ev
+
+    def _collide(self, ev: StepEvents, aid: int, cls: int) -> None:
+        if aid in self._collided:  # one infraction per actor, as the leaderboard counts
+            return
+        self._collided.add(aid)
+        kind = "vehicle" if cls in semantics.VEHICLES else "pedestrian" if cls in semantics.VULNERABLE else "layout"
+        ev.collisions.append((aid, kind))
+
+    # ------------------------------------------------------------------ scenario actors (tools.collect.scenarios)
+    def add_static(self, cls: int, x: float, y: float, yaw: float, length: float, width: float, height: float,
+                   block: bool = False) -> int:
+        """A box the caller places and moves (`move_static`): a prop, a parked car, a walker. Its id. `block`:
+        a standing SUMO vehicle takes its place in SUMO, so that SUMO's traffic stops behind it."""
+        self._next_id += 1
+        aid = self._next_id
+        self._statics[aid] = Box(id=aid, cls=cls, x=x, y=y, z=height / 2, yaw=yaw, length=length, width=width,
+                                 height=height)
+        self._snap = None
+        if block:
+            sx, sy = self.town.carla_to_sumo(np.array([x, y]))
+            edge, _, _ = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+            if edge and not edge.startswith(":"):
+                vid = f"block{aid}"
+                self.ls.route.add(f"r_{vid}", [edge])
+                self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{semantics.CAR}", depart="now", departSpeed="0")
+                self.ls.vehicle.setLength(vid, length)
+                self.ls.vehicle.setWidth(vid, width)
+                self.ls.vehicle.setSpeedMode(vid, 0)
+                self.ls.vehicle.setLaneChangeMode(vid, 0)
+                rad = math.radians(yaw)
+                front = np.array([x + math.cos(rad) * length / 2, y + math.sin(rad) * length / 2])
+                fx, fy = self.town.carla_to_sumo(front)
+                self.ls.vehicle.moveToXY(vid, "", -1, float(fx), float(fy), (yaw + 90.0) % 360.0, 2, 10.0)
+                self.ls.vehicle.setSpeed(vid, 0.0)
+                self._hidden.add(vid)
+        return aid
+
+    def move_static(self, aid: int, x: float, y: float, yaw: float, speed: float) -> None:
+        b = self._statics[aid]
+        if (b.x, b.y, b.yaw, b.speed) != (x, y, yaw, speed):
+            self._statics[aid] = Box(id=aid, cls=b.cls, x=x, y=y, z=b.z, yaw=yaw, length=b.length, width=b.width,
+                                     height=b.height, speed=speed)
+            self._snap = None
+
+    def flow_route(self, source: tuple[float, float], sink: tuple[float, float]) -> tuple[list[str], int, float] | None:
+        """SUMO's way from a source point to a sink point (CARLA frame): (edges, source lane index, source
+        position on its edge); None where SUMO has none (a point off its network, no route between)."""
+        ends = []
+        for x, y in (source, sink):
+            sx, sy = self.town.carla_to_sumo(np.array([x, y]))
+            edge, pos, lane = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+            if not edge or edge.startswith(":"):
+                return None
+            ends.append((edge, float(pos), int(lane)))
+        (e0, pos, lane), (e1, _, _) = ends
+        found = self.ls.simulation.findRoute(e0, e1, "DEFAULT_VEHTYPE")
+        if not found.edges:
+            return None
+        return list(found.edges), lane, pos
+
+    def lane_speed(self, edge: str, lane: int) -> float:
+        return float(self.ls.lane.getMaxSpeed(f"{edge}_{lane}"))
+
+    def add_vehicle(self, edges: list[str], lane: int, pos: float, speed: float, rules: bool = True) -> str | None:
+        """A SUMO vehicle entering at (edges[0], lane, pos) at `speed`, holding it where traffic allows. `rules`
+        False: it ignores red lights and right of way (SUMO speed mode 7). Its SUMO id."""
+        self._next_sc += 1
+        vid = f"sc{self._next_sc}"
+        try:
+            self.ls.route.add(f"r_{vid}", edges)
+            self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{semantics.CAR}", depart="now", departPos=f"{pos:.2f}",
+                                departLane=str(lane), departSpeed="max")
+        except self.ls.TraCIException:
+            return None
+        self.ls.vehicle.setSpeed(vid, speed)
+        if not rules:
+            self.ls.vehicle.setSpeedMode(vid, 7)
+        return vid
+
+    def box_ids(self, vids: list[str]) -> list[int]:
+        """Box ids of those SUMO vehicles still driving (the ids their boxes have in frames)."""
+        present = set(self.ls.vehicle.getIDList())
+        out = []
+        for vid in vids:
+            if vid in present:
+                if vid not in self._ids:
+                    self._next_id += 1
+                    self._ids[vid] = self._next_id
+                out.append(self._ids[vid])
+        return out
+
+    def _sumo_step(self) -> set[str]:
+        """One SUMO step; the ids of the vehicles that arrived. The ego is put back where it is if SUMO took it out:
+        it arrives at the end of its (one-edge) route when placed there, and standing still for --time-to-teleport
+        seconds it counts as jammed and is teleported there."""
+        self.ls.simulationStep()
+        arrived = set(self.ls.simulation.getArrivedIDList())
+        if EGO in arrived or EGO not in self.ls.vehicle.getIDList():
+            self._add_ego()
+        return arrived
 
     def _front(self) -> tuple[float, float]:
         rad = math.radians(self.ego.yaw)
@@ -300,7 +406,7 @@ class SumoWorld:
     def _rows(self, found: dict[str, dict[int, object]]) -> tuple[list[str], np.ndarray]:
         """The SUMO vehicles of `found` (their subscribed values: front-bumper position in SUMO's frame, angle,
         speed) as ids and (N, 6) rows of centre x, y, yaw, length, width, speed in CARLA's frame."""
-        vids = [v for v in found if v != EGO]
+        vids = [v for v in found if v != EGO and v not in self._hidden]
         for vid in vids:
             if vid not in self._types:
                 tid = self.ls.vehicle.getTypeID(vid)
@@ -360,6 +466,7 @@ class SumoWorld:
                     for i, via in line.links]
             lights += self._light_cache[key]
         actors = self._boxes(self.ls.vehicle.getContextSubscriptionResults(EGO))
+        actors += [b for b in self._statics.values() if math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M]
         return Snapshot(time=self.time, ego=self.ego_box(), actors=actors, lights=lights)
 
     def speed_limit(self) -> float:
@@ -371,7 +478,11 @@ class SumoWorld:
         return self._speed_limit
 
     def lane(self) -> str:
-        return str(self.ls.vehicle.getLaneID(EGO))
+        """SUMO's lane of the ego; "" while it has none (re-added this tick: in SUMO from the next step)."""
+        try:
+            return str(self.ls.vehicle.getLaneID(EGO))
+        except self.ls.TraCIException:
+            return ""
 
     def close(self) -> None:
         self.ls.close()

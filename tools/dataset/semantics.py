@@ -21,6 +21,9 @@ RIDER = 13
 CAR = 14
 TRUCK = 15
 BUS = 16
+BICYCLE = 19
+STATIC = 20  # props: traffic cones, warning signs (CARLA's Static)
+DYNAMIC = 21
 ROADLINE = 24
 
 NAMES = {
@@ -41,11 +44,16 @@ NAMES = {
     CAR: "car",
     TRUCK: "truck",
     BUS: "bus",
+    BICYCLE: "bicycle",
+    STATIC: "static",
+    DYNAMIC: "dynamic",
     ROADLINE: "roadline",
 }
 
 #: Vehicle classes (what a 3D box of a vehicle is labelled with).
 VEHICLES = (CAR, TRUCK, BUS)
+#: Classes of a collision the leaderboard counts as one with a pedestrian (a cyclist rides a bicycle).
+VULNERABLE = (PEDESTRIAN, RIDER, BICYCLE)
 
 #: RGB colour of each class id (CARLA's CityScapesPalette), for pictures.
 PALETTE = np.zeros((256, 3), dtype=np.uint8)
@@ -66,6 +74,9 @@ for _id, _rgb in {
     CAR: (0, 0, 142),
     TRUCK: (0, 0, 70),
     BUS: (0, 60, 100),
+    BICYCLE: (119, 11, 32),
+    STATIC: (110, 190, 160),
+    DYNAMIC: (170, 120, 50),
     ROADLINE: (157, 234, 50),
 }.items():
     PALETTE[_id] = _rgb
@@ -79,6 +90,8 @@ BEV_EGO = 4
 BEV_LIGHT_RED = 5
 BEV_LIGHT_YELLOW = 6
 BEV_LIGHT_GREEN = 7
+BEV_PEDESTRIAN = 8  # pedestrians and cyclists
+BEV_OBSTACLE = 9  # static props in the road (cones, warning signs)
 BEV_NAMES = {
     BEV_EMPTY: "empty",
     BEV_ROAD: "road",
@@ -88,6 +101,8 @@ BEV_NAMES = {
     BEV_LIGHT_RED: "light_red",
     BEV_LIGHT_YELLOW: "light_yellow",
     BEV_LIGHT_GREEN: "light_green",
+    BEV_PEDESTRIAN: "pedestrian",
+    BEV_OBSTACLE: "obstacle",
 }
 BEV_PALETTE = np.zeros((256, 3), dtype=np.uint8)
 for _id, _rgb in {
@@ -99,5 +114,7 @@ for _id, _rgb in {
     BEV_LIGHT_RED: (230, 30, 30),
     BEV_LIGHT_YELLOW: (250, 190, 20),
     BEV_LIGHT_GREEN: (30, 200, 60),
+    BEV_PEDESTRIAN: (230, 60, 200),
+    BEV_OBSTACLE: (250, 130, 20),
 }.items():
     BEV_PALETTE[_id] = _rgb

@@ -33,6 +33,7 @@ import numpy as np
 
 from tools.collect.planner import DenseRoute, stop_signs
 from tools.collect.state import Box, Light, Snapshot
+from tools.dataset import semantics
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.expert.control import Control, Controller
 
@@ -69,6 +70,9 @@ PASS_AFTER_S = 6.0
 PASS_GAP_M = 15.0
 PASS_RAMP_M = 12.0  # length of the moves out and back, metres
 PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
+#: Standing actors in the lane less than this apart form one obstacle, passed at once (an accident's cars,
+#: a row of cones), metres.
+PASS_CLUSTER_M = 15.0
 PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
 #: A pass that stood this long before reaching the obstacle (traffic came) is given up: back into the lane.
 PASS_ABORT_S = 5.0
@@ -112,9 +116,16 @@ def idm(speed: float, free_speed: float, gap: float, closing: float, min_gap: fl
 
 
 def _boxes(boxes: list[Box]) -> np.ndarray:
-    """(N, 7) rows of x, y, yaw, length, width, speed, id."""
-    return np.array([[b.x, b.y, b.yaw, b.length, b.width, b.speed, b.id] for b in boxes],
-                    dtype=np.float64).reshape(-1, 7)
+    """(N, 8) rows of x, y, yaw, length, width, speed, id, class."""
+    return np.array([[b.x, b.y, b.yaw, b.length, b.width, b.speed, b.id, b.cls] for b in boxes],
+                    dtype=np.float64).reshape(-1, 8)
+
+
+def _what(cls: float) -> str:
+    """An actor's class in a reason's detail: "vehicle", "pedestrian" (or cyclist), "obstacle" (a prop)."""
+    if int(cls) in semantics.VULNERABLE:
+        return "pedestrian"
+    return "vehicle" if int(cls) in semantics.VEHICLES else "obstacle"
 
 
 @dataclass
@@ -124,8 +135,10 @@ class _Pass:
     start: float  # route s where the move out starts
     end: float  # route s where the ego is back in its lane
     offset: float  # metres to the left
-    obstacle: int  # the actor id
+    obstacle: int  # the actor id (the first of the obstacle's actors)
     obstacle_s: float  # route s of the obstacle
+    others: tuple[int, ...] = ()  # the obstacle's other standing actors, passed with it
+    kind: int = 0  # the obstacle's class
 
 
 class Expert:
@@ -186,10 +199,11 @@ class Expert:
         actors = _boxes(snap.actors)
         near = actors[np.hypot(actors[:, 0] - ego.x, actors[:, 1] - ego.y) < PATH_AHEAD_M + 10.0]
         if self.passing is not None:  # the obstacle being passed is no leader: the path leads around it
-            near = near[near[:, 6] != self.passing.obstacle]
+            near = near[~np.isin(near[:, 6], (self.passing.obstacle, *self.passing.others))]
         accel, leader = self._follow(ego, v, free, near, path, path_s, path_yaw, s_ego)
         if leader is not None and leader["accel"] < idm(v, free, math.inf, 0.0, IDM_MIN_GAP) - 0.05:
-            reason, detail = "leader", f"vehicle {leader['id']} at {leader['gap']:.1f} m, {leader['speed']:.1f} m/s"
+            reason, detail = "leader", (f"{_what(leader['cls'])} {leader['id']} at {leader['gap']:.1f} m, "
+                                        f"{leader['speed']:.1f} m/s")
         light, stop_gap = self._light(ego, v, snap.lights, path, path_s, path_yaw, s_ego)
         if stop_gap is not None:
             a_light = idm(v, free, stop_gap, v, STOP_LINE_GAP)
@@ -209,10 +223,10 @@ class Expert:
         conflict = self._conflict(ego, v, max(target, min(free, v + IDM_ACCEL * 1.0)), near, path, path_s,
                                   path_yaw, s_ego, horizon, skip=leader["id"] if leader else None)
         if conflict is not None:
-            other, when = conflict
+            other, cls, when = conflict
             target = 0.0
             reason = "junction" if junction_ahead else "collision"
-            detail = f"vehicle {other} would meet the ego in {when:.1f} s"
+            detail = f"{_what(cls)} {other} would meet the ego in {when:.1f} s"
 
         self._maybe_pass(ego, v, leader, light, near, s_ego)
         if self.passing is not None:
@@ -223,7 +237,7 @@ class Expert:
             elif self._time - self._pass_stuck_since > PASS_ABORT_S:  # oncoming traffic: back into the lane
                 self.passing, self._pass_stuck_since = None, None
             if self.passing is not None and reason == "":
-                reason, detail = "passing", f"passing vehicle {self.passing.obstacle}"
+                reason, detail = "passing", f"passing {_what(self.passing.kind)} {self.passing.obstacle}"
         lead = None if leader is None else {k: leader[k] for k in ("id", "gap", "speed")}
         return Decision(control=Control(), target_speed=target, reason=reason, detail=detail, leader=lead,
                         light=light, path=path)
@@ -275,7 +289,7 @@ class Expert:
         speed = max(float(near[i, 5] * math.cos(rel_yaw[i])), 0.0)
         a = idm(v, free, float(gap[i]), v - speed, IDM_MIN_GAP)
         return min(accel, a), {"id": int(near[i, 6]), "gap": round(float(gap[i]), 3), "speed": round(speed, 3),
-                               "accel": a, "s": float(path_s[k[i]])}
+                               "accel": a, "s": float(path_s[k[i]]), "cls": int(near[i, 7])}
 
     def _light(self, ego: Box, v: float, lights: list[Light], path: np.ndarray, path_s: np.ndarray,
                path_yaw: np.ndarray, s_ego: float) -> tuple[dict | None, float | None]:
@@ -328,8 +342,8 @@ class Expert:
 
     def _conflict(self, ego: Box, v: float, v_plan: float, near: np.ndarray, path: np.ndarray,
                   path_s: np.ndarray, path_yaw: np.ndarray, s_ego: float, horizon: float, skip: int | None
-                  ) -> tuple[int, float] | None:
-        """(actor id, seconds) of the first predicted overlap of the ego's planned boxes with an actor's
+                  ) -> tuple[int, int, float] | None:
+        """(actor id, class, seconds) of the first predicted overlap of the ego's planned boxes with an actor's
         constant-velocity forecast; None when the plan is free."""
         if len(near) == 0 or len(path) < 2:
             return None
@@ -377,7 +391,7 @@ class Expert:
         if not hit.any():
             return None
         t, a = np.argwhere(hit)[0]
-        return int(actors[a, 6]), float(times[t])
+        return int(actors[a, 6]), int(actors[a, 7]), float(times[t])
 
     def _maybe_pass(self, ego: Box, v: float, leader: dict | None, light: dict | None, near: np.ndarray,
                     s_ego: float) -> None:
@@ -400,8 +414,8 @@ class Expert:
         obstacle = near[near[:, 6] == leader["id"]]
         if len(obstacle) == 0:
             return
-        length = float(obstacle[0, 3])
-        lo, hi = s_obst - PASS_RAMP_M - 5.0, s_obst + length + PASS_CLEAR_M + PASS_RAMP_M
+        others, last = self._cluster(leader, near, s_ego)
+        lo, hi = s_obst - PASS_RAMP_M - 5.0, last + PASS_CLEAR_M + PASS_RAMP_M
         r = self.route
         span = (r.s >= lo) & (r.s <= hi)
         if r.junction[span].any():
@@ -412,15 +426,38 @@ class Expert:
         # The neighbouring lane must be empty over the pass and for the oncoming traffic's approach.
         rad = np.radians(r.yaw[span])
         shifted = r.xy[span] + offset * np.stack([np.sin(rad), -np.cos(rad)], axis=-1)
-        others = near[near[:, 6] != leader["id"]]
-        if len(others):
-            reach = others[:, 5] * ((hi - s_ego) / PASS_SPEED)  # how far each could drive meanwhile
-            d = np.hypot(others[:, None, 0] - shifted[None, :, 0], others[:, None, 1] - shifted[None, :, 1]).min(1)
+        traffic = near[~np.isin(near[:, 6], (leader["id"], *others))]
+        if len(traffic):
+            reach = traffic[:, 5] * ((hi - s_ego) / PASS_SPEED)  # how far each could drive meanwhile
+            d = np.hypot(traffic[:, None, 0] - shifted[None, :, 0], traffic[:, None, 1] - shifted[None, :, 1]).min(1)
             if (d < reach + 3.0).any():
                 return
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
-                             obstacle_s=s_obst)
+                             obstacle_s=s_obst, others=others, kind=leader["cls"])
+
+    def _cluster(self, leader: dict, near: np.ndarray, s_ego: float) -> tuple[tuple[int, ...], float]:
+        """The standing actors in the route's lane that follow the obstacle with gaps under PASS_CLUSTER_M (their
+        ids), and the route s where the last of them ends."""
+        path, path_s, path_yaw = self._path()
+        standing = near[(near[:, 5] < STANDING_SPEED) & (near[:, 6] != leader["id"])]
+        obstacle = near[near[:, 6] == leader["id"]][0]
+        end = leader["s"] + obstacle[3] / 2
+        if len(standing) == 0 or len(path) < 2:
+            return (), end
+        k, lateral, rel_yaw = self._on_path(standing, path, path_yaw)
+        half_along = np.abs(np.cos(rel_yaw)) * standing[:, 3] / 2 + np.abs(np.sin(rel_yaw)) * standing[:, 4] / 2
+        half_across = np.abs(np.sin(rel_yaw)) * standing[:, 3] / 2 + np.abs(np.cos(rel_yaw)) * standing[:, 4] / 2
+        inside = lateral < 1.2 + half_across  # reaching into the ego's half-lane width of 1.2 m
+        ids: list[int] = []
+        for i in np.argsort(path_s[k]):
+            if not inside[i] or path_s[k[i]] - half_along[i] < leader["s"]:
+                continue
+            if path_s[k[i]] - half_along[i] - end > PASS_CLUSTER_M:
+                break
+            ids.append(int(standing[i, 6]))
+            end = max(end, float(path_s[k[i]] + half_along[i]))
+        return tuple(ids), end
 
     def _neighbour_offset(self, x: float, y: float) -> float | None:
         """Metres to the left (negative: right) of the obstacle's lane centre of the lane to pass in: a lane of
