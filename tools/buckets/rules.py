@@ -49,8 +49,8 @@ RULES: dict[str, Any] = {
 YIELD_REASONS = ("leader", "collision", "junction")
 
 #: How `reason_detail` names an actor: "vehicle 7 at 9.1 m, 0.0 m/s", "pedestrian 12 would meet the ego in
-#: 1.5 s", "passing obstacle 3" (tools.expert.expert._what: vehicle, pedestrian or obstacle, then its id).
-_DETAIL_ACTOR = re.compile(r"\b(?:vehicle|pedestrian|obstacle) (\d+)\b")
+#: 1.5 s", "passing obstacle 3" (tools.expert.expert._what: vehicle, pedestrian, cyclist or obstacle, then its id).
+_DETAIL_ACTOR = re.compile(r"\b(?:vehicle|pedestrian|cyclist|obstacle) (\d+)\b")
 
 #: Commands that make a frame a turn whatever the route's shape.
 TURN_COMMANDS = (RoadOption.LEFT, RoadOption.RIGHT)

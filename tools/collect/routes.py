@@ -286,16 +286,13 @@ def _junction_type(first: dict) -> str:
 _LEAD_STEPS = 25
 
 
-def _neighbour_lanes(wp) -> tuple[str | None, bool]:
-    """(the side of a driving lane of the same direction beside it, the left first; an oncoming driving lane
-    on its left)."""
-    def same(lane) -> bool:
-        return lane is not None and str(lane.lane_type) == "Driving" and lane.lane_id * wp.lane_id > 0
-
+def _neighbour_lanes(wp) -> tuple[bool, bool]:
+    """(a driving lane of the same direction beside it, an oncoming driving lane on its left)."""
+    same = any(lane is not None and str(lane.lane_type) == "Driving" and lane.lane_id * wp.lane_id > 0
+               for lane in (wp.get_left_lane(), wp.get_right_lane()))
     left = wp.get_left_lane()
-    side = "left" if same(left) else "right" if same(wp.get_right_lane()) else None
     oncoming = left is not None and str(left.lane_type) == "Driving" and left.lane_id * wp.lane_id < 0
-    return side, oncoming
+    return same, oncoming
 
 
 def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict | None:
@@ -346,11 +343,10 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
             continue
         site = walk[k + int(distance / 2.0)]
         same, oncoming = _neighbour_lanes(site)
-        if stype.kind == OBSTACLE and not (oncoming if two_ways or name == "InvadingTurn" else same is not None):
+        if stype.kind == OBSTACLE and not (oncoming if two_ways or name == "InvadingTurn" else same):
             continue
+        # No `direction`: the obstacle takes the side away from the lane the ego can pass in (scenarios._free_side).
         params = {"distance": {"value": f"{distance:.0f}"}}
-        if stype.kind == OBSTACLE and name != "InvadingTurn":  # the obstacle away from the lane passed in
-            params["direction"] = {"value": "left" if same == "right" and not two_ways else "right"}
         if two_ways:
             lo = rng.choice((40, 60, 80))
             params["frequency"] = {"from": str(lo), "to": str(lo + 60)}

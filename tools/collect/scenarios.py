@@ -58,7 +58,7 @@ PASS_ROOM_M = PASS_CLEAR_M + PASS_RAMP_M + 2.0
 BEFORE_M = PASS_RAMP_M + 10.0
 #: How far an obstacle's actors reach beyond its site (the first of them), metres.
 EXTENT_M = {"Accident": 19.0, "AccidentTwoWays": 19.0, "ParkedObstacle": 3.0, "ParkedObstacleTwoWays": 3.0,
-            "VehicleOpensDoorTwoWays": 3.0, "ConstructionObstacle": 9.0, "ConstructionObstacleTwoWays": 9.0,
+            "VehicleOpensDoorTwoWays": 3.0, "ConstructionObstacle": 17.5, "ConstructionObstacleTwoWays": 17.5,
             "HazardAtSideLane": 10.0, "HazardAtSideLaneTwoWays": 10.0}
 #: Pedestrians start crossing when the ego would reach their crossing point in this many seconds (at least
 #: MIN_TRIGGER_M away), as scenario_runner's reaction time.
@@ -422,6 +422,14 @@ class Scenarios:
             outer = nxt
         return total
 
+    def _lane_path(self, s0: float, s1: float, lateral: float, side: str) -> np.ndarray:
+        """Points every metre (at least two) from route s0 to s1 (either way), `lateral` metres to `side`."""
+        out = []
+        for v in np.linspace(s0, s1, max(int(abs(s1 - s0)) + 1, 2)):
+            x, y, yaw = self._point(float(v))
+            out.append(np.array([x, y]) + self._side_vector(yaw, side) * lateral)
+        return np.array(out)
+
     def _place(self, world, s: float, size: tuple, lateral: float, side: str, yaw_offset: float = 0.0,
                block: bool = False) -> int:
         """A standing box at route s, `lateral` metres to `side` of the centreline."""
@@ -438,15 +446,15 @@ class Scenarios:
     def _obstacle(self, a: Active, name: str, p: dict, world) -> None:
         x, y, _ = self._point(a.trigger_s)
         width = self._lane(x, y).lane_width
-        side = direction(p) if name != "InvadingTurn" else "left"
+        side = "left" if name == "InvadingTurn" else direction(p) if "direction" in p else self._free_side(a.trigger_s)
         ids = a.statics
         if name.startswith("Accident"):
             site = self._site(a.trigger_s, value(p, "distance", 120.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             off = 0.6 * width / 2
             ids.append(self._warning(world, site - 8.0, side))
             ids.append(self._place(world, site, POLICE_CAR, off, side, 0.0, block=True))
-            ids.append(self._place(world, site + 10.0, PARKED_CAR, off, side, self.rng.uniform(-25, 25), block=True))
-            ids.append(self._place(world, site + 16.0, PARKED_CAR, off, side, self.rng.uniform(-25, 25), block=True))
+            ids.append(self._place(world, site + 10.0, PARKED_CAR, off, side, 0.0, block=True))
+            ids.append(self._place(world, site + 16.0, PARKED_CAR, off, side, 0.0, block=True))
             a.site_s = site + 16.0
         elif name.startswith("ParkedObstacle") or name == "VehicleOpensDoorTwoWays":
             site = self._site(a.trigger_s, value(p, "distance", 120.0 if name != "VehicleOpensDoorTwoWays" else 50.0),
@@ -461,21 +469,18 @@ class Scenarios:
             a.site_s = site
         elif name.startswith("ConstructionObstacle"):
             site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
-            off = 0.2 * width / 2
-            ids.append(self._place(world, site, TRAFFIC_WARNING, off, side, 0.0, block=True))
-            for k in range(4):  # a taper of cones in front of it, from the lane's edge to its far side
-                ids.append(self._place(world, site - 2.0 - 2.5 * k, CONE, width / 2 - 0.3 - 0.6 * k, side))
-                ids.append(self._place(world, site + 2.0 + 2.0 * k, CONE, width / 2 - 0.3, side))
-            a.site_s = site + 8.0
+            for k in range(4):  # a taper of cones from the lane's edge in towards its centre, the sign, a row after
+                ids.append(self._place(world, site + 2.5 * k, CONE, width / 2 - 0.3 - 0.45 * k, side))
+                ids.append(self._place(world, site + 11.5 + 2.0 * k, CONE, width / 2 - 0.3, side))
+            ids.append(self._place(world, site + 9.5, TRAFFIC_WARNING, 0.2 * width / 2, side, 0.0, block=True))
+            a.site_s = site + EXTENT_M[name]
         elif name.startswith("HazardAtSideLane"):
             site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             speed = value(p, "bicycle_speed", 10.0) / 3.6
             drive = value(p, "bicycle_drive_distance", 50.0)
             end = max(min(site + 9.0 + drive, self._limit(a.trigger_s) - PASS_ROOM_M), site + EXTENT_M[name])
             for start in (site, site + 9.0):
-                s = np.arange(start, end - (site + 9.0 - start), 1.0)
-                path = np.array([self._point(v)[:2] for v in s]) + np.array(
-                    [self._side_vector(self._point(v)[2], "right") * 0.55 * width / 2 for v in s])
+                path = self._lane_path(start, end - (site + 9.0 - start), 0.55 * width / 2, side)
                 mover = Mover(world.add_static(BICYCLE[3], *path[0], 0.0, *BICYCLE[:3]), BICYCLE, path, speed,
                               started=world.time)
                 a.movers.append(mover)
@@ -487,17 +492,28 @@ class Scenarios:
             lateral = width / 2 + width / 2 - (invade + width / 2 - 0.7)
             for k in range(3):
                 start = min(site + 40.0 + 25.0 * k, self.route.length)
-                s = np.arange(start, max(a.trigger_s - 40.0, 0.0), -1.0)
-                if len(s) < 2:
-                    continue
-                path = np.array([np.array(self._point(v)[:2]) + self._side_vector(self._point(v)[2], "left") * lateral
-                                 for v in s])
+                path = self._lane_path(start, max(a.trigger_s - 40.0, 0.0), lateral, "left")
                 car = PARKED_CAR
                 mover = Mover(world.add_static(car[3], *path[0], 0.0, *car[:3]), car, path, 8.0, started=world.time)
                 a.movers.append(mover)
             a.site_s = site
         if name.endswith("TwoWays"):
             self._oncoming_flow(a, p, world)
+
+    def _free_side(self, s: float) -> str:
+        """The side of the ego's lane an obstacle takes when the route file gives no `direction`: away from
+        the lane the ego can pass in (a same-direction lane on the left, else the oncoming one, are on the
+        left: the obstacle goes right; only a same-direction lane on the right: it goes left)."""
+        x, y, _ = self._point(s)
+        wp = self._lane(x, y)
+        left, right = wp.get_left_lane(), wp.get_right_lane()
+
+        def driving(lane) -> bool:
+            return lane is not None and str(lane.lane_type) == "Driving"
+
+        if not driving(left) and driving(right) and right.lane_id * wp.lane_id > 0:
+            return "left"
+        return "right"
 
     def _oncoming_flow(self, a: Active, p: dict, world) -> None:
         """TwoWays: SUMO traffic in the oncoming lane next to the site, gaps drawn from `frequency` (metres)."""
@@ -644,3 +660,12 @@ class Scenarios:
 
 class _NoSite(Exception):
     """The scenario has no place on this route (logged, skipped)."""
+
+
+def catalogue_markdown() -> str:
+    """The table of docs/scenarios.md: every leaderboard 2.0 scenario type and what the embedded world does."""
+    rows = ["| type | kind | embedded world | what happens on the road | why not as on the leaderboard |",
+            "|---|---|---|---|---|"]
+    for name, t in CATALOGUE.items():
+        rows.append(f"| `{name}` | {t.kind or '-'} | {t.handling} | {t.what or '-'} | {t.why or '-'} |")
+    return "\n".join(rows) + "\n"

@@ -112,6 +112,10 @@ class SumoWorld:
         self._statics: dict[int, Box] = {}
         self._hidden: set[str] = set()
         self._next_sc = 0
+        #: The ego's stand-in in a neighbouring lane while its box reaches into it (passing an obstacle): SUMO
+        #: maps the ego onto one lane, and its drivers see only what is in theirs. (SUMO id, lane) or None.
+        self._shadow: tuple[str, str] | None = None
+        self._shadows = 0
         self.target_vehicles = vehicles
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
@@ -246,6 +250,7 @@ class SumoWorld:
         before = self._front()
         self.ego.step(control, self.dt)
         self._place_ego()
+        self._place_shadow()
         arrived = self._sumo_step()
         self.time += self.dt
         self.tick += 1
@@ -365,6 +370,45 @@ class SumoWorld:
                     self._ids[vid] = self._next_id
                 out.append(self._ids[vid])
         return out
+
+    def _place_shadow(self) -> None:
+        """Keep a standing SUMO vehicle in the neighbouring lane the ego's box reaches into (none otherwise), so
+        that SUMO's traffic in that lane, oncoming traffic included, stops for the ego."""
+        ls, e = self.ls, self.ego
+        invaded = None
+        try:
+            lane, lateral = ls.vehicle.getLaneID(EGO), ls.vehicle.getLateralLanePosition(EGO)  # left positive
+            reach = abs(lateral) + EGO_SIZE[1] / 2 - ls.lane.getWidth(lane) / 2 if lane else -1.0
+        except self.ls.TraCIException:  # the ego is being put back
+            reach = -1.0
+        if reach > 0.2:
+            rad = math.radians(e.yaw)
+            side = math.copysign(abs(lateral) + EGO_SIZE[1] / 2, lateral)  # the box's edge on that side
+            x, y = e.x + math.sin(rad) * side, e.y - math.cos(rad) * side
+            sx, sy = self.town.carla_to_sumo(np.array([x, y]))
+            edge, _, index = ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+            if edge and not edge.startswith(":") and f"{edge}_{index}" != lane:
+                invaded = (edge, int(index), float(sx), float(sy))
+        if invaded is None:
+            if self._shadow is not None:
+                ls.vehicle.remove(self._shadow[0])
+                self._shadow = None
+            return
+        edge, index, sx, sy = invaded
+        if self._shadow is None or self._shadow[1] != f"{edge}_{index}":
+            if self._shadow is not None:
+                ls.vehicle.remove(self._shadow[0])
+            self._shadows += 1
+            vid = f"shadow{self._shadows}"
+            ls.route.add(f"r_{vid}", [edge])
+            ls.vehicle.add(vid, f"r_{vid}", typeID="ego", depart="now", departLane=str(index), departSpeed="0")
+            ls.vehicle.setSpeedMode(vid, 0)
+            ls.vehicle.setLaneChangeMode(vid, 0)
+            self._hidden.add(vid)
+            self._shadow = (vid, f"{edge}_{index}")
+        # The lane's own heading (an invalid angle): the shadow faces its lane's traffic.
+        ls.vehicle.moveToXY(self._shadow[0], edge, index, sx, sy, _tc.INVALID_DOUBLE_VALUE, 2, 3.0)
+        ls.vehicle.setSpeed(self._shadow[0], 0.0)
 
     def _sumo_step(self) -> set[str]:
         """One SUMO step; the ids of the vehicles that arrived. The ego is put back where it is if SUMO took it out:

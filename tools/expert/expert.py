@@ -122,9 +122,11 @@ def _boxes(boxes: list[Box]) -> np.ndarray:
 
 
 def _what(cls: float) -> str:
-    """An actor's class in a reason's detail: "vehicle", "pedestrian" (or cyclist), "obstacle" (a prop)."""
-    if int(cls) in semantics.VULNERABLE:
+    """An actor's class in a reason's detail: "vehicle", "pedestrian", "cyclist", "obstacle" (a prop)."""
+    if int(cls) == semantics.PEDESTRIAN:
         return "pedestrian"
+    if int(cls) in semantics.VULNERABLE:
+        return "cyclist"
     return "vehicle" if int(cls) in semantics.VEHICLES else "obstacle"
 
 
@@ -228,7 +230,7 @@ class Expert:
             reason = "junction" if junction_ahead else "collision"
             detail = f"{_what(cls)} {other} would meet the ego in {when:.1f} s"
 
-        self._maybe_pass(ego, v, leader, light, near, s_ego)
+        self._maybe_pass(ego, v, leader, light, near, actors, s_ego)
         if self.passing is not None:
             if v > STOPPED_SPEED or s_ego > self.passing.obstacle_s:
                 self._pass_stuck_since = None
@@ -394,8 +396,9 @@ class Expert:
         return int(actors[a, 6]), int(actors[a, 7]), float(times[t])
 
     def _maybe_pass(self, ego: Box, v: float, leader: dict | None, light: dict | None, near: np.ndarray,
-                    s_ego: float) -> None:
-        """Start passing a leader that stands still in the way (an obstacle) once the next lane is free."""
+                    actors: np.ndarray, s_ego: float) -> None:
+        """Start passing a leader that stands still in the way (an obstacle) once the next lane is free: of
+        every actor the world shows (`actors`; oncoming traffic far beyond the path's reach comes meanwhile)."""
         if self.passing is not None or leader is None or self.map is None:
             self._stopped_behind = None if leader is None else self._stopped_behind
             return
@@ -426,11 +429,15 @@ class Expert:
         # The neighbouring lane must be empty over the pass and for the oncoming traffic's approach.
         rad = np.radians(r.yaw[span])
         shifted = r.xy[span] + offset * np.stack([np.sin(rad), -np.cos(rad)], axis=-1)
-        traffic = near[~np.isin(near[:, 6], (leader["id"], *others))]
+        traffic = actors[~np.isin(actors[:, 6], (leader["id"], *others))]
         if len(traffic):
-            reach = traffic[:, 5] * ((hi - s_ego) / PASS_SPEED)  # how far each could drive meanwhile
-            d = np.hypot(traffic[:, None, 0] - shifted[None, :, 0], traffic[:, None, 1] - shifted[None, :, 1]).min(1)
-            if (d < reach + 3.0).any():
+            # Each actor's constant-velocity forecast over the pass (driven at PASS_SPEED) keeps 3 m from it.
+            times = np.arange(0.0, (hi - s_ego) / PASS_SPEED + 1e-6, FORECAST_STEP_S)
+            rad = np.radians(traffic[:, 2])
+            fx = traffic[:, None, 0] + (np.cos(rad) * traffic[:, 5])[:, None] * times[None, :]
+            fy = traffic[:, None, 1] + (np.sin(rad) * traffic[:, 5])[:, None] * times[None, :]
+            d = np.hypot(fx[:, :, None] - shifted[None, None, :, 0], fy[:, :, None] - shifted[None, None, :, 1])
+            if (d.min(axis=(1, 2)) < 3.0).any():
                 return
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
@@ -461,17 +468,26 @@ class Expert:
 
     def _neighbour_offset(self, x: float, y: float) -> float | None:
         """Metres to the left (negative: right) of the obstacle's lane centre of the lane to pass in: a lane of
-        the same direction (the left one first), else the oncoming lane on the left; None when there is none."""
+        the same direction on the side away from the obstacle (it stands left or right of its lane's centre),
+        else the oncoming lane on the left, else a same-direction lane on the obstacle's side; None when there
+        is none."""
         import carla
 
         wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
         if wp is None:
             return None
         left, right = wp.get_left_lane(), wp.get_right_lane()
-        candidates = [(lane, sign) for lane, sign in ((left, 1.0), (right, -1.0))
-                      if lane is not None and str(lane.lane_type) == "Driving" and lane.lane_id * wp.lane_id > 0]
-        if left is not None and str(left.lane_type) == "Driving" and left.lane_id * wp.lane_id < 0:
+        centre, rad = wp.transform.location, math.radians(wp.transform.rotation.yaw)
+        obstacle_left = (x - centre.x) * math.sin(rad) - (y - centre.y) * math.cos(rad) > 0.0
+
+        def driving(lane, same: bool) -> bool:
+            return lane is not None and str(lane.lane_type) == "Driving" and (lane.lane_id * wp.lane_id > 0) == same
+
+        away, near = ((right, -1.0), (left, 1.0)) if obstacle_left else ((left, 1.0), (right, -1.0))
+        candidates = [(lane, sign) for lane, sign in (away,) if driving(lane, True)]
+        if driving(left, False) and not obstacle_left:
             candidates.append((left, 1.0))  # through the oncoming lane
+        candidates += [(lane, sign) for lane, sign in (near,) if driving(lane, True)]
         if not candidates:
             return None
         lane, sign = candidates[0]

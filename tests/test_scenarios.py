@@ -1,0 +1,207 @@
+"""Leaderboard 2.0 scenarios in the embedded world (tools/collect/scenarios.py): route files with scenario
+blocks, where the generator places them, and what happens on the road when the expert drives them in the
+real SUMO world: obstacles passed, a walker yielded to, a red-light runner, each labelled in every sensor."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import PYTHON, REPO, run_bin, run_tool
+
+from tools.collect.planner import RoadOption, RoutePlanner, turn_option
+from tools.collect.routes import Route, generate_routes, read_routes, write_route
+from tools.collect.scenarios import (
+    CATALOGUE,
+    EXTENT_M,
+    JUNCTION,
+    NAME_ONLY,
+    OBSTACLE,
+    PASS_ROOM_M,
+    PLACEABLE,
+    catalogue_markdown,
+)
+from tools.collect.town import Town
+from tools.dataset import semantics as sem
+from tools.dataset.frames import read_boxes, read_frame
+from tools.dataset.layout import Layout
+from tools.dataset.measurements import Measurements
+from tools.dataset.results import SUCCESS_STATUSES
+
+#: Every scenario type of the leaderboard 2.0 route files (data/routes_training.xml, routes_devtest.xml) and
+#: scenario_runner's route scenarios at CARLA 0.9.16.
+LEADERBOARD_TYPES = (
+    "Accident", "AccidentTwoWays", "BlockedIntersection", "ConstructionObstacle", "ConstructionObstacleTwoWays",
+    "ControlLoss", "CrossingBicycleFlow", "DynamicObjectCrossing", "EnterActorFlow", "EnterActorFlowV2",
+    "HardBreakRoute", "HazardAtSideLane", "HazardAtSideLaneTwoWays", "HighwayCutIn", "HighwayExit",
+    "InterurbanActorFlow", "InterurbanAdvancedActorFlow", "InvadingTurn", "MergerIntoSlowTraffic",
+    "MergerIntoSlowTrafficV2", "NonSignalizedJunctionLeftTurn", "NonSignalizedJunctionRightTurn",
+    "OppositeVehicleRunningRedLight", "OppositeVehicleTakingPriority", "ParkedObstacle", "ParkedObstacleTwoWays",
+    "ParkingCrossingPedestrian", "ParkingCutIn", "ParkingExit", "PedestrianCrossing", "PriorityAtJunction",
+    "SignalizedJunctionLeftTurn", "SignalizedJunctionRightTurn", "StaticCutIn", "VehicleOpensDoorTwoWays",
+    "VehicleTurningRoute", "VehicleTurningRoutePedestrian", "YieldToEmergencyVehicle",
+)
+#: What the driven fixture places on the test grid: an obstacle, a walker, a red-light runner.
+DRIVEN = ("Accident", "DynamicObjectCrossing", "OppositeVehicleRunningRedLight")
+
+
+def test_the_catalogue_covers_every_leaderboard_type_and_docs_print_it():
+    assert set(LEADERBOARD_TYPES) <= set(CATALOGUE)
+    for name, t in CATALOGUE.items():
+        assert t.handling == NAME_ONLY or t.kind is not None, name
+        assert t.handling == "executed" or t.why, f"{name}: {t.handling} without a reason"
+    assert catalogue_markdown() in (REPO / "docs" / "scenarios.md").read_text()
+
+
+def test_scenario_parameters_round_trip_through_a_route_file(tmp_path):
+    params = {"distance": {"value": "70"}, "direction": {"value": "left"}, "frequency": {"from": "20", "to": "60"}}
+    route = Route("0", "town", np.array([[0.0, 0.0, 0.0], [50.0, 0.0, 0.0]]),
+                  [{"name": "AccidentTwoWays_1", "type": "AccidentTwoWays", "trigger": [1.0, 2.0, 0.0, 90.0],
+                    "params": params}])
+    write_route(tmp_path / "r.xml", route)
+    (back,) = read_routes(tmp_path / "r.xml")
+    assert back.scenarios == [{"name": "AccidentTwoWays_1", "type": "AccidentTwoWays",
+                               "trigger": [1.0, 2.0, 0.0, 90.0], "params": params}]
+    assert '<frequency from="20" to="60" />' in (tmp_path / "r.xml").read_text()
+
+
+def test_the_generator_places_obstacles_on_clear_stretches_and_junction_types_before_their_junction(
+        tmp_path, town_xodr):
+    types = ("Accident", "ConstructionObstacle", "DynamicObjectCrossing", "SignalizedJunctionLeftTurn",
+             "SignalizedJunctionRightTurn", "PedestrianCrossing")
+    files = generate_routes(str(town_xodr), count=len(types), out=str(tmp_path), seed=5, scenarios=",".join(types))
+    town = Town(town_xodr)
+    for path, name in zip(files, types, strict=True):
+        (route,) = read_routes(path)
+        assert path.parent.name == name and [s["type"] for s in route.scenarios] == [name]
+        dense = RoutePlanner(town.carla_map).trace(route.waypoints)
+        x, y = route.scenarios[0]["trigger"][:2]
+        k = int(np.hypot(dense.xy[:, 0] - x, dense.xy[:, 1] - y).argmin())
+        assert math.hypot(dense.xy[k, 0] - x, dense.xy[k, 1] - y) < 2.0, f"{name}: trigger off the route"
+        trigger_s = dense.s[k]
+        if CATALOGUE[name].kind == JUNCTION or name == "PedestrianCrossing":
+            junction = np.flatnonzero(dense.junction & (dense.s > trigger_s))
+            assert 5.0 < dense.s[junction[0]] - trigger_s < 40.0, f"{name}: no junction right after the trigger"
+            i0 = i1 = int(junction[0])
+            while i1 + 1 < len(dense.s) and dense.junction[i1 + 1]:
+                i1 += 1
+            turn = turn_option(float(dense.yaw[i0 - 1]), float(dense.yaw[min(i1 + 1, len(dense.s) - 1)]))
+            if "LeftTurn" in name:
+                assert turn == RoadOption.LEFT, name
+            if "RightTurn" in name:
+                assert turn == RoadOption.RIGHT, name
+        else:  # the site and the room to pass it lie on one stretch without a junction
+            distance = float(route.scenarios[0]["params"]["distance"]["value"])
+            need = distance + (EXTENT_M.get(name, 0.0) + PASS_ROOM_M if CATALOGUE[name].kind == OBSTACLE else 6.0)
+            span = (dense.s >= trigger_s) & (dense.s <= trigger_s + need)
+            assert not dense.junction[span].any(), name
+
+
+@pytest.mark.parametrize("scenarios, message", [
+    ("ControlLoss", "cannot place it: a loss of control"),
+    ("Accident,NoSuchType", "NoSuchType: the embedded world cannot place it: not a leaderboard 2.0 type"),
+])
+def test_a_type_the_world_cannot_place_is_refused_in_one_line_before_anything_is_written(tmp_path, town_xodr,
+                                                                                        scenarios, message):
+    out = tmp_path / "routes"
+    r = run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "2", "--out",
+                 str(out), "--scenarios", scenarios)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------- driven in the world
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory, town_xodr) -> Layout:
+    """An obstacle, a walker and a red-light runner on the test grid, driven by the expert with frames."""
+    d = tmp_path_factory.mktemp("scenarios")
+    generate_routes(str(town_xodr), count=len(DRIVEN), out=str(d / "routes"), seed=2, min_length=200,
+                    max_length=400, scenarios=",".join(DRIVEN))
+    run_bin("collect", str(d / "routes"), "--root", str(d / "root"), "--workers", "2", "--max-attempts", "1",
+            check=True, timeout=600)
+    return Layout(d / "root")
+
+
+def _frames(layout: Layout, scenario: str) -> list[tuple[Measurements, dict]]:
+    (run,) = [p for p in (layout.root / "data" / scenario).iterdir() if p.is_dir()]
+    out = []
+    for path in sorted((run / "frames").glob("*.msgpack"), key=lambda p: int(p.stem)):
+        frame = read_frame(path)
+        out.append((Measurements.from_dict(frame["measurements"]), frame))
+    return out
+
+
+def test_every_scenario_run_finishes_without_infractions(driven):
+    results = sorted((driven.root / "results").rglob("*.json"))
+    assert len(results) == len(DRIVEN)
+    for path in results:
+        record = json.loads(path.read_text())["_checkpoint"]["records"][0]
+        assert record["status"] in SUCCESS_STATUSES, (path.parent.name, record["status"], record["infractions"])
+        assert not any(record["infractions"].values()), (path.parent.name, record["infractions"])
+
+
+def test_the_expert_passes_the_accident_whose_actors_are_labelled(driven):
+    frames = _frames(driven, "Accident")
+    running = [(m, f) for m, f in frames if m.scenario]
+    assert running and frames[0][0].scenario is None  # measurements say when it runs
+    actors = set(running[0][0].scenario["actors"])
+    assert len(actors) == 4 and all(m.scenario["type"] == "Accident" for m, _ in running)
+    classes = {b.id: b.cls for _, f in running for b in read_boxes(f) if b.id in actors}
+    assert sorted(classes.values()) == [sem.CAR, sem.CAR, sem.CAR, sem.STATIC]
+    passing = [m for m, _ in running if m.reason == "passing"]
+    assert passing and all("vehicle" in m.reason_detail for m in passing)
+    # Passing means leaving the lane: the ego's centre a lane width beside the route's centreline.
+    offsets = []
+    for m in passing:
+        (x0, y0), (x1, y1) = m.route[0], m.route[1]
+        along = math.hypot(x1 - x0, y1 - y0)
+        offsets.append(abs((x1 - x0) * (m.ego_xy[1] - y0) - (y1 - y0) * (m.ego_xy[0] - x0)) / along)
+    assert max(offsets) > 2.5
+
+
+def test_the_walker_is_in_every_sensor_and_the_expert_yields_to_it(driven):
+    frames = _frames(driven, "DynamicObjectCrossing")
+    running = [(m, f) for m, f in frames if m.scenario]
+    walkers = {b.id for _, f in running for b in read_boxes(f) if b.cls == sem.PEDESTRIAN}
+    assert len(walkers) == 1
+    (walker,) = walkers
+    seen = {"semantics": False, "lidar": False, "bev": False}
+    for _, f in running:
+        s = f["sensors"]
+        seen["semantics"] |= bool((s["semantics_front"] == sem.PEDESTRIAN).sum() > 20)
+        labels = s["lidar_labels"]
+        seen["lidar"] |= bool(((labels[:, 1] == walker) & (labels[:, 0] == sem.PEDESTRIAN)).any())
+        seen["bev"] |= bool((s["bev"] == sem.BEV_PEDESTRIAN).any())
+    assert all(seen.values()), seen
+    moving = [b.speed for _, f in running for b in read_boxes(f) if b.id == walker]
+    assert max(moving) > 1.5 and min(moving) == 0.0  # waits on the kerb, crosses, stands on the far side
+    yielding = [m for m, _ in running if m.reason in ("collision", "leader") and f"pedestrian {walker}" in m.reason_detail]
+    assert yielding and min(m.target_speed - m.speed for m in yielding) < -0.5  # it brakes for the walker
+
+
+def test_the_red_light_runner_is_a_sumo_vehicle_of_the_scenario(driven):
+    frames = _frames(driven, "OppositeVehicleRunningRedLight")
+    running = [(m, f) for m, f in frames if m.scenario]
+    assert running
+    actors = {a for m, _ in running for a in m.scenario["actors"]}
+    boxes = [b for _, f in running for b in read_boxes(f) if b.id in actors]
+    assert len(actors) == 1 and boxes and max(b.speed for b in boxes) > 8.0
+    assert all(b.cls == sem.CAR for b in boxes)
+
+
+def test_scenario_frames_go_to_the_scenario_buckets(driven, tmp_path):
+    run_bin("build-buckets", str(driven.root), check=True)
+    index = (driven.root / "buckets" / "index.json").read_text()
+    assert "obstacle_passing" in index and "pedestrian_yielding" in index
+
+
+def test_placeable_types_are_every_type_with_a_kind():
+    assert set(PLACEABLE) == {n for n, t in CATALOGUE.items() if t.kind is not None}
+    assert Path(REPO / "docs" / "scenarios.md").is_file()
