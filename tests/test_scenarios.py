@@ -182,7 +182,8 @@ def test_the_walker_is_in_every_sensor_and_the_expert_yields_to_it(driven):
     assert all(seen.values()), seen
     moving = [b.speed for _, f in running for b in read_boxes(f) if b.id == walker]
     assert max(moving) > 1.5 and min(moving) == 0.0  # waits on the kerb, crosses, stands on the far side
-    yielding = [m for m, _ in running if m.reason in ("collision", "leader") and f"pedestrian {walker}" in m.reason_detail]
+    yielding = [m for m, _ in running
+                if m.reason in ("collision", "leader") and f"pedestrian {walker}" in m.reason_detail]
     assert yielding and min(m.target_speed - m.speed for m in yielding) < -0.5  # it brakes for the walker
 
 
