@@ -206,3 +206,13 @@ def test_scenario_frames_go_to_the_scenario_buckets(driven, tmp_path):
 def test_placeable_types_are_every_type_with_a_kind():
     assert set(PLACEABLE) == {n for n, t in CATALOGUE.items() if t.kind is not None}
     assert Path(REPO / "docs" / "scenarios.md").is_file()
+
+
+def test_show_picks_the_frame_with_the_scenario_in_view(driven, tmp_path):
+    run = next((driven.root / "data" / "DynamicObjectCrossing").iterdir())
+    r = run_tool(PYTHON, "-m", "tools.collect", "show", str(run), "--frame", "scenario", "--out",
+                 str(tmp_path / "walker.png"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "walker.png").stat().st_size > 10_000
+    r = run_tool(PYTHON, "-m", "tools.collect", "show", str(run), "--frame", "nope")
+    assert r.returncode != 0 and "expected a frame index (an integer) or 'scenario'" in r.stderr

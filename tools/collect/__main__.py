@@ -201,12 +201,13 @@ def clean_failed(root: str | None = None, yes: bool = False) -> None:
     clean_failed_runs(root, yes=yes)
 
 
-def show(path: str, frame: int = 0, out: str | None = None) -> None:
+def show(path: str, frame: int | str = 0, out: str | None = None) -> None:
     """One picture of a recorded frame: camera, semantics, depth, LiDAR from above, BEV raster, boxes.
 
     Args:
         path: a route-run folder, its frames/ folder, or a frame file.
-        frame: frame index within the run (ignored for a frame file).
+        frame: frame index within the run (ignored for a frame file); "scenario": the frame where an actor of
+            the route's scenario is nearest ahead (docs/scenarios.md).
         out: PNG to write (default: <run>/frame-<I>.png... in the current folder: frame-<I>.png).
     """
     from tools.collect.show import show_frame

@@ -319,6 +319,10 @@ class Scenarios:
                 for f in a.flows:
                     f.until = min(f.until, world.time)
 
+    def summary(self) -> str:
+        """What became of each scenario block: "Accident_1 done, DynamicObjectCrossing_1 failed" ("" for none)."""
+        return ", ".join(f"{a.block['name']} {a.state}" for a in self.items)
+
     def active(self, world, s_ego: float) -> dict | None:
         """The running scenario nearest ahead of the ego, for the frame's measurements (None: none)."""
         running = [a for a in self.items if a.state == "running"]

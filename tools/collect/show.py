@@ -45,14 +45,17 @@ def show_frame(path: str | Path, frame: int = 0, out: str | Path | None = None) 
 
     Args:
         path: a route-run folder, its frames/ folder, or a frame file (*.msgpack).
-        frame: the frame index (the number in its file name); negative counts from the last frame.
+        frame: the frame index (the number in its file name); negative counts from the last frame;
+            "scenario": the frame where an actor of the route's scenario is nearest ahead of the ego.
             Ignored when `path` is a frame file.
         out: the PNG to write; default frame-<index:05d>.png in the current folder.
     """
+    if frame == "scenario":
+        frame = _scenario_frame(Path(path))
     try:
         frame = int(frame)
     except (TypeError, ValueError):
-        raise ToolError(f"--frame {frame!r}: expected a frame index (an integer)") from None
+        raise ToolError(f"--frame {frame!r}: expected a frame index (an integer) or 'scenario'") from None
     frame_path, run_dir = _locate(Path(path), frame)
     try:
         data = read_frame(frame_path)
@@ -100,6 +103,42 @@ def _locate(path: Path, frame: int) -> tuple[Path, Path]:
     if frame not in files:
         raise ToolError(f"run {run_dir} has {span}, no frame {frame}")
     return files[frame], run_dir
+
+
+#: `--frame scenario` shows the frame with a scenario actor this far ahead, metres.
+SCENARIO_VIEW_M = 12.0
+
+
+def _scenario_frame(path: Path) -> int:
+    """The index of the frame where an actor of the running scenario (measurements `scenario`) is ahead of the
+    ego nearest to SCENARIO_VIEW_M (3 to 40 m ahead, within 8 m to a side: in the camera's view, large); else
+    the first frame a scenario runs in."""
+    if path.is_file():
+        return 0  # a frame file is shown whatever the index
+    _, run_dir = _locate(path, -1)
+    best: tuple[float, int] | None = None
+    first = None
+    for p in sorted((run_dir / layout.FRAMES).glob("*.msgpack"), key=lambda q: int(q.stem) if q.stem.isdigit() else -1):
+        if atomic.is_temporary(p) or not p.stem.isdigit():
+            continue
+        try:
+            data = read_frame(p, sensors=False)
+            m = Measurements.from_dict(data["measurements"])
+            boxes = read_boxes(data)
+        except (FrameError, KeyError, ValueError):
+            continue
+        if not m.scenario:
+            continue
+        first = int(p.stem) if first is None else first
+        actors = set(m.scenario.get("actors", ()))
+        for b in boxes:
+            x, y = b.center_ego[:2] if b.center_ego else (0.0, 99.0)
+            score = abs(x - SCENARIO_VIEW_M)
+            if b.id in actors and 3.0 < x < 40.0 and abs(y) < 8.0 and (best is None or score < best[0]):
+                best = (score, int(p.stem))
+    if best is None and first is None:
+        raise ToolError(f"run {run_dir}: no frame was recorded while a scenario ran (measurements `scenario`)")
+    return best[1] if best is not None else first
 
 
 def _rig(run_dir: Path) -> tuple[RigConfig, str]:
