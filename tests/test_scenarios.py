@@ -216,3 +216,22 @@ def test_show_picks_the_frame_with_the_scenario_in_view(driven, tmp_path):
     assert (tmp_path / "walker.png").stat().st_size > 10_000
     r = run_tool(PYTHON, "-m", "tools.collect", "show", str(run), "--frame", "nope")
     assert r.returncode != 0 and "expected a frame index (an integer) or 'scenario'" in r.stderr
+
+
+@pytest.mark.parametrize("param, message", [
+    ('<distance value="far"/>', 'scenario Accident_1: parameter <distance value="far"> is not a number'),
+    ('<frequency from="20" to="nan"/>', 'parameter <frequency to="nan"> is not a number'),
+    ('<direction value="up"/>', 'parameter <direction value="up"> must be left or right'),
+])
+def test_a_bad_scenario_parameter_is_one_line_naming_it_and_nothing_runs(tmp_path, town_xodr, param, message):
+    (tmp_path / "towns").mkdir()
+    (tmp_path / "towns" / "town.xodr").write_bytes(town_xodr.read_bytes())
+    route = tmp_path / "r.xml"
+    route.write_text('<routes><route id="0" town="town"><waypoints><position x="0" y="0" z="0"/>'
+                     '<position x="50" y="0" z="0"/></waypoints><scenarios><scenario name="Accident_1" '
+                     f'type="Accident"><trigger_point x="0" y="0" z="0" yaw="0"/>{param}</scenario></scenarios>'
+                     '</route></routes>')
+    r = run_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(route), "--root", str(tmp_path / "root"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and message in lines[0] and "r.xml: route 0" in lines[0], r.stderr
+    assert not (tmp_path / "root").exists()

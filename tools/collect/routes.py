@@ -76,6 +76,8 @@ def _plain(value: str, what: str, where: str) -> str:
 
 def read_routes(path: Path) -> list[Route]:
     """Parse a route file. Any problem is a RouteError naming the file and the reason."""
+    from tools.collect.scenarios import check_params
+
     path = Path(path)
     try:
         root = ET.parse(path).getroot()
@@ -108,6 +110,9 @@ def read_routes(path: Path) -> list[Route]:
             # Every other child is a parameter, as the leaderboard reads them (config.other_parameters):
             # <distance value="70"/>, <frequency from="20" to="60"/>.
             params = {p.tag: dict(p.attrib) for p in sc if p.tag != "trigger_point"}
+            problem = check_params(params)
+            if problem:
+                raise RouteError(f"{where}: scenario {sc.get('name')}: {problem}")
             scenarios.append({"name": sc.get("name"), "type": sc.get("type"), "trigger": trigger, "params": params})
         weathers = []
         for w in el.findall("weathers/weather"):

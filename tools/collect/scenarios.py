@@ -173,6 +173,29 @@ PLACEABLE = tuple(name for name, t in CATALOGUE.items() if t.kind is not None)
 
 # ----------------------------------------------------------------------------- parameters
 
+#: Parameters the embedded world reads, with what they must be: a number (`value`, or `from` and `to`) or a
+#: side. Others a route file may hold (blocker_model ...) are read as text or kept for the leaderboard.
+NUMBERS = ("distance", "speed", "flow_speed", "frequency", "source_dist_interval", "offset", "bicycle_speed",
+           "bicycle_drive_distance", "crossing_angle")
+
+
+def check_params(params: dict[str, dict[str, str]]) -> str | None:
+    """What is wrong with a scenario block's parameters, in words ("distance='abc' is not a number"); None."""
+    for name in NUMBERS:
+        for key, text in params.get(name, {}).items():
+            if key not in ("value", "from", "to"):
+                continue
+            try:
+                if not math.isfinite(float(text)):
+                    raise ValueError
+            except ValueError:
+                return f"parameter <{name} {key}=\"{text}\"> is not a number"
+    side = params.get("direction", {}).get("value")
+    if side is not None and side not in ("left", "right"):
+        return f"parameter <direction value=\"{side}\"> must be left or right"
+    return None
+
+
 
 def value(params: dict, name: str, default: Any, kind=float) -> Any:
     """A `<name value="..."/>` parameter of a scenario block (its default when absent)."""
