@@ -212,6 +212,16 @@ def share(runs: list[Run]) -> float:
     return sum(r.finished for r in runs) / max(len(runs), 1)
 
 
+def parse_towns(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """--towns as a list of known town names (a usage error names the unknown ones)."""
+    towns = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in towns if t not in GENERATED and t not in CARLA_TOWNS]
+    if unknown or not towns:
+        parser.error(f"--towns {text}: unknown {', '.join(unknown) or 'none given'}; "
+                     f"choose from {', '.join([*GENERATED, *CARLA_TOWNS])}")
+    return towns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--routes-per-town", type=int, default=10, help="routes generated per town (default 10)")
@@ -226,11 +236,7 @@ def main() -> None:
                         help="the py123d wheel holding CARLA's towns (default: pip download py123d==0.7.0)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (towns, routes, roots)")
     args = parser.parse_args()
-    towns = [t.strip() for t in args.towns.split(",") if t.strip()]
-    unknown = [t for t in towns if t not in GENERATED and t not in CARLA_TOWNS]
-    if unknown or not towns:
-        parser.error(f"--towns {args.towns}: unknown {', '.join(unknown) or 'none given'}; "
-                     f"choose from {', '.join([*GENERATED, *CARLA_TOWNS])}")
+    towns = parse_towns(parser, args.towns)
     if args.routes_per_town < 1 or args.workers < 1:
         parser.error("--routes-per-town and --workers must be at least 1")
     if args.wheel is not None and not args.wheel.is_file():

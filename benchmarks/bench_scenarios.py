@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_expert import GENERATED, GROUPS, Run, build_towns, commit_of, drive, read_runs  # noqa: E402
+from bench_expert import GENERATED, GROUPS, Run, build_towns, commit_of, drive, parse_towns, read_runs  # noqa: E402
 
 from tools.collect.routes import RouteError, generate_routes, read_routes  # noqa: E402
 from tools.collect.scenarios import CATALOGUE, PLACEABLE  # noqa: E402
@@ -168,11 +168,7 @@ def main() -> None:
                         help="work in this new (or empty) folder instead of a temporary one, keep it, and write "
                              "the table to OUT/summary.json")
     args = parser.parse_args()
-    towns = [t.strip() for t in args.towns.split(",") if t.strip()]
-    unknown = [t for t in towns if t not in GENERATED and t not in CARLA_TOWNS]
-    if unknown or not towns:
-        parser.error(f"--towns {args.towns}: unknown {', '.join(unknown) or 'none given'}; "
-                     f"choose from {', '.join([*GENERATED, *CARLA_TOWNS])}")
+    towns = parse_towns(parser, args.towns)
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     for name in types:
         if name not in PLACEABLE:

@@ -46,6 +46,15 @@ START_CLEAR_M = 30.0
 LINK_JUDGED_AFTER_M = 8.0
 
 
+#: In an oncoming lane the ego drives in (passing), SUMO's traffic stops this far ahead of it, metres.
+SHADOW_AHEAD_M = 15.0
+
+
+def _opposite(angle_a: float, angle_b: float) -> bool:
+    """Two headings (degrees) more than 90 degrees apart."""
+    return abs((angle_a - angle_b + 180.0) % 360.0 - 180.0) > 90.0
+
+
 class WorldError(ToolError):
     pass
 
@@ -172,7 +181,10 @@ class SumoWorld:
         self._ego_adds += 1
         route = f"ego_route{self._ego_adds}"  # a route id is for good: a re-added ego needs a new one
         self.ls.route.add(route, [edge])
-        self.ls.vehicle.add(EGO, route, typeID="ego", depart="now", departSpeed="0")
+        try:
+            self.ls.vehicle.add(EGO, route, typeID="ego", depart="now", departSpeed="0")
+        except self.ls.TraCIException:
+            pass  # SUMO still holds it off the road (teleporting): placing it below puts it back
         self.ls.vehicle.setSpeedMode(EGO, 0)
         self.ls.vehicle.setLaneChangeMode(EGO, 0)
         # One call a tick returns every vehicle near the ego with what a box needs (libsumo context subscription).
@@ -372,32 +384,42 @@ class SumoWorld:
         return out
 
     def _place_shadow(self) -> None:
-        """Keep a standing SUMO vehicle in the neighbouring lane the ego's box reaches into (none otherwise), so
-        that SUMO's traffic in that lane, oncoming traffic included, stops for the ego."""
+        """Keep a standing SUMO vehicle in the lane the ego reaches into or drives in against its direction
+        (none otherwise): SUMO maps the ego onto one lane, and its drivers see only what is in theirs. In a
+        lane of the ego's direction it stands beside the ego, so that traffic there stops behind the ego; in an
+        oncoming lane SHADOW_AHEAD_M ahead, so that oncoming traffic stops where the ego can still get back."""
         ls, e = self.ls, self.ego
-        invaded = None
+        target = None  # (edge, lane index, lane position of the ego there)
+        heading = (e.yaw + 90.0) % 360.0  # SUMO's angle
         try:
             lane, lateral = ls.vehicle.getLaneID(EGO), ls.vehicle.getLateralLanePosition(EGO)  # left positive
-            reach = abs(lateral) + EGO_SIZE[1] / 2 - ls.lane.getWidth(lane) / 2 if lane else -1.0
         except self.ls.TraCIException:  # the ego is being put back
-            reach = -1.0
-        if reach > 0.2:
-            rad = math.radians(e.yaw)
-            side = math.copysign(abs(lateral) + EGO_SIZE[1] / 2, lateral)  # the box's edge on that side
-            x, y = e.x + math.sin(rad) * side, e.y - math.cos(rad) * side
-            sx, sy = self.town.carla_to_sumo(np.array([x, y]))
-            edge, _, index = ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
-            if edge and not edge.startswith(":") and f"{edge}_{index}" != lane:
-                invaded = (edge, int(index), float(sx), float(sy))
-        if invaded is None:
-            if self._shadow is not None:
+            lane = ""
+        if lane and not lane.startswith(":"):
+            if _opposite(ls.lane.getAngle(lane), heading):
+                edge, index = lane.rsplit("_", 1)
+                target = (edge, int(index), float(ls.vehicle.getLanePosition(EGO)))
+            elif abs(lateral) + EGO_SIZE[1] / 2 - ls.lane.getWidth(lane) / 2 > 0.2:
+                rad = math.radians(e.yaw)
+                side = math.copysign(abs(lateral) + EGO_SIZE[1] / 2, lateral)  # the box's edge on that side
+                sx, sy = self.town.carla_to_sumo(np.array([e.x + math.sin(rad) * side, e.y - math.cos(rad) * side]))
+                edge, pos, index = ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+                if edge and not edge.startswith(":") and f"{edge}_{index}" != lane:
+                    target = (edge, int(index), float(pos))
+        if target is not None:
+            edge, index, pos = target
+            if _opposite(ls.lane.getAngle(f"{edge}_{index}"), heading):
+                pos = max(pos - SHADOW_AHEAD_M, 0.5)  # its positions grow against the ego's heading
+            sx, sy = ls.simulation.convert2D(edge, pos, index)
+        if self._shadow is not None and (target is None or self._shadow[1] != f"{target[0]}_{target[1]}"):
+            try:
                 ls.vehicle.remove(self._shadow[0])
-                self._shadow = None
+            except self.ls.TraCIException:  # SUMO took it out already (teleported from a jam)
+                pass
+            self._shadow = None
+        if target is None:
             return
-        edge, index, sx, sy = invaded
-        if self._shadow is None or self._shadow[1] != f"{edge}_{index}":
-            if self._shadow is not None:
-                ls.vehicle.remove(self._shadow[0])
+        if self._shadow is None:
             self._shadows += 1
             vid = f"shadow{self._shadows}"
             ls.route.add(f"r_{vid}", [edge])
@@ -406,9 +428,12 @@ class SumoWorld:
             ls.vehicle.setLaneChangeMode(vid, 0)
             self._hidden.add(vid)
             self._shadow = (vid, f"{edge}_{index}")
-        # The lane's own heading (an invalid angle): the shadow faces its lane's traffic.
-        ls.vehicle.moveToXY(self._shadow[0], edge, index, sx, sy, _tc.INVALID_DOUBLE_VALUE, 2, 3.0)
-        ls.vehicle.setSpeed(self._shadow[0], 0.0)
+        # On its lane's centre, facing its lane's traffic (an invalid angle: the lane's own).
+        try:
+            ls.vehicle.moveToXY(self._shadow[0], edge, index, sx, sy, _tc.INVALID_DOUBLE_VALUE, 2, 3.0)
+            ls.vehicle.setSpeed(self._shadow[0], 0.0)
+        except self.ls.TraCIException:  # gone meanwhile: a new one on the next tick
+            self._shadow = None
 
     def _sumo_step(self) -> set[str]:
         """One SUMO step; the ids of the vehicles that arrived. The ego is put back where it is if SUMO took it out:
@@ -416,6 +441,8 @@ class SumoWorld:
         seconds it counts as jammed and is teleported there."""
         self.ls.simulationStep()
         arrived = set(self.ls.simulation.getArrivedIDList())
+        if self._shadow is not None and self._shadow[0] in arrived:
+            self._shadow = None  # it arrived at its (one-edge) route's end: placed anew on the next tick
         if EGO in arrived or EGO not in self.ls.vehicle.getIDList():
             self._add_ego()
         return arrived
