@@ -87,6 +87,7 @@ class Run:
     wall_s: float = 0.0
     infractions: dict[str, list[str]] = field(default_factory=dict)
     log_tail: str = ""  # the last line of the run's attempt log (why a crashed run crashed)
+    scenarios: dict[str, str] = field(default_factory=dict)  # what became of its scenario blocks (meta.scenarios)
 
     @property
     def finished(self) -> bool:
@@ -184,6 +185,7 @@ def read_runs(root: Path, files: dict[Path, tuple]) -> list[Run]:
             run.status, run.completion, run.infractions = record["status"], record["scores"]["score_route"], \
                 record["infractions"]
             run.length, run.sim_s, run.wall_s = meta["route_length"], meta["duration_game"], meta["duration_system"]
+            run.scenarios = meta.get("scenarios", {})
         logs = layout.attempt_logs(key)
         if run.crashed and logs:
             lines = [line.strip() for line in logs[-1].read_text(errors="replace").splitlines() if line.strip()]

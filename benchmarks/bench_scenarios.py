@@ -133,20 +133,27 @@ def counts(runs: list[Run]) -> dict[str, int]:
     return {col: sum(len(r.infractions.get(k, [])) for r in runs for k in keys) for col, keys in KINDS.items()}
 
 
-def cell(runs: list[Run], no_site: list[str]) -> dict:
-    """One type's figures in one town group."""
+def ran(run: Run) -> bool:
+    """Whether the run's scenario ran (started, whatever came of the drive); a crashed run counts as run."""
+    return run.crashed or any(state in ("running", "done") for state in run.scenarios.values())
+
+
+def cell(runs: list[Run], no_site: list[str], skipped: int = 0) -> dict:
+    """One type's figures in one town group: `runs` those whose scenario ran; `skipped` finished runs whose
+    scenario found no place at run time (not counted in runs)."""
     n = len(runs)
     finished = sum(r.finished for r in runs)
     return {"runs": n, "finished": finished, "finished_pct": round(100.0 * finished / n, 1) if n else None,
             "crashed": sum(r.crashed for r in runs),
-            "infractions": {KIND_NAMES[c]: v for c, v in counts(runs).items()}, "no_site": no_site}
+            "infractions": {KIND_NAMES[c]: v for c, v in counts(runs).items()}, "skipped": skipped,
+            "no_site": no_site}
 
 
 def fmt_cell(c: dict) -> str:
     pct = "-" if c["finished_pct"] is None else f"{c['finished_pct']:.0f}"
     values = [c["infractions"][KIND_NAMES[k]] for k in KINDS]
     return (f"{c['runs']:>4} {pct:>4} {c['crashed']:>3} " + " ".join(f"{v:>3}" for v in values)
-            + f" {len(c['no_site']):>4}")
+            + f" {c['skipped']:>3} {len(c['no_site']):>4}")
 
 
 def main() -> None:
@@ -216,13 +223,16 @@ def main() -> None:
                      "length_m": [args.min_length, args.max_length], "goal_finished_pct": 100.0 * GOAL,
                      "types": []}
     for name in types:
-        mine = [r for r in runs if r.route_file.parent.name == name]
+        every = [r for r in runs if r.route_file.parent.name == name]
+        mine = [r for r in every if ran(r)]
+        skipped = [r for r in every if not ran(r)]
         entry: dict = {"type": name, "handling": CATALOGUE[name].handling, "groups": {}}
         for group in GROUPS:
             names = summary["towns"][group]
             if names:
                 no_site = [t for t in names if sites[t, name]["sites"] == 0]
-                entry["groups"][group] = cell([r for r in mine if r.group == group], no_site)
+                entry["groups"][group] = cell([r for r in mine if r.group == group], no_site,
+                                              sum(r.group == group for r in skipped))
         finished = sum(r.finished for r in mine)
         entry["runs"], entry["finished"] = len(mine), finished
         entry["finished_pct"] = round(100.0 * finished / len(mine), 1) if mine else None
@@ -230,6 +240,7 @@ def main() -> None:
         entry["failed"] = [{"run": keys[r.route_file], "town": r.town, "status": r.status or "no result",
                             "completion_pct": round(r.completion, 1), "first_infraction": r.why}
                            for r in mine if not r.finished]
+        entry["skipped"] = [{"run": keys[r.route_file], "town": r.town, "scenarios": r.scenarios} for r in skipped]
         entry["sites"] = {t: sites[t, name]["sites"] for t in towns}
         entry["no_site"] = {t: sites[t, name]["why"] for t in towns if sites[t, name]["sites"] == 0}
         summary["types"].append(entry)
@@ -246,11 +257,11 @@ def main() -> None:
     for g in groups:
         print(f"  {g} towns: {', '.join(summary['towns'][g])}")
     print("  per group: runs, finished %, crashed runs, infractions counted (collisions: veh vehicle, ped "
-          "pedestrian, lay layout; red light; blk blocked; tmo route timeout; dev deviation; oth other), towns "
-          "without a site")
+          "pedestrian, lay layout; red light; blk blocked; tmo route timeout; dev deviation; oth other), skp runs "
+          "whose scenario found no place when driven (not in runs), towns without a site")
     width = len(fmt_cell(cell([], [])))
     print(f"\n{'':<31} {'':<12} " + " | ".join(f"{g + ' towns':^{width}}" for g in groups))
-    sub = f"{'runs':>4} {'fin%':>4} {'crs':>3} " + " ".join(f"{k:>3}" for k in KINDS) + f" {'nosite':>4}"
+    sub = f"{'runs':>4} {'fin%':>4} {'crs':>3} " + " ".join(f"{k:>3}" for k in KINDS) + f" {'skp':>3} {'nosite':>4}"
     print(f"{'type':<31} {'handling':<12} " + " | ".join(sub for _ in groups))
     for entry in summary["types"]:
         print(f"{entry['type']:<31} {entry['handling']:<12} "
@@ -260,6 +271,9 @@ def main() -> None:
         print()
     for entry in no_site:
         print(f"no site: {entry['type']}: {', '.join(entry['no_site'])}")
+    for entry in summary["types"]:
+        for r in entry["skipped"]:
+            print(f"not run when driven: {r['run']}: {r['scenarios']} (the run's log says why)")
     for entry in summary["types"]:
         few = [f"{t} ({n} of {args.routes_per_type})" for t, n in entry["sites"].items()
                if 0 < n < args.routes_per_type]

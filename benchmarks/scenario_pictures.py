@@ -50,17 +50,22 @@ def main() -> None:
         for name in PLACEABLE:
             candidates = [p for group in ("real", "generated")
                           for p in sorted((args.routes / group / name).glob("*.xml"))]
-            route = next((p for p in candidates if finished(args.results, p)), None)
+            png = Path(tmp) / f"{name}.png"
+            route = None
+            for candidate in (p for p in candidates if finished(args.results, p)):
+                root = Path(tmp) / name / candidate.stem
+                subprocess.run([sys.executable, "-m", "tools.collect", "run", "--route", str(candidate), "--root",
+                                str(root)], cwd=REPO, check=True, capture_output=True)
+                run = next((root / "data" / name).iterdir())
+                shown = subprocess.run([sys.executable, "-m", "tools.collect", "show", str(run), "--frame", "scenario",
+                                        "--out", str(png)], cwd=REPO, capture_output=True, text=True)
+                if shown.returncode == 0:
+                    route = candidate
+                    break
+                print(f"{name}: {candidate.name}: {shown.stderr.strip()}", flush=True)  # its scenario had no site
             if route is None:
                 print(f"{name}: no route", flush=True)
                 continue
-            root = Path(tmp) / name
-            subprocess.run([sys.executable, "-m", "tools.collect", "run", "--route", str(route), "--root", str(root)],
-                           cwd=REPO, check=True, capture_output=True)
-            run = next((root / "data" / name).iterdir())
-            png = Path(tmp) / f"{name}.png"
-            subprocess.run([sys.executable, "-m", "tools.collect", "show", str(run), "--frame", "scenario", "--out",
-                            str(png)], cwd=REPO, check=True, capture_output=True)
             image = Image.open(png).convert("RGB")
             image = image.resize((WIDTH, round(image.height * WIDTH / image.width)), Image.Resampling.LANCZOS)
             image.save(args.out / f"{name}.jpg", quality=80, optimize=True)

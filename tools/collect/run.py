@@ -291,10 +291,11 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
         referee.index = len(dense.s) - 1
     record = results.RouteRecord(route_id=route.id, status=referee.final_status(), infractions=referee.infractions,
                                  route_completion=referee.completion, route_length=dense.length,
-                                 duration_game=world.time, duration_system=time.time() - started)
+                                 duration_game=world.time, duration_system=time.time() - started,
+                                 scenarios=scenarios.states())
     log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall)%s", key, record.status, n_frames,
              record.route_completion, dense.length, world.time, record.duration_system,
-             f"; scenarios: {scenarios.summary()}" if scenarios.items else "")
+             f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
     return record
 
 

@@ -306,19 +306,23 @@ class Scenarios:
         self.map = carla_map
         self.rng = random.Random(seed)
         self.items: list[Active] = []
+        self._skipped: dict[str, str] = {}  # blocks that never run: name -> why
         for block in blocks:
             stype = CATALOGUE.get(block["type"])
             if stype is None or stype.kind is None:
                 log.info("scenario %s (%s): recorded by name only", block["name"], block["type"])
+                self._skipped[block["name"]] = "name only"
                 continue
             trig = block.get("trigger") or []
             if len(trig) < 2:
                 log.warning("scenario %s: no trigger point; skipped", block["name"])
+                self._skipped[block["name"]] = "no trigger"
                 continue
             d = np.hypot(route.xy[:, 0] - trig[0], route.xy[:, 1] - trig[1])
             k = int(d.argmin())
             if d[k] > ON_ROUTE_M:
                 log.warning("scenario %s: its trigger point is %.0f m from the route; skipped", block["name"], d[k])
+                self._skipped[block["name"]] = "off route"
                 continue
             self.items.append(Active(block, stype, float(route.s[k])))
 
@@ -342,9 +346,14 @@ class Scenarios:
                 for f in a.flows:
                     f.until = min(f.until, world.time)
 
+    def states(self) -> dict[str, str]:
+        """What became of each scenario block, by name: waiting (never reached), running (still, at the end),
+        done, failed (no place for it on this route: logged why), name only, no trigger, off route."""
+        return {**self._skipped, **{a.block["name"]: a.state for a in self.items}}
+
     def summary(self) -> str:
-        """What became of each scenario block: "Accident_1 done, DynamicObjectCrossing_1 failed" ("" for none)."""
-        return ", ".join(f"{a.block['name']} {a.state}" for a in self.items)
+        """states() in words: "Accident_1 done, DynamicObjectCrossing_1 failed" ("" for no block)."""
+        return ", ".join(f"{name} {state}" for name, state in self.states().items())
 
     def active(self, world, s_ego: float) -> dict | None:
         """The running scenario nearest ahead of the ego, for the frame's measurements (None: none)."""

@@ -111,6 +111,9 @@ class RouteRecord:
     route_length: float = 0.0  # metres
     duration_game: float = 0.0  # seconds
     duration_system: float = 0.0  # seconds
+    #: What became of each of the route's scenario blocks (tools.collect.scenarios.Scenarios.states), in
+    #: meta.scenarios: a run whose scenario never ran says so.
+    scenarios: dict[str, str] = field(default_factory=dict)
 
     def to_result(self, index: int = 0) -> dict[str, Any]:
         """The whole leaderboard 2.0 checkpoint JSON for this one route run."""
@@ -134,6 +137,7 @@ class RouteRecord:
                 "route_length": round(self.route_length, 3),
                 "duration_game": round(self.duration_game, 3),
                 "duration_system": round(self.duration_system, 3),
+                "scenarios": dict(self.scenarios),
             },
         }
         crashed = self.status in CRASH_STATUSES
