@@ -576,10 +576,10 @@ class Scenarios:
     def _along(wp, metres: float) -> tuple[float, float]:
         """The point `metres` along a lane from a waypoint (its direction of travel; negative: back), or as far
         as the lane goes before it enters another junction (SUMO starts and ends vehicles on edges only)."""
-        step = 5.0
-        for k in range(int(abs(metres) / step)):
+        step = 2.0
+        for _ in range(int(abs(metres) / step)):
             nxt = wp.next(step) if metres > 0 else wp.previous(step)
-            if not nxt or (nxt[0].is_junction and k > 0):
+            if not nxt or (nxt[0].is_junction and not wp.is_junction):  # out of its own junction, into none
                 break
             wp = nxt[0]
         loc = wp.transform.location
