@@ -430,9 +430,13 @@ class Expert:
         rad = np.radians(r.yaw[span])
         shifted = r.xy[span] + offset * np.stack([np.sin(rad), -np.cos(rad)], axis=-1)
         traffic = actors[~np.isin(actors[:, 6], (leader["id"], *others))]
+        duration = (hi - s_ego) / PASS_SPEED
+        if len(traffic):  # first those that could get there at all: as far as they drive meanwhile, and 3 m
+            near_path = np.hypot(traffic[:, None, 0] - shifted[None, :, 0], traffic[:, None, 1] - shifted[None, :, 1])
+            traffic = traffic[near_path.min(axis=1) < traffic[:, 5] * duration + 3.0]
         if len(traffic):
             # Each actor's constant-velocity forecast over the pass (driven at PASS_SPEED) keeps 3 m from it.
-            times = np.arange(0.0, (hi - s_ego) / PASS_SPEED + 1e-6, FORECAST_STEP_S)
+            times = np.arange(0.0, duration + 1e-6, FORECAST_STEP_S)
             rad = np.radians(traffic[:, 2])
             fx = traffic[:, None, 0] + (np.cos(rad) * traffic[:, 5])[:, None] * times[None, :]
             fy = traffic[:, None, 1] + (np.sin(rad) * traffic[:, 5])[:, None] * times[None, :]
