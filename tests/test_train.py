@@ -352,17 +352,18 @@ def test_session_cache_is_filled_during_the_first_epoch(train_root, tmp_path):
 
 
 def test_tiny_model_sizes():
-    from tools.dataset.samples import CacheSettings
+    from tools.dataset.samples import BEV_CLASSES, TRAIN_CLASSES, CacheSettings
     from tools.train.model import TransFuser, count_parameters, model_config
 
+    assert len(BEV_CLASSES) == 10 and len(TRAIN_CLASSES) == 9  # BEV: pedestrian and obstacle came with scenarios
     cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
     model = TransFuser(cfg, planner=True)
     batch = {"rgb": torch.zeros(2, 128, 256, 3, dtype=torch.uint8), "lidar_bev": torch.zeros(2, 2, 128, 128,
                                                                                                dtype=torch.uint8),
              "target_point": torch.zeros(2, 2), "speed": torch.zeros(2), "command": torch.zeros(2, dtype=torch.long)}
     out = model(batch)
-    assert out["semantics"].shape == (2, 9, 128, 256) and out["depth"].shape == (2, 128, 256)
-    assert out["bev"].shape == (2, 8, 128, 128) and out["waypoints"].shape == (2, 8, 2)
+    assert out["semantics"].shape == (2, len(TRAIN_CLASSES), 128, 256) and out["depth"].shape == (2, 128, 256)
+    assert out["bev"].shape == (2, len(BEV_CLASSES), 128, 128) and out["waypoints"].shape == (2, 8, 2)
     assert out["route"].shape == (2, 10, 2) and out["target_speed"].shape == (2,)
     assert count_parameters(model) < 2_000_000
 
