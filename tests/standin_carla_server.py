@@ -1,0 +1,62 @@
+"""A stand-in for CarlaUE4.sh (no CARLA server runs here): takes the server's flags and answers the one RPC
+the client's readiness check makes, `version`, in CARLA's own wire format (msgpack-rpc over TCP as rpclib
+speaks it; CARLA wraps a result in its Response variant: [[1, value]]). Verified against the carla 0.9.16
+client's `Client.get_server_version()`.
+
+Told what to do by the environment: STANDIN_MODE = ok (default) | hang (never listens) | crash (exits 3) |
+version (answers 0.9.15); STANDIN_DELAY seconds before it listens or crashes; STANDIN_CHILD=1 starts a child
+process that sleeps (the group must end it too).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import msgpack
+
+
+def serve(port: int, version: str) -> None:
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(8)
+    print(f"listening at {time.time():.3f}", flush=True)
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=answer, args=(conn, version), daemon=True).start()
+
+
+def answer(conn: socket.socket, version: str) -> None:
+    unpacker = msgpack.Unpacker(raw=False)
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            return
+        unpacker.feed(data)
+        for kind, msgid, method, _params in unpacker:
+            if kind == 0:  # a request: [0, id, method, params] -> [1, id, error, result]
+                result = [[1, version]] if method == "version" else [[0, {"message": f"stand-in: no {method}"}]]
+                conn.sendall(msgpack.packb([1, msgid, None, result]))
+
+
+def main() -> None:
+    flags = dict(arg.lstrip("-").split("=", 1) for arg in sys.argv[1:] if "=" in arg)
+    mode = os.environ.get("STANDIN_MODE", "ok")
+    if os.environ.get("STANDIN_CHILD") == "1":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(f"stand-in CARLA server: {' '.join(sys.argv[1:])} (mode {mode})", flush=True)
+    time.sleep(float(os.environ.get("STANDIN_DELAY", "0")))
+    if mode == "crash":
+        sys.exit(3)
+    if mode == "hang":
+        time.sleep(600)
+    serve(int(flags["carla-rpc-port"]), "0.9.15" if mode == "version" else "0.9.16")
+
+
+if __name__ == "__main__":
+    main()
