@@ -447,13 +447,10 @@ class Scenarios:
         x, y, _ = self._point(s)
         wp = self._lane(x, y)
         outer, total = wp, wp.lane_width / 2
-        same_sign = True
         for _ in range(8):
             nxt = outer.get_right_lane() if side == "right" else outer.get_left_lane()
             if nxt is None or str(nxt.lane_type) not in ("Driving", "Parking", "Shoulder", "Biking"):
                 break
-            if side == "left" and nxt.lane_id * wp.lane_id < 0 and same_sign:
-                same_sign = False
             total += nxt.lane_width
             outer = nxt
         return total
@@ -498,7 +495,7 @@ class Scenarios:
             door = name == "VehicleOpensDoorTwoWays"
             length, w, h, cls = PARKED_CAR
             size = (length, w + 1.0, h, cls) if door else PARKED_CAR  # the open door: a metre more into the lane
-            off = (width / 2 + 0.2 - w / 2 + (0.5 if door else 0.0)) if door else 0.7 * width / 2
+            off = width / 2 + 0.7 - w / 2 if door else 0.7 * width / 2  # the car at the lane's edge, its door in
             if not door:
                 ids.append(self._warning(world, site - 8.0, side))
             ids.append(self._place(world, site, size, off, side, 0.0, block=True))
