@@ -417,7 +417,7 @@ class Expert:
         obstacle = near[near[:, 6] == leader["id"]]
         if len(obstacle) == 0:
             return
-        others, last = self._cluster(leader, near, s_ego)
+        others, last = self._cluster(leader, near)
         lo, hi = s_obst - PASS_RAMP_M - 5.0, last + PASS_CLEAR_M + PASS_RAMP_M
         r = self.route
         span = (r.s >= lo) & (r.s <= hi)
@@ -447,7 +447,7 @@ class Expert:
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
                              obstacle_s=s_obst, others=others, kind=leader["cls"])
 
-    def _cluster(self, leader: dict, near: np.ndarray, s_ego: float) -> tuple[tuple[int, ...], float]:
+    def _cluster(self, leader: dict, near: np.ndarray) -> tuple[tuple[int, ...], float]:
         """The standing actors in the route's lane that follow the obstacle with gaps under PASS_CLUSTER_M (their
         ids), and the route s where the last of them ends."""
         path, path_s, path_yaw = self._path()
