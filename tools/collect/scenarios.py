@@ -95,8 +95,9 @@ class ScenarioType:
     why: str = ""  # why it is not executed as the leaderboard does (approximated, name only)
 
 
-_HOLD = (f"the oncoming flow holds once the ego is {HOLD_M:.0f} m before the obstacle, until it is past: SUMO's "
-         "oncoming drivers do not see an ego in their lane, so the ego passes after the last oncoming vehicle")
+_HOLD = (f"the oncoming flow holds once the ego is {HOLD_M:.0f} m before the obstacle, until it is past, so the ego "
+         "passes after the last oncoming vehicle (gaps of `frequency` metres are rarely long enough for a pass at the "
+         "expert's 6 m/s)")
 _NO_BACKGROUND = "needs the leaderboard's background-activity manager, which the embedded world does not have"
 CATALOGUE: dict[str, ScenarioType] = {
     "Accident": ScenarioType(OBSTACLE, EXECUTED, "a police car and two crashed cars in the ego's lane, a warning "
