@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from tools.dataset.measurements import Measurements, RoadOption
+from tools.dataset.semantics import ACTOR_KINDS
 
 #: Scenario buckets, tried first: a frame of a running scenario (measurements `scenario`) where the ego
 #: deals with it. They are rarer and more specific than the behaviour buckets.
@@ -49,8 +50,8 @@ RULES: dict[str, Any] = {
 YIELD_REASONS = ("leader", "collision", "junction")
 
 #: How `reason_detail` names an actor: "vehicle 7 at 9.1 m, 0.0 m/s", "pedestrian 12 would meet the ego in
-#: 1.5 s", "passing obstacle 3" (tools.expert.expert._what: vehicle, pedestrian, cyclist or obstacle, then its id).
-_DETAIL_ACTOR = re.compile(r"\b(?:vehicle|pedestrian|cyclist|obstacle) (\d+)\b")
+#: 1.5 s", "passing obstacle 3" (the actor's kind, tools.dataset.semantics.actor_kind, then its id).
+_DETAIL_ACTOR = re.compile(rf"\b(?:{'|'.join(ACTOR_KINDS)}) (\d+)\b")
 
 #: Commands that make a frame a turn whatever the route's shape.
 TURN_COMMANDS = (RoadOption.LEFT, RoadOption.RIGHT)

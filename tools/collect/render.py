@@ -593,11 +593,14 @@ class Renderer:
         return np.array(img)
 
 
+#: The BEV class of each actor kind (semantics.actor_kind): cyclists are drawn as pedestrians.
+_BEV_OF_KIND = {"vehicle": sem.BEV_VEHICLE, "pedestrian": sem.BEV_PEDESTRIAN, "cyclist": sem.BEV_PEDESTRIAN,
+                "obstacle": sem.BEV_OBSTACLE}
+
+
 def bev_class(cls: int) -> int:
     """The BEV class an actor's box is drawn with: vehicles, pedestrians (and cyclists), obstacles (props)."""
-    if cls in sem.VULNERABLE:
-        return sem.BEV_PEDESTRIAN
-    return sem.BEV_VEHICLE if cls in sem.VEHICLES else sem.BEV_OBSTACLE
+    return _BEV_OF_KIND[sem.actor_kind(cls)]
 
 
 def _slab(d: np.ndarray, o: float, h: float) -> np.ndarray:

@@ -46,6 +46,8 @@ START_CLEAR_M = 30.0
 LINK_JUDGED_AFTER_M = 8.0
 
 
+#: The leaderboard's collision kind (collisions_<kind>) of each actor kind (semantics.actor_kind).
+_COLLISION_KIND = {"vehicle": "vehicle", "pedestrian": "pedestrian", "cyclist": "pedestrian", "obstacle": "layout"}
 #: In an oncoming lane the ego drives in (passing), SUMO's traffic stops this far ahead of it, metres.
 SHADOW_AHEAD_M = 15.0
 
@@ -297,8 +299,7 @@ class SumoWorld:
         if aid in self._collided:  # one infraction per actor, as the leaderboard counts
             return
         self._collided.add(aid)
-        kind = "vehicle" if cls in semantics.VEHICLES else "pedestrian" if cls in semantics.VULNERABLE else "layout"
-        ev.collisions.append((aid, kind))
+        ev.collisions.append((aid, _COLLISION_KIND[semantics.actor_kind(cls)]))
 
     # ------------------------------------------------------------------ scenario actors (tools.collect.scenarios)
     def add_static(self, cls: int, x: float, y: float, yaw: float, length: float, width: float, height: float,

@@ -55,6 +55,21 @@ VEHICLES = (CAR, TRUCK, BUS)
 #: Classes of a collision the leaderboard counts as one with a pedestrian (a cyclist rides a bicycle).
 VULNERABLE = (PEDESTRIAN, RIDER, BICYCLE)
 
+
+#: What semantics.actor_kind names an actor.
+ACTOR_KINDS = ("vehicle", "pedestrian", "cyclist", "obstacle")
+
+
+def actor_kind(cls: int) -> str:
+    """What an actor's box is, by its class: "vehicle", "pedestrian", "cyclist" or "obstacle" (a prop). The
+    world's collision kinds, the BEV's classes and the expert's reasons are made from it."""
+    cls = int(cls)
+    if cls in VEHICLES:
+        return "vehicle"
+    if cls == PEDESTRIAN:
+        return "pedestrian"
+    return "cyclist" if cls in VULNERABLE else "obstacle"
+
 #: RGB colour of each class id (CARLA's CityScapesPalette), for pictures.
 PALETTE = np.zeros((256, 3), dtype=np.uint8)
 for _id, _rgb in {

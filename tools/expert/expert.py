@@ -33,8 +33,8 @@ import numpy as np
 
 from tools.collect.planner import DenseRoute, stop_signs
 from tools.collect.state import Box, Light, Snapshot
-from tools.dataset import semantics
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
+from tools.dataset.semantics import actor_kind
 from tools.expert.control import Control, Controller
 
 #: Plans per simulated second; the controllers run every tick on the latest plan.
@@ -121,14 +121,6 @@ def _boxes(boxes: list[Box]) -> np.ndarray:
                     dtype=np.float64).reshape(-1, 8)
 
 
-def _what(cls: float) -> str:
-    """An actor's class in a reason's detail: "vehicle", "pedestrian", "cyclist", "obstacle" (a prop)."""
-    if int(cls) == semantics.PEDESTRIAN:
-        return "pedestrian"
-    if int(cls) in semantics.VULNERABLE:
-        return "cyclist"
-    return "vehicle" if int(cls) in semantics.VEHICLES else "obstacle"
-
 
 @dataclass
 class _Pass:
@@ -204,7 +196,7 @@ class Expert:
             near = near[~np.isin(near[:, 6], (self.passing.obstacle, *self.passing.others))]
         accel, leader = self._follow(ego, v, free, near, path, path_s, path_yaw, s_ego)
         if leader is not None and leader["accel"] < idm(v, free, math.inf, 0.0, IDM_MIN_GAP) - 0.05:
-            reason, detail = "leader", (f"{_what(leader['cls'])} {leader['id']} at {leader['gap']:.1f} m, "
+            reason, detail = "leader", (f"{actor_kind(leader['cls'])} {leader['id']} at {leader['gap']:.1f} m, "
                                         f"{leader['speed']:.1f} m/s")
         light, stop_gap = self._light(ego, v, snap.lights, path, path_s, path_yaw, s_ego)
         if stop_gap is not None:
@@ -228,7 +220,7 @@ class Expert:
             other, cls, when = conflict
             target = 0.0
             reason = "junction" if junction_ahead else "collision"
-            detail = f"{_what(cls)} {other} would meet the ego in {when:.1f} s"
+            detail = f"{actor_kind(cls)} {other} would meet the ego in {when:.1f} s"
 
         self._maybe_pass(ego, v, leader, light, near, actors, s_ego)
         if self.passing is not None:
@@ -239,7 +231,7 @@ class Expert:
             elif self._time - self._pass_stuck_since > PASS_ABORT_S:  # oncoming traffic: back into the lane
                 self.passing, self._pass_stuck_since = None, None
             if self.passing is not None and reason == "":
-                reason, detail = "passing", f"passing {_what(self.passing.kind)} {self.passing.obstacle}"
+                reason, detail = "passing", f"passing {actor_kind(self.passing.kind)} {self.passing.obstacle}"
         lead = None if leader is None else {k: leader[k] for k in ("id", "gap", "speed")}
         return Decision(control=Control(), target_speed=target, reason=reason, detail=detail, leader=lead,
                         light=light, path=path)
