@@ -114,6 +114,27 @@ def stop_signs(route: DenseRoute, cmap) -> np.ndarray:
     return np.array(sorted(set(found.values())), dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class Neighbours:
+    """The driving lanes beside a carla.Map waypoint's lane (None where there is none)."""
+
+    left: object | None  # of the same direction, on the left
+    right: object | None  # of the same direction, on the right
+    oncoming: object | None  # of the other direction, on the left
+
+
+def neighbours(wp) -> Neighbours:
+    """The driving lanes beside a waypoint's lane: the one rule for passing an obstacle (tools.expert) and for
+    where scenarios may put one (tools.collect.routes, tools.collect.scenarios)."""
+    left, right = wp.get_left_lane(), wp.get_right_lane()
+
+    def driving(lane, same: bool) -> bool:
+        return lane is not None and str(lane.lane_type) == "Driving" and (lane.lane_id * wp.lane_id > 0) == same
+
+    return Neighbours(left=left if driving(left, True) else None, right=right if driving(right, True) else None,
+                      oncoming=left if driving(left, False) else None)
+
+
 class NoRoute(ValueError):
     pass
 

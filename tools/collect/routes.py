@@ -291,20 +291,11 @@ def _junction_type(first: dict) -> str:
 _LEAD_STEPS = 25
 
 
-def _neighbour_lanes(wp) -> tuple[bool, bool]:
-    """(a driving lane of the same direction beside it, an oncoming driving lane on its left)."""
-    same = any(lane is not None and str(lane.lane_type) == "Driving" and lane.lane_id * wp.lane_id > 0
-               for lane in (wp.get_left_lane(), wp.get_right_lane()))
-    left = wp.get_left_lane()
-    oncoming = left is not None and str(left.lane_type) == "Driving" and left.lane_id * wp.lane_id < 0
-    return same, oncoming
-
-
 def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict | None:
     """A scenario block of type `name` on a walk (2 m steps), where it makes sense; None when the walk has no
     such place. Obstacles and mid-block crossings go on straight stretches without a junction (with the
     neighbouring lane their pass needs), junction types before a junction of the right kind."""
-    from tools.collect.planner import RoadOption
+    from tools.collect.planner import RoadOption, neighbours
     from tools.collect.scenarios import (
         BEFORE_M,
         CATALOGUE,
@@ -347,8 +338,12 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
         if any(w.is_junction for w in stretch):
             continue
         site = walk[k + int(distance / 2.0)]
-        same, oncoming = _neighbour_lanes(site)
-        if stype.kind == OBSTACLE and not (oncoming if two_ways or name == "InvadingTurn" else same):
+        lanes = neighbours(site)
+        if two_ways or name == "InvadingTurn":
+            passable = lanes.oncoming is not None
+        else:
+            passable = lanes.left is not None or lanes.right is not None
+        if stype.kind == OBSTACLE and not passable:
             continue
         # No `direction`: the obstacle takes the side away from the lane the ego can pass in (scenarios._free_side).
         params = {"distance": {"value": f"{distance:.0f}"}}

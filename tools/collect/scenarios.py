@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.collect.planner import DenseRoute
+from tools.collect.planner import DenseRoute, neighbours
 from tools.dataset import semantics as sem
 from tools.expert.expert import PASS_CLEAR_M, PASS_RAMP_M
 
@@ -538,24 +538,15 @@ class Scenarios:
         """The side of the ego's lane an obstacle takes when the route file gives no `direction`: away from
         the lane the ego can pass in (a same-direction lane on the left, else the oncoming one, are on the
         left: the obstacle goes right; only a same-direction lane on the right: it goes left)."""
-        x, y, _ = self._point(s)
-        wp = self._lane(x, y)
-        left, right = wp.get_left_lane(), wp.get_right_lane()
-
-        def driving(lane) -> bool:
-            return lane is not None and str(lane.lane_type) == "Driving"
-
-        if not driving(left) and driving(right) and right.lane_id * wp.lane_id > 0:
-            return "left"
-        return "right"
+        lanes = neighbours(self._lane(*self._point(s)[:2]))
+        return "left" if lanes.left is None and lanes.oncoming is None and lanes.right is not None else "right"
 
     def _oncoming_flow(self, a: Active, p: dict, world) -> None:
         """TwoWays: SUMO traffic in the oncoming lane next to the site, gaps drawn from `frequency` (metres)."""
         gaps = interval(p, "frequency", (20.0, 100.0))
         x, y, _ = self._point(a.site_s)
-        wp = self._lane(x, y)
-        left = wp.get_left_lane()
-        if left is None or left.lane_id * wp.lane_id > 0 or str(left.lane_type) != "Driving":
+        left = neighbours(self._lane(x, y)).oncoming
+        if left is None:
             log.info("scenario %s: no oncoming lane at the site; no oncoming flow", a.block["name"])
             return
         src = self._along(left, -120.0)  # upstream of the oncoming lane: ahead of the ego

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tools.collect.planner import DenseRoute, stop_signs
+from tools.collect.planner import DenseRoute, neighbours, stop_signs
 from tools.collect.state import Box, Light, Snapshot
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.dataset.semantics import actor_kind
@@ -476,20 +476,14 @@ class Expert:
         wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
         if wp is None:
             return None
-        left, right = wp.get_left_lane(), wp.get_right_lane()
+        lanes = neighbours(wp)
         centre, rad = wp.transform.location, math.radians(wp.transform.rotation.yaw)
         obstacle_left = (x - centre.x) * math.sin(rad) - (y - centre.y) * math.cos(rad) > 0.0
-
-        def driving(lane, same: bool) -> bool:
-            return lane is not None and str(lane.lane_type) == "Driving" and (lane.lane_id * wp.lane_id > 0) == same
-
-        away, near = ((right, -1.0), (left, 1.0)) if obstacle_left else ((left, 1.0), (right, -1.0))
-        candidates = [(lane, sign) for lane, sign in (away,) if driving(lane, True)]
-        if driving(left, False) and not obstacle_left:
-            candidates.append((left, 1.0))  # through the oncoming lane
-        candidates += [(lane, sign) for lane, sign in (near,) if driving(lane, True)]
-        if not candidates:
+        away, near = ((lanes.right, -1.0), (lanes.left, 1.0)) if obstacle_left else ((lanes.left, 1.0),
+                                                                                     (lanes.right, -1.0))
+        oncoming = (None if obstacle_left else lanes.oncoming, 1.0)  # through the oncoming lane
+        lane, sign = next(((lane, sign) for lane, sign in (away, oncoming, near) if lane is not None), (None, 0.0))
+        if lane is None:
             return None
-        lane, sign = candidates[0]
         a, b = wp.transform.location, lane.transform.location
         return sign * math.hypot(b.x - a.x, b.y - a.y)
