@@ -83,11 +83,8 @@ def test_the_generator_places_obstacles_on_clear_stretches_and_junction_types_be
         assert math.hypot(dense.xy[k, 0] - x, dense.xy[k, 1] - y) < 2.0, f"{name}: trigger off the route"
         trigger_s = dense.s[k]
         if CATALOGUE[name].kind == JUNCTION or name == "PedestrianCrossing":
-            junction = np.flatnonzero(dense.junction & (dense.s > trigger_s))
-            assert 5.0 < dense.s[junction[0]] - trigger_s < 40.0, f"{name}: no junction right after the trigger"
-            i0 = i1 = int(junction[0])
-            while i1 + 1 < len(dense.s) and dense.junction[i1 + 1]:
-                i1 += 1
+            i0, i1 = dense.junction_after(trigger_s)
+            assert 5.0 < dense.s[i0] - trigger_s < 40.0, f"{name}: no junction right after the trigger"
             turn = turn_option(float(dense.yaw[i0 - 1]), float(dense.yaw[min(i1 + 1, len(dense.s) - 1)]))
             if "LeftTurn" in name:
                 assert turn == RoadOption.LEFT, name

@@ -67,6 +67,16 @@ class DenseRoute:
         k = int(d.argmin())
         return index + k, float(d[k])
 
+    def junction_after(self, s: float) -> tuple[int, int] | None:
+        """(first, last) index of the first junction the route enters beyond distance s; None: no more."""
+        inside = np.flatnonzero(self.junction & (self.s > s))
+        if not len(inside):
+            return None
+        first = last = int(inside[0])
+        while last + 1 < len(self.s) and self.junction[last + 1]:
+            last += 1
+        return first, last
+
     def target_indices(self) -> np.ndarray:
         """Indices of the coarse route (target points): the first point of every change of command,
         the last point before it, and one point at least every TARGET_SPACING metres."""

@@ -35,6 +35,7 @@ import numpy as np
 
 from tools.collect.planner import DenseRoute, neighbours
 from tools.dataset import semantics as sem
+from tools.dataset.geometry import wrap_degrees
 from tools.expert.expert import PASS_CLEAR_M, PASS_RAMP_M
 
 log = logging.getLogger("collect.scenarios")
@@ -412,8 +413,8 @@ class Scenarios:
         """The farthest route s after `start` that keeps JUNCTION_CLEARANCE_M before the next junction (and END_M
         before the route's end)."""
         r = self.route
-        ahead = np.flatnonzero(r.junction & (r.s > start))
-        return float(r.s[ahead[0]]) - JUNCTION_CLEARANCE_M if len(ahead) else r.length - END_M
+        ahead = r.junction_after(start)
+        return float(r.s[ahead[0]]) - JUNCTION_CLEARANCE_M if ahead else r.length - END_M
 
     def _site(self, start: float, distance: float, span: float, before: float = 0.0) -> float:
         """Route s of a site `distance` beyond `start` with `span` metres after it before the next junction (moved
@@ -576,15 +577,10 @@ class Scenarios:
 
     # ------------------------------------------------------------------ junctions
     def _junction_span(self, start: float) -> tuple[int, int]:
-        r = self.route
-        inside = np.flatnonzero(r.junction & (r.s > start))
-        if not len(inside):
+        span = self.route.junction_after(start)
+        if span is None:
             raise ValueError("no junction on the route after its trigger")
-        i0 = int(inside[0])
-        i1 = i0
-        while i1 + 1 < len(r.s) and r.junction[i1 + 1]:
-            i1 += 1
-        return i0, i1
+        return span
 
     def _junction(self, a: Active, name: str, p: dict, world, s_ego: float) -> None:
         r = self.route
@@ -605,9 +601,9 @@ class Scenarios:
 
         by_side: dict[str, list] = {}
         for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
-            rel = (entry.transform.rotation.yaw - ego_yaw + 180.0) % 360.0 - 180.0
+            rel = wrap_degrees(entry.transform.rotation.yaw - ego_yaw)
             side = "opposite" if abs(rel) > 135 else "left" if 45 < rel < 135 else "right" if -135 < rel < -45 else ""
-            turn = abs((exit_.transform.rotation.yaw - entry.transform.rotation.yaw + 180.0) % 360.0 - 180.0)
+            turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
             by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
         # The side the type names (an adversary's other side where the junction has none, a T-junction), and
         # its lanes going straight through first (the leaderboard's), else its turning ones.

@@ -54,7 +54,7 @@ SHADOW_AHEAD_M = 15.0
 
 def _opposite(angle_a: float, angle_b: float) -> bool:
     """Two headings (degrees) more than 90 degrees apart."""
-    return abs((angle_a - angle_b + 180.0) % 360.0 - 180.0) > 90.0
+    return abs(wrap_degrees(angle_a - angle_b)) > 90.0
 
 
 class WorldError(ToolError):

@@ -453,9 +453,8 @@ class Expert:
         half_across = np.abs(np.sin(rel_yaw)) * standing[:, 3] / 2 + np.abs(np.cos(rel_yaw)) * standing[:, 4] / 2
         inside = lateral < 1.2 + half_across  # reaching into the ego's half-lane width of 1.2 m
         # Not one that would keep the ego out of its lane into the next junction (a queue at its light).
-        r = self.route
-        ahead = np.flatnonzero(r.junction & (r.s > leader["s"]))
-        limit = float(r.s[ahead[0]]) - PASS_CLEAR_M - PASS_RAMP_M if len(ahead) else math.inf
+        ahead = self.route.junction_after(leader["s"])
+        limit = float(self.route.s[ahead[0]]) - PASS_CLEAR_M - PASS_RAMP_M if ahead else math.inf
         ids: list[int] = []
         for i in np.argsort(path_s[k]):
             if not inside[i] or path_s[k[i]] - half_along[i] < leader["s"]:
