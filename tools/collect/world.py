@@ -316,19 +316,23 @@ class SumoWorld:
             edge, _, _ = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
             if edge and not edge.startswith(":"):
                 vid = f"block{aid}"
-                self.ls.route.add(f"r_{vid}", [edge])
-                self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{semantics.CAR}", depart="now", departSpeed="0")
+                self._add_stand_in(vid, edge, f"bg{semantics.CAR}")
                 self.ls.vehicle.setLength(vid, length)
                 self.ls.vehicle.setWidth(vid, width)
-                self.ls.vehicle.setSpeedMode(vid, 0)
-                self.ls.vehicle.setLaneChangeMode(vid, 0)
                 rad = math.radians(yaw)
                 front = np.array([x + math.cos(rad) * length / 2, y + math.sin(rad) * length / 2])
                 fx, fy = self.town.carla_to_sumo(front)
                 self.ls.vehicle.moveToXY(vid, "", -1, float(fx), float(fy), (yaw + 90.0) % 360.0, 2, 10.0)
                 self.ls.vehicle.setSpeed(vid, 0.0)
-                self._hidden.add(vid)
         return aid
+
+    def _add_stand_in(self, vid: str, edge: str, type_id: str, lane: str = "first") -> None:
+        """A SUMO vehicle that SUMO never moves (placed by moveToXY), left out of the world's actors."""
+        self.ls.route.add(f"r_{vid}", [edge])
+        self.ls.vehicle.add(vid, f"r_{vid}", typeID=type_id, depart="now", departLane=lane, departSpeed="0")
+        self.ls.vehicle.setSpeedMode(vid, 0)
+        self.ls.vehicle.setLaneChangeMode(vid, 0)
+        self._hidden.add(vid)
 
     def move_static(self, aid: int, x: float, y: float, yaw: float, speed: float) -> None:
         b = self._statics[aid]
@@ -423,11 +427,7 @@ class SumoWorld:
         if self._shadow is None:
             self._shadows += 1
             vid = f"shadow{self._shadows}"
-            ls.route.add(f"r_{vid}", [edge])
-            ls.vehicle.add(vid, f"r_{vid}", typeID="ego", depart="now", departLane=str(index), departSpeed="0")
-            ls.vehicle.setSpeedMode(vid, 0)
-            ls.vehicle.setLaneChangeMode(vid, 0)
-            self._hidden.add(vid)
+            self._add_stand_in(vid, edge, "ego", lane=str(index))
             self._shadow = (vid, f"{edge}_{index}")
         # On its lane's centre, facing its lane's traffic (an invalid angle: the lane's own).
         try:
