@@ -128,3 +128,20 @@ def test_switches_reach_fire_unambiguous_and_open_settings_pass():
         cli.integer(0, "workers", 1)
     with pytest.raises(ToolError, match="expected a finite number"):
         cli.number("nan", "block")
+
+
+def test_a_version_2_root_reads_and_becomes_version_3_when_collected_into_and_version_1_is_refused(tmp_path):
+    import json
+
+    from tools.dataset.errors import ToolError
+    from tools.dataset.layout import DATASET_FORMAT, Layout
+    from tools.dataset.manifest import read_manifest, update_manifest
+
+    layout = Layout(tmp_path)
+    layout.manifest.write_text(json.dumps({"format_version": 2, "dataset_id": "x", "collections": [], "runs": {}}))
+    assert read_manifest(layout)["format_version"] == 2
+    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 3
+    assert json.loads(layout.manifest.read_text())["format_version"] == 3
+    layout.manifest.write_text(json.dumps({"format_version": 1}))
+    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3 and writes version 3"):
+        read_manifest(layout)

@@ -44,7 +44,11 @@ from tools.dataset.atomic import is_temporary
 from tools.dataset.errors import ToolError
 
 #: 2: run folders of a route whose id is its file's stem are named <stem>_rep<K> (docs/dataset-format.md).
-DATASET_FORMAT = 2
+#: 3: scenario actors in frames: semantic classes bicycle 19 and static 20, BEV classes 8 (pedestrian) and 9
+#: (obstacle), measurements `scenario`; a version-2 root reads as it is and becomes 3 when collected into.
+DATASET_FORMAT = 3
+#: Versions this tool reads (the frames of each are a subset of the current version's).
+READABLE_FORMATS = (2, 3)
 
 MANIFEST = "manifest.json"
 DATA = "data"

@@ -36,7 +36,7 @@ from typing import Any
 
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import DATASET_FORMAT, Layout
+from tools.dataset.layout import DATASET_FORMAT, READABLE_FORMATS, Layout
 
 
 def tool_version() -> str:
@@ -74,9 +74,10 @@ def read_manifest(layout: Layout) -> dict[str, Any] | None:
     if not isinstance(manifest, dict):
         raise ToolError(f"{path}: not a drivekit manifest (expected a JSON object)")
     version = manifest.get("format_version")
-    if version != DATASET_FORMAT:
+    if version not in READABLE_FORMATS:
         raise ToolError(
-            f"{path}: dataset format version {version}, this tool reads and writes version {DATASET_FORMAT}; "
+            f"{path}: dataset format version {version}, this tool reads versions "
+            f"{', '.join(map(str, READABLE_FORMATS))} and writes version {DATASET_FORMAT}; "
             "use a drivekit release of that version, or collect into a new --root"
         )
     return manifest
@@ -119,6 +120,7 @@ def update_manifest(layout: Layout, collection: dict[str, Any], runs: dict[str, 
         }
     else:
         manifest.setdefault("dataset_id", _derived_id(manifest))  # keep the id files derived from it recorded
+        manifest["format_version"] = DATASET_FORMAT  # what it now holds (an older version's frames read as they are)
     entry = {"time": now_iso(), "user": user_at_host(), "tool": tool_version(), **collection}
     manifest.setdefault("collections", []).append(entry)
     merged = dict(planned_runs(manifest))
