@@ -1,11 +1,13 @@
-"""A stand-in for CarlaUE4.sh (no CARLA server runs here): takes the server's flags and answers the one RPC
-the client's readiness check makes, `version`, in CARLA's own wire format (msgpack-rpc over TCP as rpclib
-speaks it; CARLA wraps a result in its Response variant: [[1, value]]). Verified against the carla 0.9.16
-client's `Client.get_server_version()`.
+"""A stand-in for CarlaUE4.sh (no CARLA server runs here): takes the server's flags and answers the RPCs the
+collector's checks make, `version` (Client.get_server_version) and `get_available_maps`
+(Client.get_available_maps; the RPC names of LibCarla/source/carla/client/detail/Client.cpp), in CARLA's own wire
+format (msgpack-rpc over TCP as rpclib speaks it; CARLA wraps a result in its Response variant: [[1, value]]).
+Verified against the carla 0.9.16 client.
 
 Told what to do by the environment: STANDIN_MODE = ok (default) | hang (never listens) | crash (exits 3) |
 version (answers 0.9.15); STANDIN_DELAY seconds before it listens or crashes; STANDIN_CHILD=1 starts a child
-process that sleeps (the group must end it too).
+process that sleeps (the group must end it too); STANDIN_MAPS the maps it has, comma-separated (default
+DEFAULT_MAPS); STANDIN_PID_FILE a file to write its pid (and its child's, one a line) into.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ import time
 
 import msgpack
 
+#: What a CARLA 0.9.16 package answers (maps as /Game/Carla/Maps/<Town>, large maps in a folder of their own).
+DEFAULT_MAPS = "/Game/Carla/Maps/Town01,/Game/Carla/Maps/Town01_Opt,/Game/Carla/Maps/Town10HD_Opt," \
+               "/Game/Carla/Maps/Town12/Town12"
 
-def serve(port: int, version: str) -> None:
+
+def serve(port: int, answers: dict) -> None:
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -28,10 +34,10 @@ def serve(port: int, version: str) -> None:
     print(f"listening at {time.time():.3f}", flush=True)
     while True:
         conn, _ = server.accept()
-        threading.Thread(target=answer, args=(conn, version), daemon=True).start()
+        threading.Thread(target=answer, args=(conn, answers), daemon=True).start()
 
 
-def answer(conn: socket.socket, version: str) -> None:
+def answer(conn: socket.socket, answers: dict) -> None:
     unpacker = msgpack.Unpacker(raw=False)
     while True:
         data = conn.recv(65536)
@@ -40,22 +46,28 @@ def answer(conn: socket.socket, version: str) -> None:
         unpacker.feed(data)
         for kind, msgid, method, _params in unpacker:
             if kind == 0:  # a request: [0, id, method, params] -> [1, id, error, result]
-                result = [[1, version]] if method == "version" else [[0, {"message": f"stand-in: no {method}"}]]
+                result = [[1, answers[method]]] if method in answers else [[0, {"message": f"stand-in: no {method}"}]]
                 conn.sendall(msgpack.packb([1, msgid, None, result]))
 
 
 def main() -> None:
     flags = dict(arg.lstrip("-").split("=", 1) for arg in sys.argv[1:] if "=" in arg)
     mode = os.environ.get("STANDIN_MODE", "ok")
+    pids = [os.getpid()]
     if os.environ.get("STANDIN_CHILD") == "1":
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)
+    if os.environ.get("STANDIN_PID_FILE"):
+        with open(os.environ["STANDIN_PID_FILE"], "w") as f:
+            f.write("".join(f"{pid}\n" for pid in pids))
     print(f"stand-in CARLA server: {' '.join(sys.argv[1:])} (mode {mode})", flush=True)
     time.sleep(float(os.environ.get("STANDIN_DELAY", "0")))
     if mode == "crash":
         sys.exit(3)
     if mode == "hang":
         time.sleep(600)
-    serve(int(flags["carla-rpc-port"]), "0.9.15" if mode == "version" else "0.9.16")
+    maps = [m for m in os.environ.get("STANDIN_MAPS", DEFAULT_MAPS).split(",") if m]
+    serve(int(flags["carla-rpc-port"]), {"version": "0.9.15" if mode == "version" else "0.9.16",
+                                         "get_available_maps": maps})
 
 
 if __name__ == "__main__":

@@ -90,6 +90,11 @@ def run(route: str, root: str | None = None, repetition: int = 0, towns: str | N
         route_id: str | None = None, attempt: int | None = None, force: bool = False, **settings) -> None:
     """Drive one route once (one repetition) in the embedded world and record it under ROOT.
 
+    With --world=carla the route is driven in a CARLA server started for this run, by the CARLA
+    leaderboard 2.0 evaluator with our agent; it needs CARLA_ROOT, LEADERBOARD_ROOT and
+    SCENARIO_RUNNER_ROOT (set in the CARLA image) and a GPU; its result is the evaluator's own
+    (docs/carla.md).
+
     Skips a run that already finished (unless --force); refuses one that is running elsewhere;
     discards and redoes a failed or crashed one. Exits 0 when a result file was written, whether
     the route succeeded or failed; non-zero when the run itself crashed.
@@ -102,7 +107,8 @@ def run(route: str, root: str | None = None, repetition: int = 0, towns: str | N
         route_id: which route of the file (default: the only one).
         attempt: attempt number already claimed by a caller (tools.collect collect); else claimed here.
         force: redo a run that already finished.
-        settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40.
+        settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40,
+            --world=carla (a CARLA server under the leaderboard evaluator instead of the embedded world).
     """
     from tools.collect.run import run_route
 
@@ -121,6 +127,11 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     Rerunning skips finished route runs and retries failed or crashed ones until --max-attempts
     attempts (counted on disk). A progress bar shows runs done; a summary ends the run. Every route
     is checked before ROOT is touched. Exits 0 even when some routes failed.
+
+    --world=carla drives every run in a CARLA server of its own (one per worker: --workers N needs N
+    servers' worth of GPU memory) under the CARLA leaderboard 2.0 evaluator; it needs CARLA_ROOT,
+    LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT (the CARLA image sets them), checked before anything
+    starts, and --slurm asks for 1 GPU per task. docs/carla.md explains it.
 
     With --slurm, the route runs still to do go into a wave (ROOT/slurm/waves/) submitted as job arrays of
     slurm/collect.sbatch (split at the cluster's MaxArraySize, at most --throttle tasks at once); the
@@ -148,7 +159,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         sbatch_args: more sbatch options, as one quoted string, passed as they are.
         watch: keep monitoring until every route run ended (--no-watch: submit and exit).
         poll: seconds between two looks at the scheduler (30; tests use less).
-        settings: collection settings passed to every run, e.g. --vehicles=40.
+        settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla.
     """
     from tools.collect.local import collect_local
     from tools.collect.slurm import options_from_flags

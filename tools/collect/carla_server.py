@@ -15,7 +15,7 @@
   happened; the server also gets SIGKILL when the collector dies without running its exit (Linux
   PR_SET_PDEATHSIG on the direct child).
 
-Not yet wired to `--world carla` (the leaderboard harness and our agent are the rest of the CARLA backend).
+Used by tools.collect.carla_run (`--world=carla`): one server per route run, the leaderboard evaluator beside it.
 """
 
 from __future__ import annotations
@@ -89,6 +89,31 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def start_group(argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+                ) -> subprocess.Popen:
+    """Start `argv` in a process group (session) of its own, its output appended to `log`; it gets SIGKILL
+    when the collector dies (PR_SET_PDEATHSIG). End it with `end_group`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_die_with_parent, env=env, cwd=cwd)
+
+
+def end_group(process: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
+    """End the whole process group of a child started by `start_group`: SIGTERM, then SIGKILL after `grace`
+    seconds (what ignored SIGTERM, its children included)."""
+    if process is None:
+        return
+    pgid = process.pid  # its own session: the group id is its pid
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(grace)
+
+
 class CarlaServer:
     """One CARLA server process group: started by `start` (or `with`), ended by `stop`."""
 
@@ -115,9 +140,7 @@ class CarlaServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             out.write(f"carla server: {' '.join(self.argv)}\n".encode())
-            out.flush()
-            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, preexec_fn=_die_with_parent, env=self.env)
+        self.process = start_group(self.argv, self.log, env=self.env)
         try:
             self.wait_ready()
         except BaseException:
@@ -160,19 +183,7 @@ class CarlaServer:
 
     def stop(self) -> None:
         """End the server's whole process group: SIGTERM, then SIGKILL after STOP_GRACE_S."""
-        if self.process is None:
-            return
-        pgid = self.process.pid  # its own session: the group id is its pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)  # what ignored SIGTERM, children included
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(STOP_GRACE_S)
+        end_group(self.process, STOP_GRACE_S)
 
     def __enter__(self) -> CarlaServer:
         return self.start()

@@ -13,11 +13,19 @@ from tools.dataset.rig import RecordingRate, RigConfig, read_rig_file
 _RATE = RecordingRate()
 #: Who can drive the ego: our privileged expert, or a trained policy (closed-loop evaluation).
 AGENTS = ("expert", "policy")
+#: Where a route is driven: the embedded world, or a CARLA server under the leaderboard 2.0 evaluator.
+WORLDS = ("sim", "carla")
+#: The leaderboard evaluator ticks CARLA at a fixed rate (leaderboard_evaluator.py: LeaderboardEvaluator.frame_rate).
+CARLA_SIM_HZ = 20
+#: Settings the leaderboard's own criteria and scenario_runner's background traffic decide in a CARLA run: a
+#: value other than the default would be silently ignored there, so it is refused.
+CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed")
 
 
 @dataclass(frozen=True)
 class CollectSettings:
-    world: str = "sim"  # "sim": the embedded world (SUMO + carla.Map + our renderer)
+    world: str = "sim"  # "sim": the embedded world (SUMO + carla.Map + our renderer); "carla": a CARLA server
+    # driven by the leaderboard 2.0 evaluator (tools.collect.carla_run)
     vehicles: int = 40  # background vehicles kept in the town
     sim_hz: int = _RATE.sim_hz  # simulation ticks per simulated second (tools.dataset.rig.RecordingRate)
     record_every: int = _RATE.record_every  # record one frame every N ticks (20 Hz / 5 = 4 Hz)
@@ -34,7 +42,7 @@ class CollectSettings:
 
     def __post_init__(self) -> None:
         checks = {
-            "world": self.world in ("sim",),
+            "world": self.world in WORLDS,
             "agent": self.agent in AGENTS,
             "vehicles": 0 <= self.vehicles <= 2000,
             "sim_hz": 1 <= self.sim_hz <= 200,
@@ -49,9 +57,27 @@ class CollectSettings:
             raise ToolError("--agent=policy needs --checkpoint=PATH (a training run or one of its step folders)")
         for name, ok in checks.items():
             if not ok:
-                hint = {"world": " (only the embedded world 'sim' exists so far)",
+                hint = {"world": " (worlds: 'sim', the embedded world; 'carla', a CARLA server under the "
+                                 "leaderboard evaluator)",
                         "agent": f" (agents: {', '.join(AGENTS)})"}.get(name, "")
                 raise ToolError(f"--{name.replace('_', '-')}={getattr(self, name)!r} is out of range{hint}")
+        if self.world == "carla":
+            self._check_carla()
+
+    def _check_carla(self) -> None:
+        """What a CARLA run cannot honour, refused in one line before anything starts."""
+        if self.sim_hz != CARLA_SIM_HZ:
+            raise ToolError(f"--sim-hz={self.sim_hz}: --world=carla runs at {CARLA_SIM_HZ} Hz, the leaderboard "
+                            f"evaluator's fixed rate; leave --sim-hz out (record less often with --record-every)")
+        if self.agent != "expert":
+            raise ToolError(f"--agent={self.agent}: --world=carla drives with the expert only so far; evaluate a "
+                            "policy in the embedded world (leave --world out)")
+        defaults = CollectSettings()
+        for name in CARLA_DECIDES:
+            if getattr(self, name) != getattr(defaults, name):
+                raise ToolError(f"--{name.replace('_', '-')}={getattr(self, name)!r}: with --world=carla the "
+                                "leaderboard evaluator decides this (its criteria and scenario_runner's background "
+                                "traffic); leave it out")
 
     @classmethod
     def from_flags(cls, flags: dict[str, Any]) -> CollectSettings:

@@ -1,4 +1,5 @@
-"""Local collection: every route file under a folder times K repetitions, in N worker processes.
+"""Local collection: every route file under a folder times K repetitions, in N worker processes (each drives
+in the embedded world, or with --world=carla in a CARLA server of its own under the leaderboard evaluator).
 
 The parent decides and watches; each route run is a child `python -m tools.collect run` in its own
 process group, writing its stdout and stderr to the run's attempt log. All state lives on disk
@@ -372,7 +373,14 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
         raise ToolError(f"ROUTES_DIR {routes_path}: no route files (*.xml) in it or below it; make some with "
                         "python -m tools.collect routes --town FILE --count N --out DIR")
     resolved = CollectSettings.from_flags(settings)  # a typo fails here, not in every worker
+    if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
+        from tools.collect.carla_run import check_route, check_setup
+
+        check_setup()
     jobs = plan(route_files, towns, repetitions)
+    if resolved.world == "carla":
+        for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
+            check_route(job.route_file, job.route)
     read_manifest(layout)  # a root of another format version is refused before anything is written
     scheduler = None
     if slurm is not None:  # no sbatch, an unknown partition: refused before anything is written

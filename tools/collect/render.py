@@ -59,6 +59,7 @@ from tools.dataset.rig import (
     LidarConfig,
     RigConfig,
     camera_sensors,
+    lidar_intensity,
 )
 
 #: Boxes farther than this from a camera are not drawn (the ground still is, to the horizon).
@@ -316,7 +317,7 @@ class Renderer:
             out[LIDAR_LABELS] = (labels, self.codecs[LIDAR_LABELS])
             times["lidar"] = clock() - t
             t = clock()
-            out[BEV] = (self._bev(snap), self.codecs[BEV])
+            out[BEV] = (self.bev(snap), self.codecs[BEV])
             times["bev"] = clock() - t
         if timings is not None:
             timings.update(times)
@@ -467,7 +468,7 @@ class Renderer:
             np.clip(rows, 0, g.codes.shape[0] - 1, out=rows)
             cls[ground] = self.slot_cls[g.codes[rows, cols]]
         dist = s * self.l_sec[row]
-        intensity = np.exp(np.float32(-0.02) * dist).astype(np.float32)
+        intensity = lidar_intensity(dist)
         points = np.stack([x, y, z, intensity], axis=1).astype(np.float32)
         return points, np.stack([cls, ids], axis=1)
 
@@ -546,7 +547,8 @@ class Renderer:
             hitbox[r0:r1, a0:a1][hit] = k
 
     # ------------------------------------------------------------------ bev
-    def _bev(self, snap: Snapshot) -> np.ndarray:
+    def bev(self, snap: Snapshot) -> np.ndarray:
+        """The BEV label of a snapshot (the CARLA agent records it from CARLA's actors with this too)."""
         cfg = self.rig.bev
         ego = snap.ego
         g = self.bev_raster

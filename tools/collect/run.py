@@ -1,4 +1,5 @@
-"""One route run: drive a route once in the embedded world and record it, frame by frame.
+"""One route run: drive a route once in the embedded world (or, with --world=carla, in a CARLA server under the
+leaderboard evaluator: tools.collect.carla_run) and record it, frame by frame.
 
 Order of writes, so that a run killed at any point never looks complete:
   0. claim the run (tools.dataset.results.claim_run: its lock, then the attempt), or take over the claim
@@ -34,6 +35,7 @@ from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
+from tools.dataset.rig import RigConfig
 from tools.expert.expert import Decision
 
 log = logging.getLogger("collect.run")
@@ -94,9 +96,15 @@ class Referee:
     def completion(self) -> float:
         return 100.0 * float(self.route.s[self.index]) / max(self.route.length, 1e-6)
 
+    def track(self, xy: np.ndarray) -> float:
+        """Move the ego's place on the route (`index`) to `xy`; its distance from the route, metres. In CARLA
+        this is all the referee does (the leaderboard judges the run)."""
+        self.index, off = self.route.advance(self.index, float(xy[0]), float(xy[1]), PROGRESS_WINDOW_M)
+        return off
+
     def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
         """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents)."""
-        self.index, off = self.route.advance(self.index, float(xy[0]), float(xy[1]), PROGRESS_WINDOW_M)
+        off = self.track(xy)
         if off > self.settings.max_deviation:
             self.infractions["route_dev"].append(f"Agent deviated from the route at (x={xy[0]:.1f}, y={xy[1]:.1f})")
             self.status = results.FAILED_DEVIATED
@@ -231,6 +239,21 @@ def _label(box: Box, ego: Box, center_ego: list[float]) -> BoxLabel:
                     center_ego=[_r3(v) for v in center_ego], yaw_ego=_r3(yaw_to_ego(ego, box.yaw)))
 
 
+def write_run_json(layout: Layout, key: RunKey, route: Route, town: str, town_file: Path, settings: CollectSettings,
+                   rig: RigConfig, dense: DenseRoute, coarse: np.ndarray, repetition: int, seed: int, attempt: int
+                   ) -> None:
+    """The run's run.json (what every reader of the run looks up: rig, rate, route), from either world."""
+    atomic.write_json(layout.run_settings(key), {
+        "route": route.id, "town": town, "town_file": str(town_file), "scenario": route.scenario,
+        "repetition": repetition, "seed": seed, "attempt": attempt,
+        "host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # settings holds the recording rate (sim_hz, record_every: rig.run_rate); frame_dt for the reader.
+        "settings": settings.to_dict(), "frame_dt": settings.rate.frame_dt, "rig": rig.to_dict(),
+        "route_length": round(dense.length, 3),
+        "dense_route": dense.to_dict(), "target_indices": coarse.tolist(), "format": frames.FRAME_FORMAT,
+    })
+
+
 def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
           seed: int, attempt: int) -> results.RouteRecord:
     """Drive the route with the settings' agent; record frames (unless settings.record is off). Returns the
@@ -248,15 +271,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     rig = driver.rig or settings.load_rig()
     renderer = Renderer(Scene(town, seed=0), rig) if settings.record or driver.needs_sensors else None
     weather = route.weathers[0] if route.weathers else {}
-    atomic.write_json(layout.run_settings(key), {
-        "route": route.id, "town": town.name, "town_file": str(town.xodr), "scenario": route.scenario,
-        "repetition": repetition, "seed": seed, "attempt": attempt,
-        "host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        # settings holds the recording rate (sim_hz, record_every: rig.run_rate); frame_dt for the reader.
-        "settings": settings.to_dict(), "frame_dt": settings.rate.frame_dt, "rig": rig.to_dict(),
-        "route_length": round(dense.length, 3),
-        "dense_route": dense.to_dict(), "target_indices": coarse.tolist(), "format": frames.FRAME_FORMAT,
-    })
+    write_run_json(layout, key, route, town.name, town.xodr, settings, rig, dense, coarse, repetition, seed, attempt)
     results.write_heartbeat(layout, key, 0)
     last_beat = time.monotonic()
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
@@ -313,6 +328,12 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     towns_dir = find_towns_dir(route_path, towns)
     xodr = town_file(route_path, r, towns_dir)
     check_routes([(route_path, r)], towns_dir)
+    carla_setup = None
+    if cfg.world == "carla":  # the CARLA install, leaderboard, scenario_runner, client: before anything is claimed
+        from tools.collect import carla_run
+
+        carla_setup = carla_run.check_setup()
+        carla_run.check_route(route_path, r)
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -346,12 +367,27 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
     try:  # the claim (the run's lock) is held until the result is written
         try:
-            record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt))
+            if carla_setup is not None:
+                from tools.collect import carla_run
+
+                record = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
+                                         carla_setup)
+            else:
+                record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt))
+        except ToolError as e:  # the attempt could not drive (a CARLA server that never came up, a town it lacks)
+            log.error("%s: the attempt ends as %s (%s)", key, results.FAILED_SIMULATION, type(e).__name__)
+            results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+            raise
         except Exception:
             log.error("%s: crashed\n%s", key, traceback.format_exc())
             results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
             raise SystemExit(1) from None
-        results.write_result(layout, key, record)
+        if isinstance(record, Path):  # the CARLA leaderboard evaluator's own result, published unchanged
+            if results.publish_checkpoint(layout, key, record) is None:
+                results.write_result(layout, key, results.RouteRecord(route_id=r.id,
+                                                                      status=results.FAILED_SIMULATION))
+        else:
+            results.write_result(layout, key, record)
     finally:
         claim.release()
     return key

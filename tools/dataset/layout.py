@@ -9,6 +9,10 @@
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
       logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (results.claim_run)
+      logs/<Scenario>/<run>/leaderboard-<NN>.json   a CARLA attempt: the leaderboard evaluator's own checkpoint,
+                                                 published as the result when it holds a finished record
+      logs/<Scenario>/<run>/leaderboard-<NN>.live.txt   its live results (--debug-checkpoint)
+      logs/<Scenario>/<run>/agent-<NN>.json      a CARLA attempt: what the runner tells our agent (carla_agent)
       buckets/<collection>.json                  bucket files (tools.dataset.buckets)
       buckets/index.json                         the bucket builder's per-frame index
       cache/<key>/settings.json                  one training cache per preprocessing key (tools.dataset.cache)
@@ -63,6 +67,9 @@ FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
 RUN_LOCK = "run.lock"
+EVALUATOR_CHECKPOINT = "leaderboard-{attempt:02d}.json"
+EVALUATOR_LIVE = "leaderboard-{attempt:02d}.live.txt"
+AGENT_CONFIG = "agent-{attempt:02d}.json"
 COLLECTION_FILE = "{name}.json"
 BUCKET_INDEX = "index.json"
 BUCKET_LOCK = ".tmp-build.lock"
@@ -245,6 +252,19 @@ class Layout:
 
     def attempt_log(self, key: RunKey, attempt: int) -> Path:
         return self.log_dir(key) / ATTEMPT_LOG.format(attempt=attempt)
+
+    def evaluator_checkpoint(self, key: RunKey, attempt: int) -> Path:
+        """A CARLA attempt's leaderboard checkpoint (--checkpoint): the evaluator writes it early, with no
+        records, and in place; the runner publishes it as `result_path` only once it holds a finished record."""
+        return self.log_dir(key) / EVALUATOR_CHECKPOINT.format(attempt=attempt)
+
+    def evaluator_live(self, key: RunKey, attempt: int) -> Path:
+        """A CARLA attempt's live results (the evaluator's --debug-checkpoint, else ./live_results.txt)."""
+        return self.log_dir(key) / EVALUATOR_LIVE.format(attempt=attempt)
+
+    def agent_config(self, key: RunKey, attempt: int) -> Path:
+        """A CARLA attempt's agent configuration (the evaluator's --agent-config; carla_agent.AgentConfig)."""
+        return self.log_dir(key) / AGENT_CONFIG.format(attempt=attempt)
 
     def run_lock(self, key: RunKey) -> Path:
         """logs/<Scenario>/<run>/run.lock: held (flock) by the process running an attempt of the run."""

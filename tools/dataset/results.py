@@ -173,11 +173,33 @@ def write_result(layout: Layout, key: RunKey, record: RouteRecord) -> Path:
 def read_status(path: Path) -> str | None:
     """The record status of a result file, or None when the file is unreadable or not a result."""
     try:
-        data = json.loads(path.read_text())
-        status = data["_checkpoint"]["records"][0]["status"]
-        return status if isinstance(status, str) else None
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return _status(path.read_bytes())
+    except OSError:
         return None
+
+
+def _status(text: bytes) -> str | None:
+    try:
+        status = json.loads(text)["_checkpoint"]["records"][0]["status"]
+        return status if isinstance(status, str) else None
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def publish_checkpoint(layout: Layout, key: RunKey, checkpoint: Path) -> str | None:
+    """Publish a leaderboard checkpoint written by the CARLA leaderboard evaluator as the run's result file,
+    unchanged and atomically, when it holds a finished record (a status other than Started); returns that
+    status, or None when there is none (nothing is published). The evaluator writes its checkpoint early,
+    with no records, and in place: it never goes straight to `result_path`, whose existence ends a run."""
+    try:
+        text = Path(checkpoint).read_bytes()  # read once: what is checked is what is published
+    except OSError:
+        return None
+    status = _status(text)
+    if status is None or status == STARTED:
+        return None
+    atomic.write_bytes(layout.result_path(key), text)
+    return status
 
 
 # ----------------------------------------------------------------------------- liveness

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 #: Names of the recorded sensors (the templates take the camera's name).
 RGB = "rgb_{camera}"
 SEMANTICS = "semantics_{camera}"
@@ -46,6 +48,14 @@ CODEC = {RGB: "jpeg", SEMANTICS: "zstd", DEPTH: "zstd", LIDAR: "zstd", LIDAR_LAB
 JPEG_QUALITY = 90
 #: Depth images hold centimetres in uint16: farther ground reads as this many metres, the sky as 0.
 MAX_DEPTH_M = 655.0
+#: Recorded LiDAR intensity is exp(-LIDAR_ATTENUATION * distance in metres): CARLA's LiDAR model without its
+#: noise and drop-off, computed the same way for points of the embedded world and of CARLA.
+LIDAR_ATTENUATION = 0.02
+
+
+def lidar_intensity(distance: np.ndarray) -> np.ndarray:
+    """The recorded intensity (float32) of LiDAR returns `distance` metres away."""
+    return np.exp(np.float32(-LIDAR_ATTENUATION) * np.asarray(distance, dtype=np.float32)).astype(np.float32)
 
 
 def camera_sensors(camera: str) -> tuple[str, str, str]:

@@ -49,7 +49,8 @@ TRAIN_CLASSES = ("other", "road", "roadline", "sidewalk", "building", "pole_sign
 SEMANTIC_TO_TRAIN = [0] * 256
 for _sem, _train in {
     S.ROAD: 1, S.ROADLINE: 2, S.SIDEWALK: 3, S.BUILDING: 4, S.WALL: 4, S.FENCE: 4, S.POLE: 5,
-    S.TRAFFIC_LIGHT: 5, S.TRAFFIC_SIGN: 5, S.CAR: 6, S.TRUCK: 6, S.BUS: 6, S.VEGETATION: 7, S.TERRAIN: 7,
+    S.TRAFFIC_LIGHT: 5, S.TRAFFIC_SIGN: 5, S.CAR: 6, S.TRUCK: 6, S.BUS: 6, S.MOTORCYCLE: 6, S.VEGETATION: 7,
+    S.TERRAIN: 7,
     S.SKY: 8,
 }.items():
     SEMANTIC_TO_TRAIN[_sem] = _train

@@ -21,6 +21,7 @@ RIDER = 13
 CAR = 14
 TRUCK = 15
 BUS = 16
+MOTORCYCLE = 18
 BICYCLE = 19
 STATIC = 20  # props: traffic cones, warning signs (CARLA's Static)
 DYNAMIC = 21
@@ -44,6 +45,7 @@ NAMES = {
     CAR: "car",
     TRUCK: "truck",
     BUS: "bus",
+    MOTORCYCLE: "motorcycle",
     BICYCLE: "bicycle",
     STATIC: "static",
     DYNAMIC: "dynamic",
@@ -51,7 +53,7 @@ NAMES = {
 }
 
 #: Vehicle classes (what a 3D box of a vehicle is labelled with).
-VEHICLES = (CAR, TRUCK, BUS)
+VEHICLES = (CAR, TRUCK, BUS, MOTORCYCLE)
 #: Classes of a collision the leaderboard counts as one with a pedestrian (a cyclist rides a bicycle).
 VULNERABLE = (PEDESTRIAN, RIDER, BICYCLE)
 
@@ -89,6 +91,7 @@ for _id, _rgb in {
     CAR: (0, 0, 142),
     TRUCK: (0, 0, 70),
     BUS: (0, 60, 100),
+    MOTORCYCLE: (0, 0, 230),
     BICYCLE: (119, 11, 32),
     STATIC: (110, 190, 160),
     DYNAMIC: (170, 120, 50),

@@ -1,0 +1,336 @@
+"""`--world=carla`: one route run driven by the CARLA leaderboard evaluator against a CARLA server we start
+(tools/collect/carla_run.py). No CARLA server and no leaderboard run here: the tests use a stand-in server
+(tests/standin_carla_server.py, as CARLA_ROOT/CarlaUE4.sh) and a stand-in evaluator
+(tests/standin_leaderboard_evaluator.py, as LEADERBOARD_ROOT/leaderboard/leaderboard_evaluator.py), so the
+collector's real command lines, environment, process groups and files are what is tested; each test that uses
+them says so in its name."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, REPO, run_bin, run_tool, start_tool
+
+from tools.collect import carla_run
+from tools.collect.carla_server import CARLA_VERSION, Ports
+from tools.collect.config import CollectSettings
+from tools.dataset import atomic, results
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey
+
+TESTS = Path(__file__).parent
+GOLDEN = TESTS / "golden"
+
+
+def route_file(short_routes: Path) -> Path:
+    return sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+
+
+@pytest.fixture
+def carla_env(tmp_path) -> dict[str, str]:
+    """A CARLA_ROOT whose CarlaUE4.sh execs the stand-in server, a LEADERBOARD_ROOT whose evaluator is the stand-in
+    evaluator, a SCENARIO_RUNNER_ROOT with srunner/; the server has the short routes' town; a crash grace of 1 s."""
+    carla_root = tmp_path / "carla"
+    (carla_root / "PythonAPI" / "carla" / "agents").mkdir(parents=True)
+    (carla_root / "PythonAPI" / "carla" / "agents" / "__init__.py").write_text("")
+    script = carla_root / "CarlaUE4.sh"
+    script.write_text(f'#!/bin/sh\nexec "{PYTHON}" "{TESTS / "standin_carla_server.py"}" "$@"\n')
+    script.chmod(0o755)
+    leaderboard = tmp_path / "leaderboard"
+    (leaderboard / "leaderboard").mkdir(parents=True)
+    shutil.copy(TESTS / "standin_leaderboard_evaluator.py", leaderboard / "leaderboard" / "leaderboard_evaluator.py")
+    runner = tmp_path / "scenario_runner"
+    (runner / "srunner").mkdir(parents=True)
+    return {"CARLA_ROOT": str(carla_root), "LEADERBOARD_ROOT": str(leaderboard), "SCENARIO_RUNNER_ROOT": str(runner),
+            "STANDIN_MAPS": "/Game/Carla/Maps/Town01,/Game/Carla/Maps/town", "STANDIN_CHILD": "1",
+            "STANDIN_PID_FILE": str(tmp_path / "server.pids"), "STANDIN_EVALUATOR_PIDS": str(tmp_path / "eval.pids"),
+            carla_run.CRASH_GRACE_ENV: "1"}
+
+
+def run(route: Path, root: Path, env: dict[str, str], *extra: str):
+    return run_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(route), "--root", str(root),
+                    "--world=carla", *extra, env=env, timeout=60)
+
+
+def pids(path: str) -> list[int]:
+    return [int(p) for p in Path(path).read_text().split()] if Path(path).exists() else []
+
+
+def all_gone(numbers: list[int], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(atomic.process_alive(p) for p in numbers):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def the_run(root: Path) -> tuple[Layout, RunKey]:
+    layout = Layout(root)
+    (key,) = list(layout.iter_runs())
+    return layout, key
+
+
+# ----------------------------------------------------------------------------- one route run
+
+
+def test_finished_run_publishes_the_evaluators_result_unchanged_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    route = route_file(short_routes)
+    proc = run(route, tmp_path / "root", carla_env)
+    assert proc.returncode == 0, proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    checkpoint = layout.evaluator_checkpoint(key, 1)
+    assert checkpoint.parent == layout.log_dir(key)  # the evaluator never writes into ROOT/results
+    assert layout.result_path(key).read_bytes() == checkpoint.read_bytes()
+    assert results.read_status(layout.result_path(key)) == results.PERFECT
+    assert results.run_state(layout, key) is results.RunState.FINISHED
+    # The evaluator got the real command line: one route, one repetition, no --resume, files in the log folder.
+    flags = json.loads((layout.log_dir(key) / "argv.json").read_text())["flags"]
+    assert flags["routes"] == str(route.absolute()) and flags["routes_subset"] == "0" and flags["repetitions"] == 1
+    assert flags["resume"] is False and flags["checkpoint"] == str(checkpoint)
+    assert flags["debug_checkpoint"] == str(layout.evaluator_live(key, 1))
+    config = json.loads(Path(flags["agent_config"]).read_text())
+    assert config["route_id"] == "0" and config["attempt"] == 1 and config["settings"]["world"] == "carla"
+    log = layout.attempt_log(key, 1).read_text()
+    assert "stand-in CARLA server" in log and "stand-in leaderboard evaluator" in log and "server 0.9.16" in log
+    assert all_gone(pids(carla_env["STANDIN_PID_FILE"]) + pids(carla_env["STANDIN_EVALUATOR_PIDS"]))
+
+
+@pytest.mark.parametrize("mode, published", [("crash-server", False), ("crash-server-record", True)])
+def test_server_killed_mid_route_is_a_simulation_crash_and_leaves_no_process_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env, mode, published):
+    """crash-server: the evaluator records nothing (blocked, as in world.tick) and is ended after the grace;
+    crash-server-record: it records the crash itself, and that record is published."""
+    started = time.monotonic()
+    proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_EVALUATOR": mode})
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started < 15
+    layout, key = the_run(tmp_path / "root")
+    assert results.read_status(layout.result_path(key)) == results.FAILED_SIMULATION
+    assert results.run_state(layout, key) is results.RunState.FAILED  # retried by collect
+    same = layout.result_path(key).read_bytes() == layout.evaluator_checkpoint(key, 1).read_bytes()
+    assert same is published
+    log = layout.attempt_log(key, 1).read_text()
+    if not published:  # (the evaluator that records the crash may exit before the runner sees the server die)
+        assert "the CARLA server died mid-route (exit status -9)" in log
+        assert "the evaluator was ended after 1 s" in log and "with no finished record" in log
+    assert all_gone(pids(carla_env["STANDIN_PID_FILE"]) + pids(carla_env["STANDIN_EVALUATOR_PIDS"]))
+
+
+def test_evaluator_exiting_with_no_record_is_a_simulation_crash_standin_evaluator(tmp_path, short_routes, carla_env):
+    proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_EVALUATOR": "norecord"})
+    assert proc.returncode == 0, proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    assert results.read_status(layout.result_path(key)) == results.FAILED_SIMULATION
+    assert json.loads(layout.evaluator_checkpoint(key, 1).read_text())["_checkpoint"]["records"] == []
+    assert re.search(r"the leaderboard evaluator exited with status 1 with no finished record in .*leaderboard-01",
+                     layout.attempt_log(key, 1).read_text())
+    assert all_gone(pids(carla_env["STANDIN_PID_FILE"]))
+
+
+def test_sigterm_ends_the_standin_server_and_evaluator_groups_and_writes_no_result(tmp_path, short_routes,
+                                                                                     carla_env):
+    proc = start_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(route_file(short_routes)), "--root",
+                      str(tmp_path / "root"), "--world=carla", env={**carla_env, "STANDIN_EVALUATOR": "hang"})
+    try:
+        deadline = time.monotonic() + 20
+        while not pids(carla_env["STANDIN_EVALUATOR_PIDS"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pids(carla_env["STANDIN_EVALUATOR_PIDS"]), "the stand-in evaluator never started"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    layout, key = the_run(tmp_path / "root")
+    assert not layout.result_path(key).exists()  # left unfinished: crashed, retried
+    assert "ended by a signal" in layout.attempt_log(key, 1).read_text()
+    assert all_gone(pids(carla_env["STANDIN_PID_FILE"]) + pids(carla_env["STANDIN_EVALUATOR_PIDS"]))
+
+
+def test_town_missing_on_the_standin_server_is_one_line_naming_route_town_and_the_servers_towns(
+        tmp_path, short_routes, carla_env):
+    """Found only once the server answers, so after the claim: the attempt counts and ends as the leaderboard
+    itself ends a route whose map does not load (Failed - Simulation crashed); no server is left."""
+    route = route_file(short_routes)
+    proc = run(route, tmp_path / "root", {**carla_env, "STANDIN_MAPS": "/Game/Carla/Maps/Town01,"
+                                                                         "/Game/Carla/Maps/Town12/Town12"})
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if "does not have" in line]
+    assert lines == [f"collect: {route}: route 0 drives in town, which the CARLA server does not have (its towns: "
+                     "Town01, Town12); install the CARLA package holding town (CARLA's additional maps) or drop "
+                     "the route"], proc.stderr
+    assert "Traceback" not in proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    assert results.attempts(layout, key) == 1
+    assert results.read_status(layout.result_path(key)) == results.FAILED_SIMULATION
+    assert not pids(carla_env["STANDIN_EVALUATOR_PIDS"])  # never started
+    assert all_gone(pids(carla_env["STANDIN_PID_FILE"]))
+
+
+def test_standin_server_of_another_version_is_one_line(tmp_path, short_routes, carla_env):
+    proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_MODE": "version"})
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].startswith("collect: CARLA server 0.9.15 but client 0.9.16: install the "
+                                                   "carla==0.9.15 client"), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bin_collect_drives_a_carla_route_through_its_worker_standin_server_and_evaluator(tmp_path, short_routes,
+                                                                                          carla_env):
+    one = tmp_path / "routes"
+    route = route_file(short_routes)
+    (one / route.parent.name).mkdir(parents=True)
+    shutil.copy(route, one / route.parent.name / route.name)
+    shutil.copytree(short_routes / "towns", one / "towns")
+    proc = run_bin("collect", one, "--root", tmp_path / "root", "--world=carla",
+                   env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "collect: 1 route runs finished and 0 failed" in proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    assert results.run_state(layout, key) is results.RunState.FINISHED
+
+
+# ----------------------------------------------------------------------------- checks before anything starts
+
+
+@pytest.mark.parametrize("how", ["bin/collect", "run"])
+def test_no_carla_root_and_no_image_is_one_line_before_anything_starts(tmp_path, short_routes, how):
+    root = tmp_path / "root"
+    env = {"CARLA_ROOT": "", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}
+    if how == "run":
+        proc = run_tool(PYTHON, "-m", "tools.collect", "run", "--route", route_file(short_routes), "--root", root,
+                        "--world=carla", env=env)
+    else:
+        proc = run_bin("collect", short_routes, "--root", root, "--world=carla", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "collect: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.16 install (the folder holding "
+        "CarlaUE4.sh), or build the CARLA image (make images: containers/carla.sif), which bin/collect then runs "
+        "in"], proc.stderr
+    assert not root.exists()  # nothing claimed, nothing written
+
+
+def fake_setup(tmp_path: Path, drop: str = "") -> dict[str, str]:
+    paths = {"CARLA_ROOT": tmp_path / "carla", "LEADERBOARD_ROOT": tmp_path / "lb",
+             "SCENARIO_RUNNER_ROOT": tmp_path / "sr"}
+    for rel in ("carla/CarlaUE4.sh", "carla/PythonAPI/carla/agents/", "lb/leaderboard/leaderboard_evaluator.py",
+                "sr/srunner/"):
+        if drop and rel.startswith(drop):
+            continue
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if rel.endswith("/"):
+            path.mkdir(exist_ok=True)
+        else:
+            path.write_text("")
+    return {k: str(v) for k, v in paths.items()}
+
+
+@pytest.mark.parametrize("drop, unset, message", [
+    ("", "LEADERBOARD_ROOT", "LEADERBOARD_ROOT is not set; clone https://github.com/carla-simulator/leaderboard at "
+                             "commit aec81319de6bec57372f25aa94083c9ab0bd4223"),
+    ("", "SCENARIO_RUNNER_ROOT", "SCENARIO_RUNNER_ROOT is not set; clone https://github.com/carla-simulator/"
+                                 "scenario_runner at commit 94ff3b8af752bad2b9d464ad5105868906aa34c0"),
+    ("carla/CarlaUE4.sh", "", "CARLA_ROOT={tmp}/carla has no CarlaUE4.sh; set it to a CARLA 0.9.16 install"),
+    ("carla/PythonAPI", "", "CARLA_ROOT={tmp}/carla has no PythonAPI/carla/agents (CARLA's agents package"),
+    ("lb/", "", "LEADERBOARD_ROOT={tmp}/lb has no leaderboard/leaderboard_evaluator.py; clone"),
+    ("sr/", "", "SCENARIO_RUNNER_ROOT={tmp}/sr has no srunner/; clone"),
+])
+def test_each_missing_part_of_the_carla_setup_is_one_line_naming_the_variable(tmp_path, drop, unset, message):
+    env = fake_setup(tmp_path, drop)
+    env.pop(unset, None)
+    with pytest.raises(ToolError) as e:
+        carla_run.check_setup(env, client_version=CARLA_VERSION)
+    assert str(e.value).startswith("--world=carla: " + message.format(tmp=tmp_path)), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_carla_client_of_another_version_is_one_line(tmp_path):
+    env = fake_setup(tmp_path)
+    assert carla_run.check_setup(env).carla_root == tmp_path / "carla"  # the installed client is the pinned one
+    with pytest.raises(ToolError, match=r"^--world=carla: the installed carla client is 0\.9\.15, but this collector "
+                                        r"speaks CARLA 0\.9\.16 .*; pip install carla==0\.9\.16$"):
+        carla_run.check_setup(env, client_version="0.9.15")
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"sim_hz": 10}, "--sim-hz=10: --world=carla runs at 20 Hz, the leaderboard evaluator's fixed rate"),
+    ({"agent": "policy", "checkpoint": "run"}, "--agent=policy: --world=carla drives with the expert only"),
+    ({"vehicles": 5}, "--vehicles=5: with --world=carla the leaderboard evaluator decides this"),
+])
+def test_settings_a_carla_run_cannot_honour_are_refused(flags, message):
+    with pytest.raises(ToolError, match="^" + re.escape(message)):
+        CollectSettings.from_flags({"world": "carla", **flags})
+    assert CollectSettings.from_flags({"world": "carla", "record_every": 10}).world == "carla"
+
+
+def test_a_route_the_leaderboard_cannot_select_is_refused(tmp_path):
+    from tools.collect.routes import read_routes
+
+    path = tmp_path / "r.xml"
+    path.write_text('<routes><route id="a1" town="Town01"><waypoints><position x="0" y="0" z="0"/>'
+                    '<position x="9" y="0" z="0"/></waypoints><scenarios/></route>'
+                    '<route id="2" town="Town01"><waypoints><position x="0" y="0" z="0"/>'
+                    '<position x="9" y="0" z="0"/></waypoints></route></routes>')
+    first, second = read_routes(path)
+    with pytest.raises(ToolError, match="route id 'a1' is not an integer"):
+        carla_run.check_route(path, first)
+    with pytest.raises(ToolError, match="route 2 has no <scenarios> element"):
+        carla_run.check_route(path, second)
+
+
+# ----------------------------------------------------------------------------- golden command line and environment
+
+
+def golden(name: str, value) -> None:
+    path = GOLDEN / name
+    if os.environ.get("DRIVEKIT_UPDATE_GOLDEN") == "1":
+        path.write_text(json.dumps(value, indent=1) + "\n")
+    assert value == json.loads(path.read_text())
+
+
+SETUP = carla_run.CarlaSetup(Path("/home/carla"), Path("/opt/leaderboard"), Path("/opt/scenario_runner"))
+
+
+def test_the_evaluators_command_line_matches_the_golden_file():
+    layout, key = Layout(Path("/scratch/ds")), RunKey("Accident", "town_0003_route3_rep0")
+    argv = carla_run.evaluator_command(
+        "/opt/drivekit/venv/bin/python", SETUP, Path("/routes/Accident/town_0003.xml"), "3",
+        layout.evaluator_checkpoint(key, 2), layout.evaluator_live(key, 2),
+        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 8000), 1234)
+    golden("carla-evaluator-argv.json", argv)
+    assert not [a for a in argv if a.startswith("--resume")]  # type=bool: any value turns it on
+
+
+def test_the_evaluators_environment_matches_the_golden_file():
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "PYTHONPATH": "/site/extra", results.LOCK_FD_ENV: "7"}
+    env = carla_run.evaluator_env(base, SETUP, tools_home=Path("/opt/drivekit/src"))
+    golden("carla-evaluator-env.json", dict(sorted(env.items())))
+
+
+# ----------------------------------------------------------------------------- the image
+
+
+def test_the_carla_image_pins_leaderboard_and_scenario_runner_by_commit_and_checks_them():
+    definition = (REPO / "containers" / "carla.def").read_text()
+    for arg, commit, folder in (("LEADERBOARD_COMMIT", carla_run.LEADERBOARD_COMMIT, "/opt/leaderboard"),
+                                ("SCENARIO_RUNNER_COMMIT", carla_run.SCENARIO_RUNNER_COMMIT, "/opt/scenario_runner")):
+        assert re.search(rf"^\s*{arg}={commit}\s*$", definition, re.M), arg  # the same pin as carla_run's
+        assert re.fullmatch(r"[0-9a-f]{40}", commit)
+        assert f'git -C {folder} rev-parse HEAD)" = "{{{{ {arg} }}}}"' in definition  # verified after checkout
+    environment = definition.split("%environment", 1)[1].split("\n%", 1)[0]
+    assert "export LEADERBOARD_ROOT=/opt/leaderboard" in environment
+    assert "export SCENARIO_RUNNER_ROOT=/opt/scenario_runner" in environment
+    test = definition.split("%test", 1)[1].split("\n%", 1)[0]
+    assert "import leaderboard.leaderboard_evaluator" in test and "srunner.scenariomanager" in test
+    assert "--resume" not in definition

@@ -1,0 +1,316 @@
+"""The CARLA attempt of one route run (`--world=carla`): a CARLA server of our own, the CARLA leaderboard 2.0
+evaluator driving the route with our agent (tools.collect.carla_agent), its result published as the run's.
+
+tools.collect.run.run_route calls `check_setup` and `check_route` before it claims the run, then `drive` in place
+of the embedded world's drive; the claim, the lock, discard_run, logging and the result file stay there. One
+attempt:
+
+  1. ports by binding; the server (CarlaUE4.sh) in its own process group, its output appended to the attempt's
+     log, polled until it answers (tools.collect.carla_server); the route's town must be one of its maps
+  2. the agent's config (logs/.../agent-NN.json), then leaderboard/leaderboard_evaluator.py in its own process
+     group, output appended to the attempt's log. Its --checkpoint is logs/.../leaderboard-NN.json, never
+     ROOT/results/: the evaluator writes that file early, with no records, and in place
+  3. while it runs: the run's heartbeat kept fresh (our agent beats too, once it drives); a server that dies
+     gives the evaluator crash_grace() seconds to record the crash itself, then its group is ended
+  4. its checkpoint, when it holds a finished record, becomes ROOT/results/<Scenario>/<run>.json unchanged
+     (results.publish_checkpoint); an evaluator that ended without one is `Failed - Simulation crashed`
+  Both process groups are ended at exit whatever happened (SIGTERM included: it raises SystemExit here).
+
+One server per route run, its start included (10 to 60 s against routes of minutes): a fresh server per
+attempt leaves no state (a map, settings, actors, a leaked sensor, a wedged Traffic Manager) from one route
+to the next, a crash costs one route run only, and the claim-and-run protocol and retries stay those of
+the embedded world (one child process per route run). A server kept across the runs of a task would save
+the start; measure it before changing this.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import signal
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.collect.carla_server import (
+    CARLA_VERSION,
+    CarlaServer,
+    Ports,
+    allocate_ports,
+    end_group,
+    pick_gpu,
+    start_group,
+)
+from tools.collect.config import CollectSettings
+from tools.collect.routes import Route
+from tools.dataset import results
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey
+
+log = logging.getLogger("collect.carla")
+
+#: The leaderboard and scenario_runner this collector is built against (containers/carla.def's build
+#: arguments LEADERBOARD_COMMIT and SCENARIO_RUNNER_COMMIT must match: tests/test_carla_run.py checks).
+LEADERBOARD_COMMIT = "aec81319de6bec57372f25aa94083c9ab0bd4223"
+SCENARIO_RUNNER_COMMIT = "94ff3b8af752bad2b9d464ad5105868906aa34c0"  # tag v0.9.16
+LEADERBOARD_URL = "https://github.com/carla-simulator/leaderboard"
+SCENARIO_RUNNER_URL = "https://github.com/carla-simulator/scenario_runner"
+#: The folder that holds the `tools` package (a checkout, or site-packages in the image): the agent file the
+#: evaluator loads imports `tools.*`.
+TOOLS_HOME = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+TRACK = "SENSORS"  # the leaderboard track: our agent declares camera and LiDAR sensors
+#: The evaluator's --timeout: its client timeout, and its watchdogs on the agent's set-up and on every tick
+#: (the evaluator's own default; loading a large town takes minutes).
+EVALUATOR_TIMEOUT_S = 300.0
+#: Seconds a server death leaves the evaluator to record the crash itself (env DRIVEKIT_CARLA_CRASH_GRACE_S).
+CRASH_GRACE_S = 10.0
+CRASH_GRACE_ENV = "DRIVEKIT_CARLA_CRASH_GRACE_S"
+POLL_S = 0.2  # how often the evaluator and the server are looked at
+HEARTBEAT_EVERY_S = 5.0  # wall-clock seconds between heartbeats (results.HEARTBEAT_STALE_S declares a writer gone)
+EVALUATOR_STOP_GRACE_S = 10.0  # SIGTERM to the evaluator's group, then SIGKILL after this long
+#: The same grace when we are ended by a signal: a collector SIGKILLs its child 10 s after SIGTERM
+#: (local.TERM_GRACE_S), and both groups must have had their SIGKILL by then.
+SIGNALLED_STOP_GRACE_S = 3.0
+#: What the client's get_server_version needs at most once the server listens (the town check's timeout).
+CLIENT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class CarlaSetup:
+    """Where the CARLA server, the leaderboard and scenario_runner are (checked by `check_setup`)."""
+
+    carla_root: Path
+    leaderboard_root: Path
+    scenario_runner_root: Path
+
+    @property
+    def evaluator(self) -> Path:
+        return self.leaderboard_root / "leaderboard" / "leaderboard_evaluator.py"
+
+    @property
+    def python_api(self) -> Path:
+        """CARLA's PythonAPI/carla: its `agents` package, which scenario_runner and the leaderboard import."""
+        return self.carla_root / "PythonAPI" / "carla"
+
+
+# ----------------------------------------------------------------------------- checks before anything starts
+
+
+def _root(env: Mapping[str, str], var: str, fix: str) -> Path:
+    value = env.get(var, "").strip()
+    if not value:
+        raise ToolError(f"--world=carla: {var} is not set; {fix}")
+    return Path(value).expanduser().absolute()
+
+
+def check_setup(env: Mapping[str, str] | None = None, client_version: str | None = None) -> CarlaSetup:
+    """The CARLA install, the leaderboard, scenario_runner and the carla client of a CARLA run, checked before
+    anything starts: one ToolError line for the first thing wrong (what, which variable, the fix).
+    `client_version`: the installed carla client's version (default: read from its package metadata)."""
+    env = os.environ if env is None else env
+    install = (f"set it to a CARLA {CARLA_VERSION} install (the folder holding CarlaUE4.sh), or build the CARLA "
+               "image (make images: containers/carla.sif), which bin/collect then runs in")
+    carla_root = _root(env, "CARLA_ROOT", install)
+    if not (carla_root / "CarlaUE4.sh").is_file():
+        raise ToolError(f"--world=carla: CARLA_ROOT={carla_root} has no CarlaUE4.sh; {install}")
+    if not (carla_root / "PythonAPI" / "carla" / "agents").is_dir():
+        raise ToolError(f"--world=carla: CARLA_ROOT={carla_root} has no PythonAPI/carla/agents (CARLA's agents "
+                        f"package, which scenario_runner imports); set CARLA_ROOT to a complete CARLA "
+                        f"{CARLA_VERSION} release")
+    clone = ("clone {url} at commit {commit} (containers/carla.def's {arg}) and set {var} to it; docs/carla.md "
+             "shows how")
+    leaderboard_fix = clone.format(url=LEADERBOARD_URL, commit=LEADERBOARD_COMMIT, arg="LEADERBOARD_COMMIT",
+                                   var="LEADERBOARD_ROOT")
+    leaderboard = _root(env, "LEADERBOARD_ROOT", leaderboard_fix)
+    if not (leaderboard / "leaderboard" / "leaderboard_evaluator.py").is_file():
+        raise ToolError(f"--world=carla: LEADERBOARD_ROOT={leaderboard} has no leaderboard/leaderboard_evaluator.py; "
+                        f"{leaderboard_fix}")
+    runner_fix = clone.format(url=SCENARIO_RUNNER_URL, commit=SCENARIO_RUNNER_COMMIT, arg="SCENARIO_RUNNER_COMMIT",
+                              var="SCENARIO_RUNNER_ROOT")
+    runner = _root(env, "SCENARIO_RUNNER_ROOT", runner_fix)
+    if not (runner / "srunner").is_dir():
+        raise ToolError(f"--world=carla: SCENARIO_RUNNER_ROOT={runner} has no srunner/; {runner_fix}")
+    if client_version is None:
+        try:
+            client_version = importlib.metadata.version("carla")
+        except importlib.metadata.PackageNotFoundError:
+            client_version = "none"
+    if client_version != CARLA_VERSION:
+        raise ToolError(f"--world=carla: the installed carla client is {client_version}, but this collector speaks "
+                        f"CARLA {CARLA_VERSION} (tools/collect/carla_server.py CARLA_VERSION); pip install "
+                        f"carla=={CARLA_VERSION}")
+    crash_grace(env)  # a bad DRIVEKIT_CARLA_CRASH_GRACE_S is refused here too, before anything starts
+    return CarlaSetup(carla_root, leaderboard, runner)
+
+
+def check_route(route_file: Path, route: Route) -> None:
+    """What the leaderboard's route parser needs of a route, checked before anything starts: an integer id
+    (--routes-subset sorts ids as integers, and reads "a-b" as a range) and a <scenarios> element (it may be
+    empty; the parser fails without one)."""
+    if not route.id.isdigit():
+        raise ToolError(f"{route_file}: route id {route.id!r} is not an integer; the leaderboard evaluator selects "
+                        "routes by integer id (--routes-subset): renumber the route")
+    for el in ET.parse(route_file).getroot().iter("route"):
+        if el.get("id") == route.id and el.find("scenarios") is None:
+            raise ToolError(f"{route_file}: route {route.id} has no <scenarios> element, which the leaderboard "
+                            "evaluator needs: add <scenarios/> (it may be empty)")
+
+
+def check_town(route_file: Path, route: Route, host: str, port: int) -> None:
+    """The route's town must be one of the server's maps (Client.get_available_maps: paths such as
+    /Game/Carla/Maps/Town01, compared by their last part as the evaluator compares its loaded map)."""
+    import carla
+
+    client = carla.Client(host, port)
+    client.set_timeout(CLIENT_TIMEOUT_S)
+    towns = sorted({str(m).rsplit("/", 1)[-1] for m in client.get_available_maps()})
+    if route.town not in towns:
+        raise ToolError(f"{route_file}: route {route.id} drives in {route.town}, which the CARLA server does not "
+                        f"have (its towns: {', '.join(towns) or 'none'}); install the CARLA package holding "
+                        f"{route.town} (CARLA's additional maps) or drop the route")
+
+
+def crash_grace(env: Mapping[str, str] | None = None) -> float:
+    """CRASH_GRACE_S, or DRIVEKIT_CARLA_CRASH_GRACE_S when set (a positive number of seconds)."""
+    env = os.environ if env is None else env
+    raw = env.get(CRASH_GRACE_ENV, "").strip()
+    if not raw:
+        return CRASH_GRACE_S
+    try:
+        value = float(raw)
+        if not value >= 0:
+            raise ValueError
+    except ValueError:
+        raise ToolError(f"{CRASH_GRACE_ENV}={raw!r}: expected a number of seconds (default {CRASH_GRACE_S:g})") \
+            from None
+    return value
+
+
+# ----------------------------------------------------------------------------- the evaluator's command line
+
+
+def evaluator_command(python: str, setup: CarlaSetup, route_file: Path, route_id: str, checkpoint: Path,
+                      live: Path, agent_file: Path, agent_config: Path, ports: Ports, seed: int,
+                      host: str = HOST, timeout: float = EVALUATOR_TIMEOUT_S) -> list[str]:
+    """leaderboard_evaluator.py's argv for one route, one repetition. Never --resume: its argparse type is
+    bool, so any value given, "False" included, turns it on."""
+    return [
+        python, str(setup.evaluator),
+        f"--routes={route_file}", f"--routes-subset={route_id}", "--repetitions=1", f"--track={TRACK}",
+        f"--checkpoint={checkpoint}", f"--debug-checkpoint={live}",
+        f"--agent={agent_file}", f"--agent-config={agent_config}",
+        f"--host={host}", f"--port={ports.rpc}", f"--traffic-manager-port={ports.traffic_manager}",
+        f"--traffic-manager-seed={seed}", f"--timeout={timeout:g}", "--debug=0",
+    ]
+
+
+def evaluator_env(base: Mapping[str, str], setup: CarlaSetup, tools_home: Path = TOOLS_HOME) -> dict[str, str]:
+    """The evaluator's environment: `base` plus PYTHONPATH with CARLA's PythonAPI/carla (its `agents`
+    package), scenario_runner, the leaderboard and the folder of our `tools` package (the agent file imports
+    it), in that order before any PYTHONPATH of `base`; the three roots (scenario_runner and the leaderboard
+    find scenario files through SCENARIO_RUNNER_ROOT); unbuffered output. The run's lock stays with us."""
+    env = {k: v for k, v in base.items() if k != results.LOCK_FD_ENV}
+    paths = [str(setup.python_api), str(setup.scenario_runner_root), str(setup.leaderboard_root), str(tools_home)]
+    if base.get("PYTHONPATH"):
+        paths.append(base["PYTHONPATH"])
+    env.update(PYTHONPATH=os.pathsep.join(paths), CARLA_ROOT=str(setup.carla_root),
+               LEADERBOARD_ROOT=str(setup.leaderboard_root), SCENARIO_RUNNER_ROOT=str(setup.scenario_runner_root),
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+# ----------------------------------------------------------------------------- one attempt
+
+
+def _sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally that ends both process groups
+
+
+def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings: CollectSettings, repetition: int,
+          seed: int, attempt: int, setup: CarlaSetup) -> Path | results.RouteRecord:
+    """Drive the route in a CARLA server of our own under the leaderboard evaluator. Returns the evaluator's
+    checkpoint when it holds a finished record (run_route publishes it unchanged), else the record of a
+    simulation crash. ToolError when the server does not come up or lacks the route's town."""
+    from tools.collect.carla_agent import AGENT_FILE, AgentConfig
+
+    started = time.time()
+    attempt_log = layout.attempt_log(key, attempt)
+    grace = crash_grace()
+    ports = allocate_ports(HOST)
+    server = CarlaServer(CarlaServer.command(setup.carla_root, ports, pick_gpu()), ports, attempt_log, host=HOST)
+    checkpoint = layout.evaluator_checkpoint(key, attempt)
+    evaluator = None
+    stop_grace = EVALUATOR_STOP_GRACE_S
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        server.start()
+        check_town(route_file, route, HOST, ports.rpc)
+        config = layout.agent_config(key, attempt)
+        AgentConfig(root=str(layout.root), scenario=key.scenario, name=key.name, route_file=str(route_file),
+                    route_id=route.id, repetition=repetition, seed=seed, attempt=attempt,
+                    settings=settings.to_dict()).write(config)
+        checkpoint.unlink(missing_ok=True)
+        argv = evaluator_command(sys.executable, setup, route_file, route.id, checkpoint,
+                                 layout.evaluator_live(key, attempt), AGENT_FILE, config, ports, seed)
+        log.info("%s: CARLA server ready on port %d; leaderboard evaluator: %s", key, ports.rpc, " ".join(argv))
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        evaluator = start_group(argv, attempt_log, env=evaluator_env(os.environ, setup), cwd=layout.log_dir(key))
+        why = _watch(layout, key, server, evaluator, grace)
+    except SystemExit as e:
+        log.error("%s: ended by a signal (exit %s): the CARLA server and the evaluator are ended, no result "
+                  "written", key, e.code)
+        stop_grace = SIGNALLED_STOP_GRACE_S
+        raise
+    finally:
+        end_group(evaluator, stop_grace)
+        end_group(server.process, stop_grace)  # CarlaServer.stop, with our grace
+        signal.signal(signal.SIGTERM, previous)
+    status = results.read_status(checkpoint)
+    if status is not None and status != results.STARTED:
+        log.info("%s: %s (%s; the leaderboard evaluator's result, %.0f s wall)", key, status, why,
+                 time.time() - started)
+        return checkpoint
+    log.error("%s: %s: %s with no finished record in %s", key, results.FAILED_SIMULATION, why, checkpoint)
+    return results.RouteRecord(route_id=route.id, status=results.FAILED_SIMULATION,
+                               duration_system=time.time() - started)
+
+
+def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: float) -> str:
+    """Wait for the evaluator to end, keeping the run's heartbeat fresh (while the world loads, before our agent
+    beats itself); a server that dies ends it after `grace` seconds (unless it ends first, having recorded the
+    crash). How it ended, in words."""
+    last_beat = -HEARTBEAT_EVERY_S
+    while True:
+        code = evaluator.poll()
+        if code is not None:
+            return f"the leaderboard evaluator exited with status {code}"
+        if not server.alive():
+            died = server.process.returncode
+            log.error("%s: the CARLA server died mid-route (exit status %s); the evaluator has %.0f s to record "
+                      "it", key, died, grace)
+            deadline = time.monotonic() + grace
+            while evaluator.poll() is None and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            code = evaluator.poll()
+            ended = (f"the evaluator exited with status {code}" if code is not None else
+                     f"the evaluator was ended after {grace:g} s")
+            return f"the CARLA server died mid-route (exit status {died}); {ended}"
+        if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
+            last_beat = time.monotonic()
+            if _age(layout.heartbeat(key)) >= HEARTBEAT_EVERY_S:  # the agent's own beat (with its tick) stands
+                results.write_heartbeat(layout, key, 0)
+        time.sleep(POLL_S)
+
+
+def _age(path: Path) -> float:
+    """Seconds since `path` was written (infinite when it does not exist)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")

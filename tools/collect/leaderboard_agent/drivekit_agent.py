@@ -1,0 +1,39 @@
+"""The file the CARLA leaderboard evaluator loads as our agent (`--agent=<this file>`).
+
+A thin `AutonomousAgent` subclass: the leaderboard calls setup(), sensors(), run_step() and destroy();
+each forwards to tools.collect.carla_agent.AgentCore with what the leaderboard and scenario_runner give
+(CarlaDataProvider's world, map and hero, GameTime's frame). This folder holds nothing else: the evaluator
+puts it first on sys.path (tools.collect.carla_agent.AGENT_FILE says why).
+"""
+
+import carla
+from leaderboard.autoagents.autonomous_agent import AutonomousAgent, Track
+from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
+from srunner.scenariomanager.timer import GameTime
+
+from tools.collect.carla_agent import ENTRY_POINT, AgentConfig, AgentCore
+
+
+def get_entry_point():
+    return ENTRY_POINT
+
+
+class DriveKitAgent(AutonomousAgent):
+    """Drives with the expert and records the dataset's frames (tools.collect.carla_agent)."""
+
+    def setup(self, path_to_conf_file):
+        self.track = Track.SENSORS
+        self.core = AgentCore(AgentConfig.read(path_to_conf_file))
+        self.core.start(CarlaDataProvider.get_world(), CarlaDataProvider.get_map(),
+                        CarlaDataProvider.get_hero_actor())
+
+    def sensors(self):
+        return self.core.sensors(CarlaDataProvider.get_hero_actor())
+
+    def run_step(self, input_data, timestamp):
+        control = self.core.step(input_data, GameTime.get_frame(), timestamp)
+        return carla.VehicleControl(throttle=float(control.throttle), steer=float(control.steer),
+                                    brake=float(control.brake))
+
+    def destroy(self):
+        self.core.destroy()
