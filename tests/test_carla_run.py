@@ -177,6 +177,30 @@ def test_town_missing_on_the_standin_server_is_one_line_naming_route_town_and_th
     assert all_gone(pids(carla_env["STANDIN_PID_FILE"]))
 
 
+def test_routes_without_towns_take_the_carla_installs_and_a_town_it_lacks_is_one_line_before_anything_starts(
+        tmp_path, short_routes, carla_env):
+    """A release keeps its towns' OpenDRIVE in Maps/OpenDrive/ and, for the large maps, Maps/<town>/OpenDrive/."""
+    route = route_file(short_routes)
+    alone = tmp_path / "routes" / route.name
+    alone.parent.mkdir()
+    shutil.copy(route, alone)
+    maps = Path(carla_env["CARLA_ROOT"]) / "CarlaUE4" / "Content" / "Carla" / "Maps"
+    (maps / "OpenDrive").mkdir(parents=True)
+    shutil.copy(short_routes / "towns" / "town.xodr", maps / "OpenDrive" / "Town01.xodr")
+    env = {**carla_env, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = run(alone, tmp_path / "root", env)
+    assert proc.returncode == 2
+    assert re.fullmatch(rf"collect: {alone}: route 0 names town 'town', but \S+/town\.xodr does not exist "
+                        r"\(towns there: Town01\)", proc.stderr.strip()), proc.stderr
+    assert not (tmp_path / "root").exists() and not pids(carla_env["STANDIN_PID_FILE"])
+    (maps / "town" / "OpenDrive").mkdir(parents=True)
+    shutil.copy(short_routes / "towns" / "town.xodr", maps / "town" / "OpenDrive" / "town.xodr")
+    proc = run(alone, tmp_path / "root", env)
+    assert proc.returncode == 0, proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    assert results.run_state(layout, key) is results.RunState.FINISHED
+
+
 def test_standin_server_of_another_version_is_one_line(tmp_path, short_routes, carla_env):
     proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_MODE": "version"})
     assert proc.returncode == 2

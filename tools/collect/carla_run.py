@@ -25,6 +25,7 @@ the start; measure it before changing this.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import logging
 import os
@@ -76,6 +77,8 @@ EVALUATOR_STOP_GRACE_S = 10.0  # SIGTERM to the evaluator's group, then SIGKILL 
 #: The same grace when we are ended by a signal: a collector SIGKILLs its child 10 s after SIGTERM
 #: (local.TERM_GRACE_S), and both groups must have had their SIGKILL by then.
 SIGNALLED_STOP_GRACE_S = 3.0
+#: Where a CARLA release keeps its towns' OpenDRIVE, relative to CARLA_ROOT (install_towns).
+INSTALL_TOWNS = ("CarlaUE4/Content/Carla/Maps/OpenDrive/*.xodr", "CarlaUE4/Content/Carla/Maps/*/OpenDrive/*.xodr")
 #: What the client's get_server_version needs at most once the server listens (the town check's timeout).
 CLIENT_TIMEOUT_S = 10.0
 
@@ -159,6 +162,26 @@ def check_route(route_file: Path, route: Route) -> None:
         if el.get("id") == route.id and el.find("scenarios") is None:
             raise ToolError(f"{route_file}: route {route.id} has no <scenarios> element, which the leaderboard "
                             "evaluator needs: add <scenarios/> (it may be empty)")
+
+
+def install_towns(setup: CarlaSetup) -> Path:
+    """The CARLA install's own towns as one folder of <Town>.xodr (links made once under the user's cache), the
+    towns folder of CARLA routes that have none of their own: a route's town the install lacks is then refused
+    before anything starts, like a town missing from towns/. A release keeps Town01-07 and Town10HD in
+    Maps/OpenDrive/ and the large maps (Town12, Town13, Town15) in Maps/<town>/OpenDrive/ (INSTALL_TOWNS)."""
+    found = {p.stem: p for pattern in INSTALL_TOWNS for p in sorted(setup.carla_root.glob(pattern))}
+    digest = hashlib.sha256(str(setup.carla_root).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "drivekit" / "carla-install-towns" / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, target in found.items():
+        link = folder / f"{name}.xodr"
+        if not link.is_symlink() or link.readlink() != target:
+            tmp = folder / f".{name}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(target)
+            tmp.replace(link)  # atomic: collectors making the folder at once never see a half-made link
+    return folder
 
 
 def check_town(route_file: Path, route: Route, host: str, port: int) -> None:

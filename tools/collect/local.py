@@ -85,7 +85,8 @@ def find_route_files(routes_dir: Path) -> list[Path]:
     return found
 
 
-def plan(route_files: list[Path], towns: str | None, repetitions: int) -> list[Job]:
+def plan(route_files: list[Path], towns: str | None, repetitions: int, default_towns: Path | None = None
+         ) -> list[Job]:
     """Parse every route file and check every route against its town; one Job per route and repetition."""
     towns_given = None
     if towns is not None and str(towns) != "":
@@ -99,7 +100,7 @@ def plan(route_files: list[Path], towns: str | None, repetitions: int) -> list[J
         routes = read_routes(path)
         if not routes:
             raise ToolError(f"{path}: no <route> in this file")
-        towns_dir = find_towns_dir(path, None if towns_given is None else str(towns_given)).absolute()
+        towns_dir = find_towns_dir(path, None if towns_given is None else str(towns_given), default_towns).absolute()
         for route in routes:
             groups.setdefault(towns_dir, []).append((path, route))
             for rep in range(repetitions):
@@ -374,10 +375,12 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
                         "python -m tools.collect routes --town FILE --count N --out DIR")
     resolved = CollectSettings.from_flags(settings)  # a typo fails here, not in every worker
     if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
-        from tools.collect.carla_run import check_route, check_setup
+        from tools.collect.carla_run import check_route, check_setup, install_towns
 
-        check_setup()
-    jobs = plan(route_files, towns, repetitions)
+        default_towns = install_towns(check_setup())
+    else:
+        default_towns = None
+    jobs = plan(route_files, towns, repetitions, default_towns)
     if resolved.world == "carla":
         for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
             check_route(job.route_file, job.route)

@@ -154,8 +154,9 @@ def write_route(path: Path, route: Route) -> None:
 # ----------------------------------------------------------------------------- towns of routes
 
 
-def find_towns_dir(route_file: Path, towns: str | Path | None) -> Path:
-    """--towns when given, else the nearest towns/ folder at or above the route file's folder."""
+def find_towns_dir(route_file: Path, towns: str | Path | None, fallback: Path | None = None) -> Path:
+    """--towns when given, else the nearest towns/ folder at or above the route file's folder, else `fallback`
+    (a CARLA run's: the towns of the CARLA install, tools.collect.carla_run.install_towns)."""
     if towns is not None and str(towns) != "":
         d = Path(towns)
         if not d.is_dir():
@@ -164,13 +165,17 @@ def find_towns_dir(route_file: Path, towns: str | Path | None) -> Path:
     for parent in Path(route_file).absolute().parents:
         if (parent / TOWNS_FOLDER).is_dir():
             return parent / TOWNS_FOLDER
+    if fallback is not None:
+        return fallback
     raise RouteError(f"{route_file}: no {TOWNS_FOLDER}/ folder above it; pass --towns DIR")
 
 
 def town_file(route_file: Path, route: Route, towns_dir: Path) -> Path:
     path = towns_dir / f"{route.town}{TOWN_SUFFIX}"
     if not path.is_file():
-        raise RouteError(f"{route_file}: route {route.id} names town '{route.town}', but {path} does not exist")
+        there = ", ".join(sorted(p.stem for p in towns_dir.glob(f"*{TOWN_SUFFIX}"))) or "none"
+        raise RouteError(f"{route_file}: route {route.id} names town '{route.town}', but {path} does not exist "
+                         f"(towns there: {there})")
     return path
 
 

@@ -325,15 +325,16 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     repetition = cli.integer(repetition, "repetition", 0)
     force = cli.switch(force, "force")
     r = select_route(route_path, cli.optional_text(route_id, "route-id"))
-    towns_dir = find_towns_dir(route_path, towns)
-    xodr = town_file(route_path, r, towns_dir)
-    check_routes([(route_path, r)], towns_dir)
-    carla_setup = None
+    carla_setup = default_towns = None
     if cfg.world == "carla":  # the CARLA install, leaderboard, scenario_runner, client: before anything is claimed
         from tools.collect import carla_run
 
         carla_setup = carla_run.check_setup()
         carla_run.check_route(route_path, r)
+        default_towns = carla_run.install_towns(carla_setup)
+    towns_dir = find_towns_dir(route_path, towns, default_towns)
+    xodr = town_file(route_path, r, towns_dir)
+    check_routes([(route_path, r)], towns_dir)
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
     layout.root.mkdir(parents=True, exist_ok=True)
