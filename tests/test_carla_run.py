@@ -224,6 +224,26 @@ def test_bin_collect_drives_a_carla_route_through_its_worker_standin_server_and_
     assert results.run_state(layout, key) is results.RunState.FINISHED
 
 
+@pytest.mark.slurm
+def test_slurm_array_tasks_drive_carla_routes_standin_server_and_evaluator(slurm, tmp_path, short_routes, carla_env):
+    """bin/collect --slurm --world=carla on the real one-node cluster: each array task starts its stand-in server
+    and evaluator (no GPU on the test cluster: --gpus 0; a CARLA collection asks for 1 by default)."""
+    one = tmp_path / "routes"
+    for route in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+        (one / route.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(route, one / route.parent.name / route.name)
+    shutil.copytree(short_routes / "towns", one / "towns")
+    proc = run_tool(REPO / "bin" / "collect", one, "--root", tmp_path / "root", "--world=carla", "--slurm",
+                    "--gpus", "0", "--poll", "1",
+                    env={**slurm.env, **carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(tmp_path / "root")
+    keys = list(layout.iter_runs())
+    assert len(keys) == 2 and all(results.run_state(layout, k) is results.RunState.FINISHED for k in keys)
+    assert all(json.loads(layout.result_path(k).read_text())["_checkpoint"]["records"][0]["route_id"]
+               .startswith("RouteScenario_") for k in keys)  # the evaluator's own result
+
+
 # ----------------------------------------------------------------------------- checks before anything starts
 
 
