@@ -307,6 +307,21 @@ def test_a_carla_client_of_another_version_is_one_line(tmp_path):
         carla_run.check_setup(env, client_version="0.9.15")
 
 
+def test_a_carla_install_of_another_version_is_one_line_before_its_server_starts(tmp_path):
+    """A release names its version in its client packages (PythonAPI/carla/dist)."""
+    env = fake_setup(tmp_path)
+    dist = tmp_path / "carla" / "PythonAPI" / "carla" / "dist"
+    dist.mkdir()
+    (dist / "carla-0.9.15-py3.7-linux-x86_64.egg").write_text("")
+    (dist / "carla-0.9.15-cp37-cp37m-manylinux_2_27_x86_64.whl").write_text("")
+    with pytest.raises(ToolError, match=rf"^--world=carla: CARLA_ROOT={tmp_path}/carla is CARLA 0\.9\.15 \(its "
+                                        r"PythonAPI/carla/dist\), but this collector speaks CARLA 0\.9\.16; set "
+                                        r"CARLA_ROOT to a CARLA 0\.9\.16 release$"):
+        carla_run.check_setup(env, client_version=CARLA_VERSION)
+    (dist / "carla-0.9.16-cp311-cp311-manylinux_2_31_x86_64.whl").write_text("")
+    assert carla_run.check_setup(env, client_version=CARLA_VERSION).carla_root == tmp_path / "carla"
+
+
 @pytest.mark.parametrize("flags, message", [
     ({"sim_hz": 10}, "--sim-hz=10: --world=carla runs at 20 Hz, the leaderboard evaluator's fixed rate"),
     ({"agent": "policy", "checkpoint": "run"}, "--agent=policy: --world=carla drives with the expert only"),

@@ -147,8 +147,22 @@ def check_setup(env: Mapping[str, str] | None = None, client_version: str | None
         raise ToolError(f"--world=carla: the installed carla client is {client_version}, but this collector speaks "
                         f"CARLA {CARLA_VERSION} (tools/collect/carla_server.py CARLA_VERSION); pip install "
                         f"carla=={CARLA_VERSION}")
+    installed = install_versions(carla_root)
+    if installed and CARLA_VERSION not in installed:
+        raise ToolError(f"--world=carla: CARLA_ROOT={carla_root} is CARLA {', '.join(installed)} (its PythonAPI/carla/"
+                        f"dist), but this collector speaks CARLA {CARLA_VERSION}; set CARLA_ROOT to a CARLA "
+                        f"{CARLA_VERSION} release")
     crash_grace(env)  # a bad DRIVEKIT_CARLA_CRASH_GRACE_S is refused here too, before anything starts
     return CarlaSetup(carla_root, leaderboard, runner)
+
+
+def install_versions(carla_root: Path) -> list[str]:
+    """The CARLA versions a release's client packages name (PythonAPI/carla/dist/carla-<version>-*.whl or .egg):
+    the server's version, known before it starts. [] when there are none (a source build): the server's answer
+    at start is then the only check."""
+    dist = carla_root / "PythonAPI" / "carla" / "dist"
+    names = [p.name for p in dist.glob("carla-*") if p.suffix in (".whl", ".egg")] if dist.is_dir() else []
+    return sorted({n.split("-")[1] for n in names if len(n.split("-")) > 2})
 
 
 def check_route(route_file: Path, route: Route) -> None:
