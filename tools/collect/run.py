@@ -5,8 +5,9 @@ Order of writes, so that a run killed at any point never looks complete:
   0. claim the run (tools.dataset.results.claim_run: its lock, then the attempt), or take over the claim
      a collector made for us; the lock is held until the result is written
   1. discard what an earlier failed attempt left; write run.json
-  2. per recorded frame: frames/<index>.msgpack (atomic); a heartbeat every few wall-clock seconds
-  3. at the end: the result file, whose existence is what makes the run finished or failed
+  2. per recorded frame: frames/<index>.msgpack (atomic, not fsynced); a heartbeat every few wall-clock seconds
+  3. at the end: one sync of the file system (the frames on disk), then the result file (fsynced), whose
+     existence is what makes the run finished or failed
 """
 
 from __future__ import annotations
@@ -383,6 +384,8 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
             log.error("%s: crashed\n%s", key, traceback.format_exc())
             results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
             raise SystemExit(1) from None
+        if layout.frames_dir(key).is_dir():  # frames are written without fsync: durable before the result says so
+            atomic.sync_filesystem(layout.frames_dir(key))
         if isinstance(record, Path):  # the CARLA leaderboard evaluator's own result, published unchanged
             if results.publish_checkpoint(layout, key, record) is None:
                 results.write_result(layout, key, results.RouteRecord(route_id=r.id,

@@ -6,6 +6,7 @@ the writer is killed with SIGKILL in the middle.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -37,8 +38,10 @@ def _umask() -> int:
     return mask
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically (temporary file in the same folder, fsync, rename)."""
+def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` atomically (temporary file in the same folder, fsync, rename). `durable=False`
+    leaves out the fsync: still atomic against a killed writer; against a machine crash the file is made
+    durable later, by `sync_filesystem` before the file that declares it complete (docs/reliability.md)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.{_owner_tag()}.", dir=path.parent)
@@ -46,12 +49,29 @@ def write_bytes(path: Path, data: bytes) -> None:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared dataset must be readable by others
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush to disk everything written on the file system that holds `path` (Linux syncfs(2), else sync(2)):
+    one call makes a whole route run's frames durable before its result declares it complete."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
+    os.sync()
 
 
 def write_text(path: Path, text: str) -> None:

@@ -44,7 +44,9 @@ def write_frame(
         "sensors": {name: encode_array(array, codec, jpeg_quality=JPEG_QUALITY)
                     for name, (array, codec) in sensors.items()},
     }
-    atomic.write_bytes(path, msgpack.packb(frame, use_bin_type=True))
+    # Not fsynced one by one: run_route makes the run's frames durable with one sync_filesystem before the result
+    # file that declares them complete (docs/reliability.md).
+    atomic.write_bytes(path, msgpack.packb(frame, use_bin_type=True), durable=False)
 
 
 def read_frame(path: Path, sensors: bool | list[str] = True) -> dict[str, Any]:
