@@ -3,8 +3,9 @@
 Generates a 4x4 town and routes, drives them with `tools.collect run` in this process (pinned to one
 CPU core, one thread), and prints simulated seconds per wall second and recorded frames per second.
 The wall time includes everything a route run does: SUMO, the expert, rendering, encoding and writing
-frames. The routes are driven --repeat times (default 3, each into a fresh root); the figures are the
-median of the repeats (this machine is shared and noisy).
+frames; the breakdown per recorded frame (tools.collect.run.StageClock) shows where it goes. The
+routes are driven --repeat times (default 3, each into a fresh root); the figures are the median of
+the repeats (this machine is shared and noisy).
 
     .venv/bin/python benchmarks/bench_world.py [--routes 3] [--repeat 3]
 """
@@ -32,6 +33,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
+    from tools.collect import run
     from tools.collect.routes import generate_routes
     from tools.collect.run import run_route
     from tools.collect.town import make_town
@@ -46,9 +48,12 @@ def main() -> None:
         figures = []
         for k in range(args.repeat):
             root = tmp / f"root{k}"
+            stages: dict[str, float] = {}
             for f in files:
                 run_route(route=str(f), root=str(root), repetition=0, towns=str(tmp / "routes" / "towns"),
                           route_id=None, attempt=None, force=False, settings={})
+                for stage, seconds in run.last_stages.items():
+                    stages[stage] = stages.get(stage, 0.0) + seconds
             layout = Layout(root)
             sim = wall = 0.0
             n_frames = 0
@@ -58,14 +63,20 @@ def main() -> None:
                 wall += meta["duration_system"]
                 n_frames += len(layout.frame_paths(key))
             size = sum(p.stat().st_size for key in layout.iter_runs() for p in layout.frame_paths(key))
-            figures.append((sim / wall, n_frames / wall, sim, wall, n_frames, size))
+            figures.append((sim / wall, n_frames / wall, sim, wall, n_frames, size, stages))
             print(f"  run {k + 1}: {sim / wall:.1f} simulated s per wall s, {n_frames / wall:.1f} frames/s", flush=True)
-    speed, fps, sim, wall, n_frames, size = sorted(figures)[len(figures) // 2]
+    speed, fps, sim, wall, n_frames, size, stages = sorted(figures, key=lambda f: f[0])[len(figures) // 2]
     print(f"embedded world, default rig, 1 core: {len(files)} routes, {sim:.0f} s simulated in {wall:.1f} s wall "
           f"(median of {len(figures)} runs)")
-    print(f"  simulated seconds per wall second: {speed:.1f}  (goal: 10 or more)")
+    print(f"  simulated seconds per wall second: {speed:.1f}  (goal: 25 or more)")
     print(f"  recorded frames per second:        {fps:.1f}  ({n_frames} frames, "
-          f"{size / max(n_frames, 1) / 1024:.0f} KiB per frame)")
+          f"{size / max(n_frames, 1) / 1024:.0f} KiB per frame; goal: no more than 152 KiB)")
+    frames = max(stages.pop("frames", 0.0), 1.0)
+    timed = sum(stages.values())
+    print(f"  wall time per recorded frame, by stage ({1000 * wall / max(n_frames, 1):.1f} ms in all; the rest: "
+          "setting up the town, the world and the route):")
+    for stage, seconds in sorted(stages.items(), key=lambda kv: -kv[1]):
+        print(f"    {stage:<18} {1000 * seconds / frames:6.2f} ms  {100 * seconds / timed:5.1f}%")
     sys.stdout.flush()
 
 

@@ -63,6 +63,37 @@ def derive_seed(route_stem: str, route_id: str, repetition: int, offset: int) ->
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+class StageClock:
+    """Wall seconds spent in each stage of a route run's loop (the world, the driver, each sensor, encoding,
+    writing): the run's log ends with them per recorded frame, and benchmarks/bench_world.py prints them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        """Charge the time since the last lap to `stage`."""
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
+        self._last = now
+
+    def add(self, parts: dict[str, float]) -> None:
+        """Charge a renderer's timings (Renderer.render) to its sensors, and restart the lap."""
+        for stage, seconds in parts.items():
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        self._last = time.perf_counter()
+
+    def per(self, frames: int) -> str:
+        """"stage 1.2 ms, ..." per recorded frame, largest first."""
+        return ", ".join(f"{stage} {1000 * t / frames:.1f} ms"
+                         for stage, t in sorted(self.seconds.items(), key=lambda kv: -kv[1]))
+
+
+#: The stage seconds of the last route run driven in this process (StageClock.seconds, plus "frames"): read by
+#: benchmarks/bench_world.py.
+last_stages: dict[str, float] = {}
+
+
 def select_route(route_file: Path, route_id: str | None) -> Route:
     found = read_routes(route_file)
     if route_id is None:
@@ -279,30 +310,43 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     referee = Referee(dense, settings, stop_signs(dense, town.carla_map))
     scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     n_frames = 0
+    clock = StageClock()
+    parts: dict[str, float] = {}
     try:
         while referee.status is None and not referee.arrived:
             s_ego = float(dense.s[referee.index])
             scenarios.update(world, s_ego)
             due = world.tick % settings.record_every == 0 and renderer is not None
+            clock.lap("scenarios")
             if due:  # a frame tick: the sensors, and the measurements but for what the driver decides
                 snap = world.snapshot()
-                sensors = renderer.render(snap)
+                clock.lap("snapshot")
+                sensors = renderer.render(snap, parts)
+                clock.add(parts)
                 frame = functools.partial(measurements, snap, dense, coarse, referee, n_frames, world.tick,
                                           settings.route_ahead, weather, world.speed_limit(), world.lane(),
                                           world.ego.accel, scenarios.active(world, s_ego))
             # A policy sees the frame's sensors and measurements (its inputs) before it decides.
             decision = driver.step(world, (sensors, frame(None)) if due and driver.needs_sensors else None)
+            clock.lap("driver")
             if due and settings.record:
-                frames.write_frame(layout.frame_path(key, n_frames), n_frames, frame(decision), boxes(snap), sensors)
+                data = frames.pack_frame(n_frames, frame(decision), boxes(snap), sensors)
+                clock.lap("encoding")
+                frames.write_packed(layout.frame_path(key, n_frames), data)
+                clock.lap("writing")
                 n_frames += 1
             events = world.step(decision.control)
+            clock.lap("world (SUMO)")
             ego = world.ego_box()
             referee.update(world.time, np.array([ego.x, ego.y]), ego.speed, events)
             if time.monotonic() - last_beat > HEARTBEAT_EVERY_S:
                 results.write_heartbeat(layout, key, world.tick)
                 last_beat = time.monotonic()
+            clock.lap("referee")
     finally:
         world.close()
+    global last_stages
+    last_stages = dict(clock.seconds, frames=n_frames)
     if referee.arrived and referee.status is None:
         referee.index = len(dense.s) - 1
     record = results.RouteRecord(route_id=route.id, status=referee.final_status(), infractions=referee.infractions,
@@ -312,6 +356,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall)%s", key, record.status, n_frames,
              record.route_completion, dense.length, world.time, record.duration_system,
              f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
+    if n_frames:
+        log.info("%s: wall time per recorded frame: %s", key, clock.per(n_frames))
     return record
 
 

@@ -36,6 +36,12 @@ def write_frame(
     sensors: dict[str, tuple[np.ndarray, str]],
 ) -> None:
     """Write one frame atomically. `sensors` maps a name (tools.dataset.rig) to (array, codec)."""
+    write_packed(path, pack_frame(index, measurements, boxes, sensors))
+
+
+def pack_frame(index: int, measurements: Measurements, boxes: list[BoxLabel],
+               sensors: dict[str, tuple[np.ndarray, str]]) -> bytes:
+    """A frame file's bytes: the sensors encoded in their codecs, everything packed in msgpack."""
     frame = {
         "format": FRAME_FORMAT,
         "index": index,
@@ -44,9 +50,13 @@ def write_frame(
         "sensors": {name: encode_array(array, codec, jpeg_quality=JPEG_QUALITY)
                     for name, (array, codec) in sensors.items()},
     }
-    # Not fsynced one by one: run_route makes the run's frames durable with one sync_filesystem before the result
-    # file that declares them complete (docs/reliability.md).
-    atomic.write_bytes(path, msgpack.packb(frame, use_bin_type=True), durable=False)
+    return msgpack.packb(frame, use_bin_type=True)
+
+
+def write_packed(path: Path, data: bytes) -> None:
+    """Write a packed frame atomically. Not fsynced one by one: run_route makes a run's frames durable with one
+    sync_filesystem before the result file that declares them complete (docs/reliability.md)."""
+    atomic.write_bytes(path, data, durable=False)
 
 
 def read_frame(path: Path, sensors: bool | list[str] = True) -> dict[str, Any]:
