@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
+from tools.collect import raycast
 from tools.collect.scene import (
     MARKING_WIDTH,
     SHADES,
@@ -402,35 +403,16 @@ class Renderer:
             zblk = zb[r0:r1, c0:c1]
             if dmin[o] > 0 and zblk.max() < dmin[o]:
                 continue  # wholly behind what is already drawn
-            # The camera's origin and the rays in the box's frame.
-            # (Python floats, so that the float32 rays stay float32.)
+            # The camera's origin and the rays in the box's frame; the slab test per pixel (tools.collect.raycast).
             bx, by, bz = b.xyz[k].tolist()
             byaw = float(b.yaw[k])
             c, s = math.cos(byaw), math.sin(byaw)
             px, py = cam.x - bx, cam.y - by
             ox, oy, oz = c * px + s * py, -s * px + c * py, cam.z - bz
             hx, hy, hz = b.half[k].tolist()
-            dxe, dye = rays.dx[c0:c1], rays.dy[c0:c1]
-            dx = c * dxe + s * dye
-            dy = c * dye - s * dxe
-            faces = b.faces[k]
-            txn, txf, tyn, tyf = _slab(dx, ox, hx), _slab_far(dx, ox, hx), _slab(dy, oy, hy), _slab_far(dy, oy, hy)
-            side_n = np.maximum(txn, tyn)
-            side_f = np.minimum(txf, tyf)
-            side_mat = np.where(txn >= tyn, np.where(dx > 0, faces[1], faces[0]), np.where(dy > 0, faces[3], faces[2]))
-            dz = rays.dz[r0:r1]
-            tzn, tzf = _slab(dz, oz, hz), _slab_far(dz, oz, hz)
-            z_mat = np.where(dz > 0, faces[5], faces[4])
-            tn = np.maximum(tzn[:, None], side_n[None, :])
-            hit = tn < np.minimum(tzf[:, None], side_f[None, :])
-            if dmin[o] <= _NEAR:  # else every hit is in front of the camera
-                hit &= tn > 0
-            hit &= tn < zblk
-            if not hit.any():
-                continue
-            np.copyto(zblk, tn, where=hit)
-            np.copyto(mat[r0:r1, c0:c1], np.where(tzn[:, None] > side_n[None, :], z_mat[:, None], side_mat[None, :]),
-                      where=hit)
+            raycast.camera_box(zb, mat, r0, r1, c0, c1, rays.dx, rays.dy, rays.dz,
+                               *raycast.f32(c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz),
+                               b.faces[k], dmin[o] <= _NEAR)  # a box reaching behind: only hits in front
 
     # ------------------------------------------------------------------ lidar
     def _lidar(self, snap: Snapshot, b: _Boxes) -> tuple[np.ndarray, np.ndarray]:
@@ -532,19 +514,8 @@ class Renderer:
         px, py = cfg.x - bx, -by
         ox, oy, oz = c * px + s * py, -s * px + c * py, cfg.z - bz
         hx, hy, hz = b.half[k].tolist()
-        dxe, dye = self.l_dx[a0:a1], self.l_dy[a0:a1]
-        dx = c * dxe + s * dye
-        dy = c * dye - s * dxe
-        side_n = np.maximum(_slab(dx, ox, hx), _slab(dy, oy, hy))
-        side_f = np.minimum(_slab_far(dx, ox, hx), _slab_far(dy, oy, hy))
-        dz = self.l_dz[r0:r1]
-        tn = np.maximum(_slab(dz, oz, hz)[:, None], side_n[None, :])
-        hit = tn < np.minimum(_slab_far(dz, oz, hz)[:, None], side_f[None, :])
-        hit &= tn > 0
-        hit &= tn < sblk
-        if hit.any():
-            np.copyto(sblk, tn, where=hit)
-            hitbox[r0:r1, a0:a1][hit] = k
+        raycast.lidar_box(sbuf, hitbox, k, r0, r1, a0, a1, self.l_dx, self.l_dy, self.l_dz,
+                          *raycast.f32(c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz))
 
     # ------------------------------------------------------------------ bev
     def bev(self, snap: Snapshot) -> np.ndarray:
@@ -603,15 +574,6 @@ _BEV_OF_KIND = {"vehicle": sem.BEV_VEHICLE, "pedestrian": sem.BEV_PEDESTRIAN, "c
 def bev_class(cls: int) -> int:
     """The BEV class an actor's box is drawn with: vehicles, pedestrians (and cyclists), obstacles (props)."""
     return _BEV_OF_KIND[sem.actor_kind(cls)]
-
-
-def _slab(d: np.ndarray, o: float, h: float) -> np.ndarray:
-    """Entry parameter of rays o + t*d into the slab [-h, h] (one axis)."""
-    return np.minimum((-h - o) / d, (h - o) / d)
-
-
-def _slab_far(d: np.ndarray, o: float, h: float) -> np.ndarray:
-    return np.maximum((-h - o) / d, (h - o) / d)
 
 
 def _clipped_rect(cx: np.ndarray, cy: np.ndarray, cz: np.ndarray,
