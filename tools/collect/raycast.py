@@ -94,3 +94,94 @@ def lidar_box(sbuf, hitbox, k, r0, r1, a0, a1, ray_dx, ray_dy, ray_dz, c, s, lo_
 def f32(*values: float) -> tuple[np.float32, ...]:
     """Scalars as the kernels take them (numpy's float32 rounding of a Python float)."""
     return tuple(np.float32(v) for v in values)
+
+
+@njit(**_OPTS)
+def camera_ground(mat, h0, ground_t, col_d, row_d, col0, row0, codes):
+    """The ground's raster codes into the camera's materials, rows h0 and below: row i's ray meets the ground
+    at depth ground_t[i - h0], column j's at raster column ground_t * col_d[j] + col0 (truncated, clipped),
+    raster row likewise."""
+    h, w = codes.shape
+    for i in range(h0, mat.shape[0]):
+        t = ground_t[i - h0]
+        for j in range(mat.shape[1]):
+            col = np.int32(t * col_d[j] + col0)
+            row = np.int32(t * row_d[j] + row0)
+            col = min(max(col, 0), w - 1)
+            row = min(max(row, 0), h - 1)
+            mat[i, j] = codes[row, col]
+
+
+@njit(**_OPTS)
+def camera_finish(mat, zb, cls_lut, rgb_lut, sky):
+    """The camera's three images from its materials and depth buffer: RGB and classes through the material
+    tables, depth in centimetres (float32 zb * 100 + 0.5, truncated) with the sky (deeper than `sky` cm) at 0."""
+    h, w = mat.shape
+    rgb = np.empty((h, w, 3), dtype=np.uint8)
+    labels = np.empty((h, w), dtype=np.uint8)
+    depth = np.empty((h, w), dtype=np.uint16)
+    hundred, half = np.float32(100.0), np.float32(0.5)
+    for i in range(h):
+        for j in range(w):
+            m = mat[i, j]
+            labels[i, j] = cls_lut[m]
+            rgb[i, j, 0] = rgb_lut[m, 0]
+            rgb[i, j, 1] = rgb_lut[m, 1]
+            rgb[i, j, 2] = rgb_lut[m, 2]
+            cm = zb[i, j] * hundred
+            cm += half
+            depth[i, j] = 0 if cm > sky else np.uint16(cm)
+    return rgb, labels, depth
+
+
+@njit(**_OPTS)
+def bev_ground(bev_x, bev_y, c, s, off_x, off_y, res, codes, lut):
+    """The BEV's ground: cell (r, q) at ego (bev_x[r], bev_y[q]) turned by the ego's heading (c, s), moved by
+    (off_x, off_y) and scaled by 1/res into the ground raster, its code through `lut` (float64 throughout)."""
+    h, w = codes.shape
+    out = np.empty((bev_x.shape[0], bev_y.shape[0]), dtype=np.uint8)
+    for r in range(bev_x.shape[0]):
+        cx, sx = c * bev_x[r], s * bev_x[r]
+        for q in range(bev_y.shape[0]):
+            col = np.int32(((cx - s * bev_y[q]) + off_x) / res)
+            row = np.int32(((sx + c * bev_y[q]) + off_y) / res)
+            out[r, q] = lut[codes[min(max(row, 0), h - 1), min(max(col, 0), w - 1)]]
+    return out
+
+
+@njit(**_OPTS)
+def camera_boxes(zb, mat, rects, params, nearest, faces, ray_dx, ray_dy, ray_dz):
+    """camera_box for each box in turn (near first): rects[n] = (r0, r1, c0, c1, box, front_only), params[n] =
+    (c, s, lo_x, hi_x, lo_y, hi_y, lo_z, hi_z), nearest[n] its nearest depth; a box wholly behind what is drawn
+    already over its rectangle is skipped (it could change nothing)."""
+    for n in range(rects.shape[0]):
+        r0, r1, c0, c1, k, front_only = rects[n]
+        if nearest[n] > 0:
+            deepest = zb[r0, c0]
+            for i in range(r0, r1):
+                for j in range(c0, c1):
+                    deepest = _max(deepest, zb[i, j])
+            if deepest < nearest[n]:
+                continue
+        p = params[n]
+        camera_box(zb, mat, r0, r1, c0, c1, ray_dx, ray_dy, ray_dz, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
+                   faces[k], front_only != 0)
+
+
+@njit(**_OPTS)
+def lidar_boxes(sbuf, hitbox, spans, params, nearest, ray_dx, ray_dy, ray_dz):
+    """lidar_box for each span in turn (near boxes first): spans[n] = (box, r0, r1, a0, a1), params[n] as in
+    camera_boxes, nearest[n] the box's nearest horizontal distance; a span whose rays all hit nearer already
+    is skipped."""
+    for n in range(spans.shape[0]):
+        k, r0, r1, a0, a1 = spans[n]
+        if nearest[n] > 0:
+            deepest = sbuf[r0, a0]
+            for i in range(r0, r1):
+                for j in range(a0, a1):
+                    deepest = _max(deepest, sbuf[i, j])
+            if deepest < nearest[n]:
+                continue
+        p = params[n]
+        lidar_box(sbuf, hitbox, k, r0, r1, a0, a1, ray_dx, ray_dy, ray_dz, p[0], p[1], p[2], p[3], p[4], p[5], p[6],
+                  p[7])

@@ -339,25 +339,11 @@ class Renderer:
             c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
             col_d = (c * rays.dx - s * rays.dy) / g.res
             row_d = (s * rays.dx + c * rays.dy) / g.res
-            ox, oy = ego_to_world(ego, np.array(rays.origin[:2])).tolist()  # Python floats keep float32 below
-            col0 = (ox - g.x0) / g.res
-            row0 = (oy - g.y0) / g.res
-            t = rays.ground_t[:, None]
-            cols = (t * col_d[None, :] + col0).astype(np.int32)
-            rows = (t * row_d[None, :] + row0).astype(np.int32)
-            h, w = g.codes.shape
-            np.clip(cols, 0, w - 1, out=cols)
-            np.clip(rows, 0, h - 1, out=rows)
-            rows *= w
-            rows += cols
-            mat[rays.h0:] = g.codes.ravel().take(rows)
+            ox, oy = ego_to_world(ego, np.array(rays.origin[:2])).tolist()
+            col0, row0 = raycast.f32((ox - g.x0) / g.res, (oy - g.y0) / g.res)
+            raycast.camera_ground(mat, rays.h0, rays.ground_t, col_d, row_d, col0, row0, g.codes)
         self._cast_camera(rays, boxes, zb, mat)
-        labels = self.cls_lut.take(mat)
-        rgb = self.rgb_lut.take(mat, axis=0)
-        cm = zb * np.float32(100.0)
-        cm += np.float32(0.5)
-        cm[cm > 70000.0] = 0.0  # the sky
-        return rgb, labels, cm.astype(np.uint16)
+        return raycast.camera_finish(mat, zb, self.cls_lut, self.rgb_lut, np.float32(70000.0))  # (deeper: sky)
 
     def _cast_camera(self, rays: _CameraRays, b: _Boxes, zb: np.ndarray, mat: np.ndarray) -> None:
         cam = rays.cam
@@ -388,6 +374,7 @@ class Renderer:
         umin, umax, vmin, vmax = u.min(1), u.max(1), v.min(1), v.max(1)
         H, W = cam.height, cam.width
         order = np.argsort(np.maximum(dmin, 0.0), kind="stable")  # near first: far boxes hidden are skipped
+        rects, params, nearest = [], [], []
         for o in order:
             k = idx[o]
             if dmin[o] <= _NEAR:  # the box reaches behind the camera: clip its edges at the near plane
@@ -400,19 +387,19 @@ class Renderer:
                 r0, r1 = max(int(vmin[o]), 0), min(int(math.ceil(vmax[o])), H)
             if c0 >= c1 or r0 >= r1:
                 continue
-            zblk = zb[r0:r1, c0:c1]
-            if dmin[o] > 0 and zblk.max() < dmin[o]:
-                continue  # wholly behind what is already drawn
-            # The camera's origin and the rays in the box's frame; the slab test per pixel (tools.collect.raycast).
+            # The camera's origin in the box's frame (the kernel turns the rays into it).
             bx, by, bz = b.xyz[k].tolist()
             byaw = float(b.yaw[k])
             c, s = math.cos(byaw), math.sin(byaw)
             px, py = cam.x - bx, cam.y - by
             ox, oy, oz = c * px + s * py, -s * px + c * py, cam.z - bz
             hx, hy, hz = b.half[k].tolist()
-            raycast.camera_box(zb, mat, r0, r1, c0, c1, rays.dx, rays.dy, rays.dz,
-                               *raycast.f32(c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz),
-                               b.faces[k], dmin[o] <= _NEAR)  # a box reaching behind: only hits in front
+            rects.append((r0, r1, c0, c1, k, dmin[o] <= _NEAR))  # a box reaching behind: only hits in front
+            params.append((c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz))
+            nearest.append(dmin[o])
+        if rects:  # the slab test per pixel (tools.collect.raycast), float32 as the rays
+            raycast.camera_boxes(zb, mat, np.array(rects, dtype=np.int64), np.array(params, dtype=np.float32),
+                                 np.array(nearest, dtype=np.float64), b.faces, rays.dx, rays.dy, rays.dz)
 
     # ------------------------------------------------------------------ lidar
     def _lidar(self, snap: Snapshot, b: _Boxes) -> tuple[np.ndarray, np.ndarray]:
@@ -493,29 +480,27 @@ class Renderer:
         if C == 1:
             on = (el_min <= self.el[0]) & (self.el[0] <= el_max)
             r0, r1 = np.where(on, 0, 1), np.ones_like(r0)
+        spans, params, nearest = [], [], []
         for o in np.argsort(dnear, kind="stable"):
             if r0[o] >= r1[o] or k1[o] < k0[o]:
                 continue
             n = min(int(k1[o] - k0[o]) + 1, A)
             a = int(k0[o]) % A
-            spans = [(a, a + n)] if a + n <= A else [(a, A), (0, a + n - A)]
-            for a0, a1 in spans:
-                self._cast_lidar_block(b, int(idx[o]), int(r0[o]), int(r1[o]), a0, a1, float(dnear[o]), sbuf, hitbox)
-
-    def _cast_lidar_block(self, b: _Boxes, k: int, r0: int, r1: int, a0: int, a1: int, dnear: float,
-                          sbuf: np.ndarray, hitbox: np.ndarray) -> None:
-        cfg = self.rig.lidar
-        sblk = sbuf[r0:r1, a0:a1]
-        if dnear > 0 and sblk.max() < dnear:
-            return
-        bx, by, bz = b.xyz[k].tolist()
-        byaw = float(b.yaw[k])
-        c, s = math.cos(byaw), math.sin(byaw)
-        px, py = cfg.x - bx, -by
-        ox, oy, oz = c * px + s * py, -s * px + c * py, cfg.z - bz
-        hx, hy, hz = b.half[k].tolist()
-        raycast.lidar_box(sbuf, hitbox, k, r0, r1, a0, a1, self.l_dx, self.l_dy, self.l_dz,
-                          *raycast.f32(c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz))
+            k = int(idx[o])
+            # The LiDAR's origin in the box's frame (the kernel turns the rays into it).
+            bx, by, bz = b.xyz[k].tolist()
+            byaw = float(b.yaw[k])
+            c, s = math.cos(byaw), math.sin(byaw)
+            px, py = cfg.x - bx, -by
+            ox, oy, oz = c * px + s * py, -s * px + c * py, cfg.z - bz
+            hx, hy, hz = b.half[k].tolist()
+            for a0, a1 in [(a, a + n)] if a + n <= A else [(a, A), (0, a + n - A)]:
+                spans.append((k, int(r0[o]), int(r1[o]), a0, a1))
+                params.append((c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz))
+                nearest.append(float(dnear[o]))
+        if spans:  # the slab test per ray (tools.collect.raycast)
+            raycast.lidar_boxes(sbuf, hitbox, np.array(spans, dtype=np.int64), np.array(params, dtype=np.float32),
+                                np.array(nearest, dtype=np.float64), self.l_dx, self.l_dy, self.l_dz)
 
     # ------------------------------------------------------------------ bev
     def bev(self, snap: Snapshot) -> np.ndarray:
@@ -527,14 +512,8 @@ class Renderer:
         # Cell (r, q) is at ego (bev_x[r], bev_y[q]) (BevGrid.cell_centres); its place in the world is
         # geometry.ego_to_world's, written here as an outer sum of a row and a column term, in raster pixels
         # (tests/test_render.py checks the BEV's ground against ego_to_world).
-        cols = (((c * self.bev_x)[:, None] - (s * self.bev_y)[None, :]) + (ego.x - g.x0)) / g.res
-        rows = (((s * self.bev_x)[:, None] + (c * self.bev_y)[None, :]) + (ego.y - g.y0)) / g.res
-        h, w = g.codes.shape
-        ci = np.clip(cols.astype(np.int32), 0, w - 1)
-        ri = np.clip(rows.astype(np.int32), 0, h - 1)
-        ri *= w
-        ri += ci
-        bev = self.bev_lut.take(g.codes.ravel().take(ri))
+        bev = raycast.bev_ground(self.bev_x, self.bev_y, c, s, ego.x - g.x0, ego.y - g.y0, g.res, g.codes,
+                                 self.bev_lut)
         # Rectangles on top, in this order: lights' stop lines, vehicles, the ego.
         reach = cfg.pixels * cfg.resolution  # farther than this from the ego is off the image
         state_cls = {"red": sem.BEV_LIGHT_RED, "yellow": sem.BEV_LIGHT_YELLOW, "green": sem.BEV_LIGHT_GREEN}
