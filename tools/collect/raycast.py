@@ -185,3 +185,45 @@ def lidar_boxes(sbuf, hitbox, spans, params, nearest, ray_dx, ray_dy, ray_dz):
         p = params[n]
         lidar_box(sbuf, hitbox, k, r0, r1, a0, a1, ray_dx, ray_dy, ray_dz, p[0], p[1], p[2], p[3], p[4], p[5], p[6],
                   p[7])
+
+
+@njit(**_OPTS)
+def lidar_points(sbuf, hitbox, smax, mount_x, mount_z, ray_dx, ray_dy, ray_dz, ray_sec, half_length, half_width,
+                 height, box_cls, box_ids, ego_x, ego_y, c, s, x0, y0, res, codes, slot_cls):
+    """The returns of a cast: every ray whose hit is within range (sbuf[i, j] <= smax[i]) and not inside the
+    ego's box, in ray order, as float32 x, y, z (ego frame) and distance, and uint32 class and actor id: the
+    hit box's, or on the ground the ground raster's class under the point (the ego at (ego_x, ego_y) heading
+    (c, s); raster origin (x0, y0), `res` metres a cell)."""
+    rows, cols = sbuf.shape
+    n_max = rows * cols
+    x = np.empty(n_max, dtype=np.float32)
+    y = np.empty(n_max, dtype=np.float32)
+    z = np.empty(n_max, dtype=np.float32)
+    dist = np.empty(n_max, dtype=np.float32)
+    cls = np.empty(n_max, dtype=np.uint32)
+    ids = np.zeros(n_max, dtype=np.uint32)
+    h, w = codes.shape
+    n = 0
+    for i in range(rows):
+        for j in range(cols):
+            t = sbuf[i, j]
+            if not t <= smax[i]:
+                continue
+            px = mount_x + t * ray_dx[j]
+            py = t * ray_dy[j]
+            pz = mount_z + t * ray_dz[i]
+            if abs(px) <= half_length and abs(py) <= half_width and pz <= height:
+                continue  # a ray through the ego's own box
+            x[n], y[n], z[n] = px, py, pz
+            dist[n] = t * ray_sec[i]
+            k = hitbox[i, j]
+            if k >= 0:
+                cls[n] = box_cls[k]
+                ids[n] = box_ids[k]
+            else:
+                fx, fy = np.float64(px), np.float64(py)
+                col = np.int64(((ego_x + c * fx - s * fy) - x0) / res)
+                row = np.int64(((ego_y + s * fx + c * fy) - y0) / res)
+                cls[n] = slot_cls[codes[min(max(row, 0), h - 1), min(max(col, 0), w - 1)]]
+            n += 1
+    return x[:n], y[:n], z[:n], dist[:n], cls[:n], ids[:n]

@@ -406,39 +406,15 @@ class Renderer:
         cfg = self.rig.lidar
         ego = snap.ego
         g = self.scene.ground
-        A = cfg.azimuth_steps
         sbuf = self.l_base.copy()
         hitbox = np.full(sbuf.shape, -1, dtype=np.int32)
         self._cast_lidar(b, sbuf, hitbox)
-        valid = sbuf <= self.l_smax[:, None].astype(np.float32)
-        # No points from the ego's own box (rays that would pass through it).
-        flat = np.flatnonzero(valid)
-        row, col = np.divmod(flat, A)
-        s = sbuf.ravel()[flat]
-        x = cfg.x + s * self.l_dx[col]
-        y = s * self.l_dy[col]
-        z = cfg.z + s * self.l_dz[row]
-        inside = (np.abs(x) <= ego.length / 2) & (np.abs(y) <= ego.width / 2) & (z <= ego.height)
-        if inside.any():
-            keep = ~inside
-            flat, row, col, s, x, y, z = flat[keep], row[keep], col[keep], s[keep], x[keep], y[keep], z[keep]
-        box = hitbox.ravel()[flat]
-        cls = np.empty(len(flat), dtype=np.uint32)
-        ids = np.zeros(len(flat), dtype=np.uint32)
-        on_box = box >= 0
-        cls[on_box] = b.cls[box[on_box]]
-        ids[on_box] = b.ids[box[on_box]]
-        ground = ~on_box
-        if ground.any():
-            world = ego_to_world(ego, np.stack([x[ground], y[ground]], axis=-1).astype(np.float64))
-            cols = ((world[:, 0] - g.x0) / g.res).astype(np.int64)
-            rows = ((world[:, 1] - g.y0) / g.res).astype(np.int64)
-            np.clip(cols, 0, g.codes.shape[1] - 1, out=cols)
-            np.clip(rows, 0, g.codes.shape[0] - 1, out=rows)
-            cls[ground] = self.slot_cls[g.codes[rows, cols]]
-        dist = s * self.l_sec[row]
-        intensity = lidar_intensity(dist)
-        points = np.stack([x, y, z, intensity], axis=1).astype(np.float32)
+        c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
+        x, y, z, dist, cls, ids = raycast.lidar_points(
+            sbuf, hitbox, self.l_smax.astype(np.float32), *raycast.f32(cfg.x, cfg.z), self.l_dx, self.l_dy,
+            self.l_dz, self.l_sec, *raycast.f32(ego.length / 2, ego.width / 2, ego.height), b.cls, b.ids,
+            float(ego.x), float(ego.y), c, s, float(g.x0), float(g.y0), float(g.res), g.codes, self.slot_cls)
+        points = np.stack([x, y, z, lidar_intensity(dist)], axis=1)
         return points, np.stack([cls, ids], axis=1)
 
     def _cast_lidar(self, b: _Boxes, sbuf: np.ndarray, hitbox: np.ndarray) -> None:
