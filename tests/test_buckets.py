@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import msgpack
 import pytest
 from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
@@ -559,3 +560,55 @@ def test_a_frame_recorded_before_the_scenario_field_still_classifies_as_before()
 def test_a_scenario_measurement_missing_parts_falls_back_to_the_behaviour_buckets(broken):
     values = {**STANDING, "reason": "leader", "leader": {"id": 41, "gap": 3.0, "speed": 0.0}}
     assert classify(frame(broken, **values)) == "stop"
+
+
+def test_the_measurement_reader_takes_and_refuses_the_frames_read_frame_does(collected_root, tmp_path):
+    from tools.dataset.frames import FrameError, pack_frame, read_frame
+    from tools.dataset.frames import read_measurements as builder_reads
+    from tools.dataset.measurements import Measurements
+
+    def frames_reads(path):  # what a full read makes of the frame's measurements
+        try:
+            return Measurements.from_dict(read_frame(path, sensors=False)["measurements"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise FrameError(str(e)) from None
+
+    layout = Layout(collected_root)
+    rel = next(iter(finished_frames(collected_root)))
+    good = frame_file(layout, (rel, 5)).read_bytes()
+    assert builder_reads(frame_file(layout, (rel, 5))) == frames_reads(frame_file(layout, (rel, 5)))
+    m = frames_reads(frame_file(layout, (rel, 5)))
+    cases = {f"truncated_{n}": good[:n] for n in (0, 1, 50, len(good) // 2, len(good) - 1)}
+    cases |= {"extra_bytes": good + b"\x00", "not_msgpack": b"\xc1" * 40, "a_list": msgpack.packb([1, 2]),
+              "other_format": msgpack.packb({"format": 2, "measurements": m.to_dict(), "sensors": {}}),
+              "no_sensors": msgpack.packb({"format": 1, "measurements": m.to_dict()}),
+              "measurements_missing_a_key": msgpack.packb({"format": 1, "measurements": {"speed": 1.0}, "sensors": {}}),
+              "no_boxes_no_sensor_arrays": pack_frame(5, m, [], {})}
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.msgpack"
+        path.write_bytes(data)
+        try:
+            expected = frames_reads(path)
+        except FrameError:
+            expected = FrameError
+        except KeyError:  # read_frame without a sensors map: the builder calls that unreadable too
+            expected = FrameError
+        try:
+            got = builder_reads(path)
+        except FrameError as e:
+            assert str(path) in str(e) and "\n" not in str(e)
+            got = FrameError
+        assert got == expected, name
+    assert builder_reads(tmp_path / "no_boxes_no_sensor_arrays.msgpack") == m
+
+
+def test_frame_count_is_the_number_of_frame_paths(tmp_path):
+    from tools.dataset.layout import RunKey
+
+    layout, key = Layout(tmp_path), RunKey("S", "town_0000_route0_rep0")
+    assert layout.frame_count(key) == len(layout.frame_paths(key)) == 0
+    layout.frames_dir(key).mkdir(parents=True)
+    for name in ("00000.msgpack", "00001.msgpack", ".hidden.msgpack", ".tmp-00002.msgpack", "notes.txt"):
+        (layout.frames_dir(key) / name).write_bytes(b"x")
+    (layout.frames_dir(key) / "00003.msgpack").mkdir()
+    assert layout.frame_count(key) == len(layout.frame_paths(key)) == 4

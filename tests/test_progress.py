@@ -15,12 +15,15 @@ from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import update_manifest
 from tools.dataset.results import (
     FAILED_BLOCKED,
+    FAILED_SIMULATION,
     PERFECT,
     RouteRecord,
     RunState,
     attempts,
     claim_run,
+    exclusive,
     run_state,
+    run_states,
     write_heartbeat,
     write_result,
 )
@@ -159,3 +162,44 @@ def test_clean_failed_yes_deletes_failed_runs_never_the_running_one_and_progress
 
     again = tool("clean-failed", str(root), "--yes")
     assert again.returncode == 0 and "no failed route runs" in again.stdout
+
+
+def test_run_states_in_bulk_are_run_state_run_by_run_on_a_root_with_every_state(root):
+    layout = Layout(root)
+    odd = {
+        "damaged": RunKey("Alpha", "town_0010_route10_rep0"),  # a result file that is not a result
+        "result_folder": RunKey("Beta", "town_0011_route11_rep0"),  # a folder where the result file goes
+        "dangling": RunKey("Beta", "town_0012_route12_rep0"),  # a result that links to nothing: as if none
+        "locked": RunKey("Gamma", "other_0001_route1_rep0"),  # run.lock held: running, no heartbeat
+        "crash_status": RunKey("Gamma", "other_0002_route2_rep0"),  # Failed - Simulation crashed
+        "logs_only": RunKey("Delta", "town_0013_route13_rep0"),  # an attempt log and nothing else
+    }
+    make_run(layout, odd["damaged"])
+    layout.result_path(odd["damaged"]).write_text('{"_checkpoint": {"records": []}}')
+    layout.result_path(odd["result_folder"]).mkdir(parents=True)
+    layout.result_path(odd["dangling"]).symlink_to(root / "nowhere.json")
+    make_run(layout, odd["locked"])
+    make_run(layout, odd["crash_status"])
+    write_result(layout, odd["crash_status"], RouteRecord("2", FAILED_SIMULATION))
+    claim_run(layout, odd["logs_only"]).release()
+    (layout.root / "results" / "Alpha" / ".tmp-town_0000_route0_rep0.json.x~1.y").write_text("{}")  # a writer's
+    with exclusive(layout, odd["locked"]) as mine:
+        assert mine
+        one_by_one = {key: run_state(layout, key) for key in layout.iter_runs()}
+        bulk = run_states(layout)
+        asked = run_states(layout, [PENDING_B, *odd.values()])  # given keys, the pending one with nothing on disk
+    assert bulk == one_by_one and list(bulk) == sorted(one_by_one)
+    assert asked == {PENDING_B: RunState.PENDING, **{key: one_by_one[key] for key in odd.values()}}
+    assert {name: bulk[key] for name, key in odd.items()} == {
+        "damaged": RunState.DAMAGED, "result_folder": RunState.DAMAGED, "dangling": RunState.PENDING,
+        "locked": RunState.RUNNING, "crash_status": RunState.FAILED, "logs_only": RunState.CRASHED}
+    assert set(bulk.values()) == set(RunState)
+    Layout(root).evaluation.write_text("{}")  # an evaluation root: a driving failure is final
+    assert run_states(Layout(root)) == {key: run_state(Layout(root), key) for key in Layout(root).iter_runs()}
+    assert run_states(Layout(root))[FAILED_A] is RunState.FINISHED
+
+
+def test_progress_looks_for_slurm_waves_where_the_slurm_module_writes_them(root):
+    from tools.collect.slurm import SLURM_DIR, slurm_dir
+
+    assert slurm_dir(Layout(root)) == root / "slurm" and SLURM_DIR == "slurm"  # progress.py's shortcut

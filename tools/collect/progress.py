@@ -1,6 +1,7 @@
 """Where a dataset root stands (`progress`), and removal of its failed route runs (`clean-failed`).
 
-Both ask `tools.dataset.results.run_state`, the one definition of a failed route run.
+Both ask `tools.dataset.results.run_state`, the one definition of a failed route run (in bulk: `run_states`,
+the same states from one listing of results/).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tools.dataset.results import (
     is_failed,
     read_status,
     run_state,
+    run_states,
 )
 
 COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
@@ -75,7 +77,7 @@ def format_table(table: dict[str, Counter]) -> str:
 def print_progress(root: str | None) -> None:
     """Print a table per scenario type: total, finished, failed, running, pending, failure rate."""
     layout, keys = _open_root(root)
-    states = {key: run_state(layout, key) for key in keys}
+    states = run_states(layout, keys)
     table = count_states(layout, keys, states)
     print(f"dataset root {layout.root}")
     print(format_table(table))
@@ -97,6 +99,8 @@ def print_progress(root: str | None) -> None:
 def _slurm_queue(layout: Layout, strict: bool = False):
     """The SLURM tasks of a root collected with --slurm (one scheduler query), else None. `strict`: a root
     with SLURM waves whose queue cannot be read is an error (clean-failed must not guess)."""
+    if not (layout.root / "slurm").exists():  # tools.collect.slurm.SLURM_DIR: never collected on SLURM
+        return None  # (known without importing the SLURM module, a third of progress's time)
     from tools.collect.slurm import live_runs, load_waves
 
     try:
@@ -129,7 +133,7 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
     damaged result file are named and never deleted."""
     yes = cli.switch(yes, "yes")
     layout, keys = _open_root(root)
-    states = {key: run_state(layout, key) for key in keys}
+    states = run_states(layout, keys)
     queue = _slurm_queue(layout, strict=True)
     queued = queue.live if queue is not None else set()
     for key in sorted(k for k in queued if is_failed(states[k]) if k in states):

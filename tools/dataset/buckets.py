@@ -28,7 +28,7 @@ from tools.dataset import layout as _layout
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import dataset_id
-from tools.dataset.results import RunState, run_state
+from tools.dataset.results import RunState, read_results
 
 run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
 run_key = _layout.run_key
@@ -64,23 +64,21 @@ def check_collection(name: Any) -> str:
 # ----------------------------------------------------------------------------- dataset state
 
 
-def _file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
 def run_fingerprints(layout: Layout) -> dict[str, dict[str, Any]]:
-    """The fingerprint of every FINISHED route run (tools.dataset.results.run_state, the one definition),
-    sorted: "data/<Scenario>/<run>" -> {"result": content hash of its result file, "frames": frame files}.
-    Cheap: reads result files and lists frame folders, decodes no frame."""
+    """The fingerprint of every FINISHED route run (tools.dataset.results.run_state, the one definition, asked
+    in bulk: run_states), sorted: "data/<Scenario>/<run>" -> {"result": content hash of its result file,
+    "frames": frame files}. Cheap: reads each result file once (its status and its hash from the same bytes),
+    counts frame files from one listing per run, decodes no frame."""
     runs = {}
-    for key in layout.iter_runs():
-        if run_state(layout, key) is not RunState.FINISHED:
+    for key, (state, text) in read_results(layout).items():
+        if state is not RunState.FINISHED:
             continue
-        try:
-            digest = _file_hash(layout.result_path(key))
-        except FileNotFoundError:  # deleted since run_state looked: no longer finished
-            continue
-        runs[run_rel(key)] = {"result": digest, "frames": len(layout.frame_paths(key))}
+        if text is None:  # its result appeared after the listing: run_state read it
+            try:
+                text = layout.result_path(key).read_bytes()
+            except FileNotFoundError:  # deleted since: no longer finished
+                continue
+        runs[run_rel(key)] = {"result": hashlib.sha256(text).hexdigest()[:16], "frames": layout.frame_count(key)}
     return runs
 
 

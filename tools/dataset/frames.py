@@ -78,11 +78,34 @@ def read_frame(path: Path, sensors: bool | list[str] = True) -> dict[str, Any]:
     return frame
 
 
-def read_measurements(path: Path) -> Measurements:
-    """A frame's measurements alone (no sensor decoded); FrameError when unreadable or incomplete."""
-    frame = read_frame(path, sensors=False)
+def read_measurements(path: str | Path) -> Measurements:
+    """A frame's measurements alone (FrameError when unreadable or incomplete), without making objects of its
+    boxes and sensor blobs (the bucket builder reads every frame of a dataset so): one read of the file, then
+    msgpack's Unpacker takes `measurements` and skips over the rest. The file must still be one complete frame
+    map of FRAME_FORMAT (truncated, extra bytes, not msgpack: FrameError), as for read_frame, so a frame the
+    builder takes is one the cache reads."""
+    with open(path, "rb") as f:
+        data = f.read()
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    found: dict[str, Any] = {}
     try:
-        return Measurements.from_dict(frame["measurements"])
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            if key in ("format", "measurements"):
+                found[key] = unpacker.unpack()
+            else:
+                found[key] = None
+                unpacker.skip()
+        complete = unpacker.tell() == len(data)
+    except (ValueError, msgpack.UnpackException) as e:  # OutOfData (truncated), not a map, not msgpack
+        raise FrameError(f"{path}: not a readable frame ({type(e).__name__}: {e})") from None
+    if not complete:
+        raise FrameError(f"{path}: not a readable frame (extra data after the frame)")
+    if found.get("format") != FRAME_FORMAT or "sensors" not in found:
+        raise FrameError(f"{path}: frame format {found.get('format', '?')}, this tool reads format {FRAME_FORMAT}")
+    try:
+        return Measurements.from_dict(found.get("measurements"))
     except (KeyError, TypeError, ValueError) as e:
         raise FrameError(f"{path}: {e}") from None
 

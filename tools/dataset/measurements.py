@@ -90,8 +90,7 @@ class Measurements:
         if not isinstance(d, dict):
             raise ValueError(f"measurements: expected a map, got {type(d).__name__}")
         names = _FIELDS[cls]
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in d and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
+        missing = [name for name in _REQUIRED[cls] if name not in d]
         if missing:
             raise ValueError(f"measurements: missing {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -132,3 +131,6 @@ class BoxLabel:
 
 _ORDER = {c: tuple(f.name for f in dataclasses.fields(c)) for c in (Measurements, BoxLabel)}
 _FIELDS = {c: set(names) for c, names in _ORDER.items()}
+#: Fields without a default, in order (from_dict names the missing ones; looked up once, not per frame).
+_REQUIRED = {c: tuple(f.name for f in dataclasses.fields(c) if f.default is dataclasses.MISSING
+                      and f.default_factory is dataclasses.MISSING) for c in (Measurements,)}

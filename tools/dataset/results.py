@@ -22,14 +22,14 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.layout import RESULTS, Layout, RunKey
 
 # Leaderboard 2.0 record statuses.
 STARTED = "Started"
@@ -235,6 +235,37 @@ def run_state(layout: Layout, key: RunKey) -> RunState:
     return _state(layout, key, holder=False)
 
 
+def run_states(layout: Layout, keys: Iterable[RunKey] | None = None) -> dict[RunKey, RunState]:
+    """run_state of many route runs at once: `keys`, else every run on disk (`layout.iter_runs`, sorted). The
+    same states as run_state asked run by run (tests/test_progress.py checks it on a root with runs in every
+    state), for a fraction of the system calls: see `read_results`."""
+    return {key: state for key, (state, _) in read_results(layout, keys).items()}
+
+
+def read_results(layout: Layout, keys: Iterable[RunKey] | None = None
+                 ) -> dict[RunKey, tuple[RunState, bytes | None]]:
+    """{key: (run_state, the bytes of its result file the state was read from, None without one)} of `keys`,
+    else of every run on disk, sorted. One listing of each results/<Scenario>/ folder says which runs have
+    a result file: for those the file is read once (its status decides, as in run_state); a run without
+    one, or whose file cannot be read as listed, is asked with run_state itself (lock, heartbeat, folders)."""
+    scan = layout.scan_runs()
+    if keys is None:
+        keys = sorted(set().union(*scan.values()), key=lambda k: (k.scenario, k.name))
+    with_result = scan[RESULTS]
+    out: dict[RunKey, tuple[RunState, bytes | None]] = {}
+    for key in keys:
+        if key in with_result:
+            try:
+                text = layout.result_path(key).read_bytes()
+            except OSError:  # gone since the listing, a folder, unreadable: run_state says what it is
+                text = None
+            if text is not None:
+                out[key] = (_result_state(layout, _status(text)), text)
+                continue
+        out[key] = (_state(layout, key, holder=False), None)
+    return out
+
+
 def held_run_state(layout: Layout, key: RunKey) -> RunState:
     """run_state asked by the process holding the run's lock (claim_run, exclusive): its own lock does
     not make the run RUNNING."""
@@ -245,11 +276,7 @@ def _state(layout: Layout, key: RunKey, holder: bool) -> RunState:
     """run_state; `holder`: asked by the process holding the run's lock, which does not count itself."""
     result = layout.result_path(key)
     if result.exists():
-        status = read_status(result)
-        if status is None:
-            return RunState.DAMAGED
-        final = DRIVING_STATUSES if layout.is_evaluation else SUCCESS_STATUSES
-        return RunState.FINISHED if status in final else RunState.FAILED
+        return _result_state(layout, read_status(result))
     if holder:
         if heartbeat_alive(layout.heartbeat(key)) and not _own_heartbeat(layout, key):
             return RunState.RUNNING
@@ -258,6 +285,14 @@ def _state(layout: Layout, key: RunKey, holder: bool) -> RunState:
     if layout.run_dir(key).exists() or layout.attempt_logs(key):
         return RunState.CRASHED
     return RunState.PENDING
+
+
+def _result_state(layout: Layout, status: str | None) -> RunState:
+    """The state of a run whose result file holds `status` (None: not a readable result)."""
+    if status is None:
+        return RunState.DAMAGED
+    final = DRIVING_STATUSES if layout.is_evaluation else SUCCESS_STATUSES
+    return RunState.FINISHED if status in final else RunState.FAILED
 
 
 def attempts(layout: Layout, key: RunKey) -> int:
