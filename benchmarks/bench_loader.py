@@ -1,4 +1,5 @@
-"""Samples per second per core that a training loader gets, and bytes per sample on disk.
+"""Samples per second per core that a training loader gets, and bytes per sample on disk; and the cache
+builder's samples per second per core.
 
 One loader's per-sample work, on ONE CPU core (affinity and every thread pool set to one): read the
 sample's file(s) and decode them into the numpy sample dict of tools/dataset/samples.py at the model's
@@ -10,11 +11,22 @@ input size, from
   (c) LEAD   a LEAD-style cache built here from the same samples: one file per sample, an LZMA-compressed
              pickle of RGB as JPEG (quality 90), semantics and BEV as 8-bit PNG, depth as 8-bit PNG
              (clipped at 50 m, as LEAD's encode_depth_8bit), the LiDAR BEV as 16-bit PNG, boxes and
-             vectors as raw float32 arrays
+             vectors as raw float32 arrays, decoded with Pillow
+  (d) ceiling  the decoding no loader of our record can skip: the JPEG decode of the RGB image alone
+             (tools.dataset.codec.decode_jpeg) plus zstd decompression of the other arrays alone (their
+             raw bytes compressed as one zstd frame at the codec's level); (b)/(d) says how far the
+             loader is from it
 
-The dataset is a 3x3 town with 3 routes driven in the embedded world (or the root given by --root);
-the caches are built with the default CacheSettings. Every file is read once before timing, so all
-three read from the page cache: the figures compare decoding work, not the disk.
+The cache build (`python -m tools.cache build`, the same function) is timed on the same core into a
+fresh cache folder, then per stage over every sample: read (read_frame and its decoding), preprocess
+(tools/cache/preprocess.py), encode (tools.dataset.cache.encode_record), write (the atomic file write).
+
+The dataset is a 3x3 town with 3 routes driven in the embedded world (or the root given by --root, which
+is only read: the caches go to a temporary folder beside links to its data); the caches are built with
+the default CacheSettings. Every file is read once before timing, so all loaders read from the page
+cache: the figures compare decoding work, not the disk. Each figure is the median of --passes runs;
+the loaders take turns every 25 samples so that other load on the machine slows all of them alike, and
+the ratios are the medians of each run's own ratios.
 
     .venv/bin/python benchmarks/bench_loader.py [--root ROOT] [--routes 3] [--passes 3]
 """
@@ -122,10 +134,10 @@ def lead_decode(data: bytes) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- timing
 
 
-def rates(loaders: dict[str, tuple[list, object]], passes: int, chunk: int = 25) -> dict[str, float]:
-    """Samples/s of each loader: `work(item)` over all its items, best of `passes` passes. The loaders take
+def rates(loaders: dict[str, tuple[list, object]], passes: int, chunk: int = 25) -> list[dict[str, float]]:
+    """Samples/s of each loader in each of `passes` runs: `work(item)` over all its items. The loaders take
     turns every `chunk` samples, so that other load on the machine slows all of them alike."""
-    best = dict.fromkeys(loaders, 0.0)
+    runs = []
     for _ in range(passes):
         spent = dict.fromkeys(loaders, 0.0)
         n = max(len(items) for items, _ in loaders.values())
@@ -135,82 +147,153 @@ def rates(loaders: dict[str, tuple[list, object]], passes: int, chunk: int = 25)
                 for item in items[start: start + chunk]:
                     work(item)
                 spent[name] += time.perf_counter() - t
-        for name, (items, _) in loaders.items():
-            best[name] = max(best[name], len(items) / spent[name])
-    return best
+        runs.append({name: len(items) / spent[name] for name, (items, _) in loaders.items()})
+    return runs
+
+
+def median(values) -> float:
+    return float(np.median(list(values)))
+
+
+def shadow_root(root: Path, tmp: Path) -> Path:
+    """A dataset root in `tmp` whose every entry but cache/ links to `root`'s: caches built there leave
+    `root` untouched."""
+    shadow = tmp / "root"
+    shadow.mkdir()
+    for entry in root.iterdir():
+        if entry.name != "cache":
+            (shadow / entry.name).symlink_to(entry)
+    return shadow
+
+
+def time_build(root: Path, passes: int) -> list[float]:
+    """Samples/s of `python -m tools.cache build` (its function) into a fresh cache folder, per run."""
+    import shutil
+
+    from tools.cache.build import build_cache
+
+    runs = []
+    for _ in range(passes):
+        shutil.rmtree(root / "cache", ignore_errors=True)
+        with redirect_stderr(io.StringIO()):
+            summary = build_cache(root=str(root), settings={})
+        runs.append(summary["built"] / summary["seconds"])
+    return runs
+
+
+def build_stages(items: list, folder: Path) -> dict[str, float]:
+    """Seconds per sample of each stage of the build over `items` (path, preprocessor, future, record path)."""
+    from tools.dataset import atomic
+    from tools.dataset.cache import encode_record
+    from tools.dataset.frames import read_frame
+
+    spent = dict.fromkeys(("read", "preprocess", "encode", "write"), 0.0)
+    for path, pre, future, rec in items:
+        t0 = time.perf_counter()
+        frame = read_frame(path, sensors=pre.sensor_names)
+        t1 = time.perf_counter()
+        sample = pre(frame, future)
+        t2 = time.perf_counter()
+        data = encode_record(sample, pre.settings.jpeg_quality)
+        t3 = time.perf_counter()
+        atomic.write_bytes(folder / rec.relative_to(rec.parents[3]), data)
+        t4 = time.perf_counter()
+        for name, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            spent[name] += dt
+    return {name: dt / len(items) for name, dt in spent.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", help="an existing dataset root (default: collect a small one in a temporary folder)")
+    parser.add_argument("--root", help="an existing dataset root, only read (default: collect a small one in a "
+                        "temporary folder)")
     parser.add_argument("--routes", type=int, default=3, help="routes to drive when no --root (default 3)")
-    parser.add_argument("--passes", type=int, default=3, help="timed passes per loader; the best counts (default 3)")
+    parser.add_argument("--passes", type=int, default=3, help="timed runs of each; the median counts (default 3)")
     args = parser.parse_args()
     cpu = pin_one_core()
 
-    from tools.cache.build import build_cache, cacheable_runs, read_run_source
+    from tools.cache.build import cacheable_runs, read_run_source
     from tools.cache.preprocess import Preprocessor
     from tools.dataset.cache import cache_dir, read_record, record_path, run_rel
+    from tools.dataset.codec import ZSTD_LEVEL, decode_jpeg, encode_array, zstd_decompress
     from tools.dataset.frames import read_frame, read_measurements
     from tools.dataset.layout import Layout
     from tools.dataset.samples import CacheSettings
 
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp_name:
         tmp = Path(tmp_name)
-        if args.root:
-            # the caches go to a copy-free place: ours into ROOT/cache (as a user would), LEAD's into tmp
-            root = Path(args.root).absolute()
-        else:
-            root = make_dataset(tmp, args.routes)
+        root = shadow_root(Path(args.root).absolute(), tmp) if args.root else make_dataset(tmp, args.routes)
         settings = CacheSettings()
-        with redirect_stderr(io.StringIO()):
-            build_cache(root=str(root), settings={})
+        build = time_build(root, args.passes)  # leaves the cache of the last run for the loaders
         layout = Layout(root)
         folder = cache_dir(layout, settings)
 
-        raw_items, ours, lead = [], [], []
+        raw_items, ours, lead, ceiling = [], [], [], []
+        import zstandard
+
+        rest_c = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         for key in cacheable_runs(layout):
             frames = layout.frame_paths(key)
             measurements = [read_measurements(p) for p in frames]
             pre = Preprocessor(settings, read_run_source(layout, key).rig)
             for i, p in enumerate(frames):
                 future = [measurements[j] if j < len(frames) else None for j in range(i + 1, i + 1 + settings.horizon)]
-                raw_items.append((p, pre, future))
                 rec = record_path(folder, run_rel(key), i)
+                raw_items.append((p, pre, future, rec))
                 ours.append(rec)
+                sample = read_record(rec)
                 lead_path = tmp / "lead" / run_rel(key) / f"{i:05d}.xz"
                 lead_path.parent.mkdir(parents=True, exist_ok=True)
-                lead_path.write_bytes(lead_encode(read_record(rec)))
+                lead_path.write_bytes(lead_encode(sample))
                 lead.append(lead_path)
+                jpeg = encode_array(sample["rgb"], "jpeg", jpeg_quality=settings.jpeg_quality, jpeg_optimize=True)
+                rest = b"".join(np.ascontiguousarray(v).tobytes() for k, v in sample.items() if k != "rgb")
+                ceiling.append((jpeg["data"], rest_c.compress(rest)))
         n = len(ours)
         for p in [item[0] for item in raw_items] + ours + lead:  # into the page cache
             p.read_bytes()
 
         def load_raw(item) -> dict:
-            path, pre, future = item
+            path, pre, future, _ = item
             return pre(read_frame(path, sensors=pre.sensor_names), future)
+
+        def decode_ceiling(item) -> None:
+            decode_jpeg(item[0])
+            zstd_decompress(item[1])
 
         # the three decode to the same keys, dtypes and shapes
         a, b, c = load_raw(raw_items[0]), read_record(ours[0]), lead_decode(lead[0].read_bytes())
         for k in b:
             assert a[k].dtype == b[k].dtype == c[k].dtype and a[k].shape == b[k].shape == c[k].shape, k
 
-        r = rates({"raw": (raw_items, load_raw), "ours": (ours, read_record),
-                   "lead": (lead, lambda p: lead_decode(p.read_bytes()))}, args.passes)
-        r_raw, r_ours, r_lead = r["raw"], r["ours"], r["lead"]
+        runs = rates({"raw": (raw_items, load_raw), "ours": (ours, read_record),
+                      "lead": (lead, lambda p: lead_decode(p.read_bytes())),
+                      "ceiling": (ceiling, decode_ceiling)}, args.passes)
+        r = {name: median(run[name] for run in runs) for name in runs[0]}
+        ratio = {(x, y): median(run[x] / run[y] for run in runs)
+                 for x, y in (("ours", "lead"), ("ours", "raw"), ("ours", "ceiling"))}
         size_raw = sum(item[0].stat().st_size for item in raw_items) / n
         size_ours = sum(p.stat().st_size for p in ours) / n
         size_lead = sum(p.stat().st_size for p in lead) / n
+        size_ceiling = sum(len(j) + len(z) for j, z in ceiling) / n
+        stages = build_stages(raw_items, tmp / "stages")
 
     s = settings
     print(f"training loader, 1 core (cpu {cpu}), {n} samples, input {s.image_width}x{s.image_height}, "
-          f"grid {s.bev_pixels}x{s.bev_pixels}, best of {args.passes} interleaved passes, files in the page cache")
+          f"grid {s.bev_pixels}x{s.bev_pixels}, median of {args.passes} interleaved runs, files in the page cache")
     print(f"  {'source':<34} {'samples/s':>10} {'KiB/sample':>11}")
-    print(f"  {'(a) raw route folders':<34} {r_raw:>10.0f} {size_raw / 1024:>11.1f}")
-    print(f"  {'(b) our cache (msgpack+zstd)':<34} {r_ours:>10.0f} {size_ours / 1024:>11.1f}")
-    print(f"  {'(c) LEAD-style (lzma pickle)':<34} {r_lead:>10.0f} {size_lead / 1024:>11.1f}")
-    print(f"  (b)/(c) speed {r_ours / r_lead:.1f}x (goal: 3x or more); (b)/(a) speed {r_ours / r_raw:.1f}x; "
-          f"(b)/(c) size {size_ours / size_lead:.2f} (goal: 1.00 or less)")
+    print(f"  {'(a) raw route folders':<34} {r['raw']:>10.0f} {size_raw / 1024:>11.1f}")
+    print(f"  {'(b) our cache (msgpack+zstd)':<34} {r['ours']:>10.0f} {size_ours / 1024:>11.1f}")
+    print(f"  {'(c) LEAD-style (lzma pickle)':<34} {r['lead']:>10.0f} {size_lead / 1024:>11.1f}")
+    print(f"  {'(d) decode ceiling (JPEG + zstd)':<34} {r['ceiling']:>10.0f} {size_ceiling / 1024:>11.1f}")
+    print(f"  (b)/(c) speed {ratio['ours', 'lead']:.1f}x (goal: 6x or more); "
+          f"(b)/(a) speed {ratio['ours', 'raw']:.1f}x; (b)/(c) size {size_ours / size_lead:.2f} (goal: 1.00 or less)")
+    print(f"  (b)/(d) {ratio['ours', 'ceiling']:.2f}: the loader takes {1 / ratio['ours', 'ceiling'] - 1:.0%} more "
+          "time per sample than the decoding it cannot skip")
+    total = sum(stages.values())
+    print(f"cache build, 1 core (cpu {cpu}), {n} samples into a fresh cache folder, median of {args.passes} runs")
+    print(f"  {median(build):.0f} samples/s per core (runs: {', '.join(f'{b:.0f}' for b in build)}); per sample "
+          f"{total * 1e3:.2f} ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in stages.items()))
     sys.stdout.flush()
 
 

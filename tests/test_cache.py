@@ -422,3 +422,96 @@ def test_bad_input_is_one_line_and_a_failure_and_changes_nothing(tmp_path, small
         assert tree(root) == before
     else:
         assert not root.exists()
+
+
+# ----------------------------------------------------------------------------- decoders and kernels (same pixels)
+
+
+def _pillow_decode(data: bytes) -> np.ndarray:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return np.array(image)
+
+
+def test_jpeg_decoding_gives_pillows_pixels_exactly_for_records_and_recorded_frames(small_built):
+    """The JPEG decoder (simplejpeg) against the one it replaced (Pillow), on every cached RGB image and every
+    recorded camera image of the small root: tolerance 0 (max abs pixel difference), so caches built before
+    read back the same samples and the cache format did not change."""
+    import msgpack
+
+    from tools.dataset.codec import decode_array, decode_jpeg, encode_array, zstd_decompress
+
+    folder = cache_dir(Layout(small_built), CacheSettings())
+    blobs = [msgpack.unpackb(zstd_decompress(msgpack.unpackb(p.read_bytes())["body"]))["rgb"]
+             for p in sorted(folder.rglob("*.rec"))]
+    layout = Layout(small_built)
+    for key in layout.iter_runs():
+        for p in layout.frame_paths(key)[:5]:
+            blobs.append(msgpack.unpackb(p.read_bytes())["sensors"]["rgb_front"])
+    assert len(blobs) > 20
+    for blob in blobs:
+        ours, pillow = decode_array(blob), _pillow_decode(blob["data"])
+        assert ours.dtype == pillow.dtype and ours.shape == pillow.shape and ours.flags.writeable
+        assert int(np.abs(ours.astype(int) - pillow).max()) == 0
+    grey = (np.arange(24 * 40) % 251).astype(np.uint8).reshape(24, 40)
+    blob = encode_array(grey, "jpeg", jpeg_quality=90)
+    assert np.array_equal(decode_array(blob), _pillow_decode(blob["data"]))
+    with pytest.raises(ValueError):
+        decode_jpeg(blob["data"][:40])  # truncated: an error, not a grey picture
+
+
+def test_the_numba_lanczos_resize_gives_pillows_pixels_where_it_is_used_and_pillow_is_kept_elsewhere():
+    """tools/cache/kernels.py against Pillow's resize: bit-identical (tolerance 0) for the crops and sizes the
+    builder uses on the default rig, and for other downscales that pass `resize_is_pillows`; a geometry
+    that fails the check (Pillow takes the passes in the other order) keeps Pillow's resize."""
+    from PIL import Image
+
+    from tools.cache.kernels import lanczos_resize, resize_is_pillows
+    from tools.cache.preprocess import Preprocessor
+    from tools.dataset.rig import RigConfig
+
+    rng = np.random.default_rng(3)
+    lanczos = Image.Resampling.LANCZOS
+    geometries = [((256, 512, 3), (256, 128), (0, 0, 512, 256)), ((256, 512, 3), (320, 160), (0, 0, 512, 256)),
+                  ((256, 512, 3), (128, 128), (128, 0, 384, 256)), ((300, 400, 3), (200, 100), (0, 50, 400, 250)),
+                  ((64, 80), (40, 30), (3, 4, 75, 58))]
+    for shape, size, box in geometries:
+        assert resize_is_pillows(shape, size, box), (shape, size, box)
+        image = rng.integers(0, 256, shape, dtype=np.uint8)
+        assert np.array_equal(lanczos_resize(image, size, box),
+                              np.asarray(Image.fromarray(image).resize(size, lanczos, box=box)))
+    # the Preprocessor's camera() on the default rig: the same rgb as Pillow's resize of the same crop
+    pre = Preprocessor(CacheSettings(), RigConfig())
+    cam = pre.rig.camera("front")
+    rgb = rng.integers(0, 256, (cam.height, cam.width, 3), dtype=np.uint8)
+    zeros = np.zeros((cam.height, cam.width), np.uint8)
+    left, top, cw, ch = pre._crop(cam.width, cam.height)
+    s = pre.settings
+    expected = Image.fromarray(rgb).resize((s.image_width, s.image_height), lanczos, box=(left, top, left + cw,
+                                                                                          top + ch))
+    assert np.array_equal(pre.camera(rgb, zeros, zeros.astype(np.uint16))["rgb"], np.asarray(expected))
+    # a geometry where the order of the passes differs: detected, so the caller falls back to Pillow
+    assert not resize_is_pillows((30, 32, 3), (55, 6), (1, 12, 11, 27))
+
+
+def test_lidar_rasterization_counts_every_point_in_its_cell_as_the_numpy_version_did():
+    """tools.cache.kernels.lidar_counts against the numpy expression it replaced: identical counts, points
+    outside the grid left out, saturation at 255."""
+    from tools.cache.preprocess import Preprocessor
+    from tools.dataset.rig import RigConfig
+
+    pre = Preprocessor(CacheSettings(), RigConfig())
+    rng = np.random.default_rng(4)
+    points = np.concatenate([rng.uniform(-80, 80, (20000, 3)), np.tile([[10.0, 0.0, 1.0]], (300, 1))])
+    points = np.concatenate([points, rng.uniform(0, 1, (len(points), 1))], axis=1).astype(np.float32)
+    g = pre.grid.pixels
+    col, row = np.floor(pre.grid.ego_to_pixel(points[:, :2])).astype(np.int64).T
+    inside = (row >= 0) & (row < g) & (col >= 0) & (col < g)
+    channel = (points[:, 2] > pre.settings.lidar_split_height).astype(np.int64)
+    counts = np.bincount((channel * g * g + row * g + col)[inside], minlength=2 * g * g)
+    expected = np.minimum(counts, 255).astype(np.uint8).reshape(2, g, g)
+    got = pre.lidar_bev(points)
+    assert got.dtype == np.uint8 and np.array_equal(got, expected) and got.max() == 255

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from tools.cache.kernels import lanczos_resize, lidar_counts, resize_is_pillows
 from tools.dataset import rig as R
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_boxes
@@ -57,11 +58,14 @@ class Preprocessor:
         s = self.settings
         h, w = rgb.shape[:2]
         left, top, cw, ch = self._crop(w, h)
-        image = Image.fromarray(rgb).resize((s.image_width, s.image_height), Image.Resampling.LANCZOS,
-                                            box=(left, top, left + cw, top + ch))
+        size, box = (s.image_width, s.image_height), (left, top, left + cw, top + ch)
+        if rgb.dtype == np.uint8 and resize_is_pillows(rgb.shape, size, box):
+            image = lanczos_resize(rgb, size, box)  # Pillow's pixels, 2 to 2.5 times faster (kernels.py)
+        else:
+            image = np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.LANCZOS, box=box), dtype=np.uint8)
         rows, cols = _nearest(s.image_height, top, ch), _nearest(s.image_width, left, cw)
         return {
-            "rgb": np.asarray(image, dtype=np.uint8),
+            "rgb": image,
             "semantics": _SEM_LUT[semantics[rows][:, cols]],
             "depth": (depth_cm[rows][:, cols].astype(np.float32) / 100.0).astype(np.float16),
         }
@@ -70,11 +74,8 @@ class Preprocessor:
         """Points per cell of the settings' grid, below and above `lidar_split_height`, saturated at 255."""
         g = self.grid.pixels
         col, row = np.floor(self.grid.ego_to_pixel(points[:, :2])).astype(np.int64).T
-        inside = (row >= 0) & (row < g) & (col >= 0) & (col < g)
-        channel = (points[:, 2] > self.settings.lidar_split_height).astype(np.int64)
-        cells = (channel * g * g + row * g + col)[inside]
-        counts = np.bincount(cells, minlength=2 * g * g)
-        return np.minimum(counts, 255).astype(np.uint8).reshape(2, g, g)
+        return lidar_counts(np.ascontiguousarray(col), np.ascontiguousarray(row),
+                            np.ascontiguousarray(points[:, 2] > self.settings.lidar_split_height), g)
 
     def bev(self, recorded: np.ndarray) -> np.ndarray:
         """The recorded BEV raster (its grid: rig.bev) resampled (nearest) onto the settings' grid; cells

@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 import numpy as np
+import simplejpeg
 import zstandard
 from PIL import Image
 
@@ -82,11 +83,25 @@ def encode_array(array: np.ndarray, codec: str, jpeg_quality: int = 90, jpeg_opt
     return {"codec": codec, "dtype": array.dtype.str.lstrip("<>|="), "shape": list(array.shape), "data": data}
 
 
+def decode_jpeg(data: bytes, grey: bool = False) -> np.ndarray:
+    """The pixels of a JPEG: uint8 HxWx3, or HxW with `grey`; writable.
+
+    simplejpeg (libjpeg-turbo called directly, default slow-integer DCT and fancy upsampling): the same pixels
+    as Pillow's decoder, bit for bit (tests/test_cache.py), in a third of the time on a 256 x 128 image
+    (Pillow's Image.open and array conversion cost more than the decoding itself at that size).
+    """
+    if grey:
+        return simplejpeg.decode_jpeg(data, colorspace="GRAY")[..., 0]
+    return simplejpeg.decode_jpeg(data, colorspace="RGB")
+
+
 def decode_array(blob: dict[str, Any]) -> np.ndarray:
     """The array of a blob; CodecError for an unknown codec, KeyError/ValueError for a malformed blob."""
     codec, shape, data = blob["codec"], tuple(blob["shape"]), blob["data"]
     dtype, stored = _dtypes(blob["dtype"])
-    if codec in ("jpeg", "png"):
+    if codec == "jpeg":
+        array = decode_jpeg(data, grey=len(shape) == 2)
+    elif codec == "png":
         with Image.open(io.BytesIO(data)) as image:
             array = np.array(image)  # a writable copy
     elif codec in ("zstd", "raw"):
