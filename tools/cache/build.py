@@ -434,6 +434,8 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if stats["built"]:  # records are written without fsync: on disk when the builder says it is done
+            atomic.sync_filesystem(folder)
     elapsed = time.monotonic() - start
     size = 0
     for plan in plans:

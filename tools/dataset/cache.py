@@ -168,11 +168,13 @@ def decode_record(data: bytes, path: Path | str = "<record>") -> dict[str, Any]:
 
 
 def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93) -> int:
-    """Write `sample` as a record at `path` atomically; returns its size in bytes."""
+    """Write `sample` as a record at `path` atomically; returns its size in bytes. Not fsynced one by one: the
+    builder syncs the file system once when it ends (docs/reliability.md), and a record a machine crash left
+    damaged fails its checksum and is rebuilt (verify --repair)."""
     from tools.dataset import atomic
 
     data = encode_record(sample, jpeg_quality)
-    atomic.write_bytes(Path(path), data)
+    atomic.write_bytes(Path(path), data, durable=False)
     return len(data)
 
 
