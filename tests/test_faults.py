@@ -165,12 +165,7 @@ def test_kill9_of_the_cache_builder_then_a_rerun_builds_a_verified_cache(collect
     assert not [p for p in (root / "cache").rglob(".tmp-*")], "a killed builder's temporary file was left"
 
 
-@pytest.fixture(scope="module")
-def train_root(tmp_path_factory, collected_root) -> Path:
-    root = copy_root(collected_root, tmp_path_factory.mktemp("faults-train") / "root")
-    run_tool(PYTHON, "-m", "tools.buckets", "build", "--root", root, check=True)
-    run_tool(PYTHON, "-m", "tools.cache", "build", "--root", root, check=True)
-    return root
+# train_root: the session's collected root with its buckets and cache (conftest.py; read-only).
 
 
 @pytest.mark.parametrize("delay", moments("train", 3.0, 15.0))
@@ -211,13 +206,22 @@ def test_a_damaged_result_file_is_its_own_state_reported_and_never_deleted(colle
     assert layout.frame_paths(key)
 
 
+@pytest.fixture(scope="module")
+def four_steps(train_root, tmp_path_factory) -> Path:
+    """A run of 4 steps saving at 2 and 4 (the fault suite's tiny settings). Read-only: copy it."""
+    logdir = tmp_path_factory.mktemp("faults-four-steps") / "run"
+    run_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN,
+             "max_steps=4", check=True, timeout=300)
+    return logdir
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning(train_root, tmp_path, damage):
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning(train_root, four_steps, tmp_path,
+                                                                                 damage):
     from tools.train import checkpoint
 
-    logdir = tmp_path / "run"
+    logdir = Path(shutil.copytree(four_steps, tmp_path / "run"))  # a private copy of the 4-step run
     args = [PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN]
-    run_tool(*args, "max_steps=4", check=True, timeout=300)
     newest = checkpoint.latest(logdir)
     assert newest.name == "step-00000004"
     model = newest / "model.pt"

@@ -73,6 +73,42 @@ def epoch(stamp: str) -> float:
     return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
 
 
+def test_max_array_size_is_what_the_cluster_says(slurm):
+    assert slurm.config()["MaxArraySize"] == "1001"
+    with slurm.max_array_size_set(5):
+        assert slurm.config()["MaxArraySize"] == "5"
+        too_big = slurm.run("sbatch", "--array=0-5", "--output=/dev/null", "--wrap", "true", check=False)
+        assert too_big.returncode != 0
+        assert "Invalid job array specification" in too_big.stderr
+        job = slurm.sbatch("--array=0-4", "--output=/dev/null", "--wrap", "true")
+        slurm.wait_done(job)
+        assert len(slurm.show_job(job)) == 5
+    assert slurm.config()["MaxArraySize"] == "1001"
+
+
+@pytest.fixture(scope="module")
+def time_limit_jobs(slurm, slurm_accounting, tmp_path_factory):
+    """On each cluster, a job warned by --signal=B:USR1@50 that requeues itself and a job that runs past its
+    one-minute limit (test_signal_before_the_time_limit_requeue_and_timeout reads them). Submitted before the
+    other tests of this module, which run meanwhile (the jobs take 2 of the node's 8 CPUs): the minute and a
+    half these jobs take is waited for once. Nothing restarts slurmctld while they run (the MaxArraySize test
+    comes before them)."""
+    tmp_path = tmp_path_factory.mktemp("time-limits")
+    requeue = write_script(tmp_path / "requeue.sh", REQUEUE_SCRIPT)
+    timeout = write_script(tmp_path / "timeout.sh", TIMEOUT_SCRIPT)
+    jobs = {}
+    for cluster in (slurm, slurm_accounting):
+        (tmp_path / cluster.name).mkdir()
+        env = {"LOGS": str(tmp_path / cluster.name)}  # job ids repeat across clusters
+        jobs[cluster.name, "requeue"] = cluster.sbatch("--time=1", "--signal=B:USR1@50", "--requeue",
+                                                       "--output", tmp_path / f"{cluster.name}-%j.out", requeue,
+                                                       env=env)
+        jobs[cluster.name, "timeout"] = cluster.sbatch("--time=1", "--output", tmp_path / f"{cluster.name}-%j.out",
+                                                       timeout, env=env)
+    return tmp_path, jobs
+
+
+@pytest.mark.usefixtures("time_limit_jobs")
 @pytest.mark.parametrize("kind", ["slurm", "slurm_accounting"])
 def test_array_with_throttle_runs_at_most_k_at_once(kind, request, tmp_path):
     cluster: SlurmCluster = request.getfixturevalue(kind)
@@ -105,6 +141,7 @@ def test_array_with_throttle_runs_at_most_k_at_once(kind, request, tmp_path):
         assert "Slurm accounting storage is disabled" in out.stderr
 
 
+@pytest.mark.usefixtures("time_limit_jobs")
 def test_throttle_changes_on_a_live_array(slurm):
     job = slurm.sbatch("--array=0-5%1", "--output=/dev/null", "--wrap", "sleep 20")
 
@@ -121,6 +158,7 @@ def test_throttle_changes_on_a_live_array(slurm):
     assert {t["JobState"] for t in slurm.show_job(job)} == {"CANCELLED"}
 
 
+@pytest.mark.usefixtures("time_limit_jobs")
 def test_without_accounting_scontrol_keeps_ended_jobs(slurm):
     """What a monitor without sacct reads: ended jobs stay in `scontrol show job` (MinJobAge=300)."""
     assert slurm.config()["AccountingStorageType"] == "accounting_storage/none"
@@ -134,19 +172,7 @@ def test_without_accounting_scontrol_keeps_ended_jobs(slurm):
     assert (out.returncode, out.stderr.strip()) == (1, "Slurm accounting storage is disabled")
 
 
-def test_max_array_size_is_what_the_cluster_says(slurm):
-    assert slurm.config()["MaxArraySize"] == "1001"
-    with slurm.max_array_size_set(5):
-        assert slurm.config()["MaxArraySize"] == "5"
-        too_big = slurm.run("sbatch", "--array=0-5", "--output=/dev/null", "--wrap", "true", check=False)
-        assert too_big.returncode != 0
-        assert "Invalid job array specification" in too_big.stderr
-        job = slurm.sbatch("--array=0-4", "--output=/dev/null", "--wrap", "true")
-        slurm.wait_done(job)
-        assert len(slurm.show_job(job)) == 5
-    assert slurm.config()["MaxArraySize"] == "1001"
-
-
+@pytest.mark.usefixtures("time_limit_jobs")
 def test_partitions(slurm):
     job = slurm.sbatch("--partition=second", "--output=/dev/null", "--wrap", "true")
     slurm.wait_done(job)
@@ -157,22 +183,45 @@ def test_partitions(slurm):
     assert "invalid partition specified" in out.stderr.lower()
 
 
-def test_signal_before_the_time_limit_requeue_and_timeout(slurm, slurm_accounting, tmp_path):
+@pytest.mark.usefixtures("time_limit_jobs")
+def test_two_clusters_apart_and_stop_leaves_nothing(slurm, slurm_accounting, tmp_path):
+    assert slurm.conf != slurm_accounting.conf
+    assert set(slurm.ports.values()).isdisjoint(slurm_accounting.ports.values())
+    for cluster in (slurm, slurm_accounting):
+        out = tmp_path / f"{cluster.name}.out"
+        job = cluster.sbatch("--output", out, "--wrap", "scontrol show config | grep -E '^ClusterName'")
+        cluster.wait_done(job)
+        assert out.read_text().split() == ["ClusterName", "=", cluster.name]
+
+    scratch = SlurmCluster(name="scratch", max_array_size=7).start()
+    try:
+        root, conf = scratch.root, scratch.conf
+        assert scratch.config()["MaxArraySize"] == "7"
+        assert scratch.config()["ClusterName"] == "scratch"
+        daemons = [p.pid for p in scratch.procs.values()]
+        # A job that leaves a process behind (setsid: out of slurmstepd's reach).
+        job = scratch.sbatch("--output=/dev/null", "--wrap", "setsid sleep 300 < /dev/null > /dev/null 2>&1 &")
+        scratch.wait_done(job)
+        left = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] for pid in scratch.leftovers()]
+        assert [b"sleep", b"300"] in left
+    finally:
+        forced = scratch.stop()
+    assert [f.split(" (pid")[0] for f in forced] == ["sleep 300"]
+    for pid in daemons:
+        assert not os.path.exists(f"/proc/{pid}"), pid
+    assert not root.exists()
+    assert scratch.leftovers() == [] and scratch.stop() == []
+    assert "is UP" in slurm.run("scontrol", "ping").stdout  # the session's clusters run on
+    assert not conf.exists()
+
+
+def test_signal_before_the_time_limit_requeue_and_timeout(slurm, slurm_accounting, time_limit_jobs):
     """--signal=B:USR1@50 with --time=1 reaches the batch shell 10-40 s in (slurmctld checks time limits every
     ~30 s); `scontrol requeue` from inside works and the job runs again with SLURM_RESTART_COUNT=1 about
     cred_expire (10 s) later; a job past its limit ends TIMEOUT 60-90 s after it started. Both clusters at once,
-    to keep the wait to one minute and a half."""
-    requeue = write_script(tmp_path / "requeue.sh", REQUEUE_SCRIPT)
-    timeout = write_script(tmp_path / "timeout.sh", TIMEOUT_SCRIPT)
-    jobs = {}
-    for cluster in (slurm, slurm_accounting):
-        (tmp_path / cluster.name).mkdir()
-        env = {"LOGS": str(tmp_path / cluster.name)}  # job ids repeat across clusters
-        jobs[cluster.name, "requeue"] = cluster.sbatch("--time=1", "--signal=B:USR1@50", "--requeue",
-                                                       "--output", tmp_path / f"{cluster.name}-%j.out", requeue,
-                                                       env=env)
-        jobs[cluster.name, "timeout"] = cluster.sbatch("--time=1", "--output", tmp_path / f"{cluster.name}-%j.out",
-                                                       timeout, env=env)
+    and the jobs were submitted by the fixture time_limit_jobs before the module's other tests, to keep the
+    wait to one minute and a half, less what those tests took."""
+    tmp_path, jobs = time_limit_jobs
     clusters = {c.name: c for c in (slurm, slurm_accounting)}
     for (name, _), job in jobs.items():
         clusters[name].wait_done(job, timeout=150)
@@ -204,34 +253,3 @@ def test_signal_before_the_time_limit_requeue_and_timeout(slurm, slurm_accountin
     job = jobs[slurm_accounting.name, "timeout"]
     rows = wait_until(lambda: (r := sacct_rows(slurm_accounting, job)) and r[0][1] != "RUNNING" and r, 30, "sacct")
     assert rows[0][1] == "TIMEOUT"
-
-
-def test_two_clusters_apart_and_stop_leaves_nothing(slurm, slurm_accounting, tmp_path):
-    assert slurm.conf != slurm_accounting.conf
-    assert set(slurm.ports.values()).isdisjoint(slurm_accounting.ports.values())
-    for cluster in (slurm, slurm_accounting):
-        out = tmp_path / f"{cluster.name}.out"
-        job = cluster.sbatch("--output", out, "--wrap", "scontrol show config | grep -E '^ClusterName'")
-        cluster.wait_done(job)
-        assert out.read_text().split() == ["ClusterName", "=", cluster.name]
-
-    scratch = SlurmCluster(name="scratch", max_array_size=7).start()
-    try:
-        root, conf = scratch.root, scratch.conf
-        assert scratch.config()["MaxArraySize"] == "7"
-        assert scratch.config()["ClusterName"] == "scratch"
-        daemons = [p.pid for p in scratch.procs.values()]
-        # A job that leaves a process behind (setsid: out of slurmstepd's reach).
-        job = scratch.sbatch("--output=/dev/null", "--wrap", "setsid sleep 300 < /dev/null > /dev/null 2>&1 &")
-        scratch.wait_done(job)
-        left = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] for pid in scratch.leftovers()]
-        assert [b"sleep", b"300"] in left
-    finally:
-        forced = scratch.stop()
-    assert [f.split(" (pid")[0] for f in forced] == ["sleep 300"]
-    for pid in daemons:
-        assert not os.path.exists(f"/proc/{pid}"), pid
-    assert not root.exists()
-    assert scratch.leftovers() == [] and scratch.stop() == []
-    assert "is UP" in slurm.run("scontrol", "ping").stdout  # the session's clusters run on
-    assert not conf.exists()

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -35,13 +36,12 @@ GOLDEN = REPO / "tests" / "golden"
 
 
 @pytest.fixture(scope="module")
-def built_root(collected_root, tmp_path_factory) -> Path:
-    """A copy of the collected root with buckets and cache built here by bin/build-buckets and bin/build-cache
-    (the local build the cache array is compared with; the root the training jobs read). Read-only."""
-    root = copy_root(collected_root, tmp_path_factory.mktemp("slurm-train") / "root")
-    run_bin("build-buckets", "--root", root, check=True)
-    run_bin("build-cache", "--root", root, check=True)
-    return root
+def built_root(train_root) -> Path:
+    """The session's copy of the collected root with its buckets and cache built by `python -m tools.buckets
+    build` and `python -m tools.cache build` (conftest.py's train_root: what bin/build-buckets and bin/build-cache
+    run here, so it was built once, not twice): the local build the cache array is compared with; the root the
+    training jobs read. Read-only."""
+    return train_root
 
 
 @pytest.fixture(scope="module")
@@ -75,18 +75,34 @@ def training_pid(logdir: Path) -> int | None:
     return None
 
 
-def hold_until_signalled(log: Path, logdir: Path) -> None:
-    """Stop the training of `logdir` after its first step until the batch shell has passed SIGUSR1 on (see the
-    module's docstring)."""
-    wait_until(lambda: re.search(r"^step 1/|got SIGUSR1", text(log), re.M), 120, f"the first training step in {log}")
-    pid = training_pid(logdir)
-    if "got SIGUSR1" in text(log) or pid is None:  # the warning came first: the training handles it anyway
-        return
-    os.kill(pid, signal.SIGSTOP)
+def hold_until_signalled(*runs: tuple[Path, Path]) -> None:
+    """Stop the training of each (log, logdir) after its first step until the batch shell has passed SIGUSR1 on
+    (see the module's docstring). Several jobs at once: each one is watched on its own and let go as soon as its
+    own warning came."""
+    waiting = {log: (logdir, time.monotonic()) for log, logdir in runs}  # log -> (logdir, since)
+    stopped: dict[Path, tuple[int, float]] = {}  # log -> (pid, since)
     try:
-        wait_until(lambda: "got SIGUSR1" in text(log), 120, f"SIGUSR1 from SLURM in {log}:\n{text(log)}")
+        while waiting or stopped:
+            for log, (logdir, since) in list(waiting.items()):
+                if re.search(r"^step 1/|got SIGUSR1", text(log), re.M):
+                    del waiting[log]
+                    pid = training_pid(logdir)
+                    if "got SIGUSR1" in text(log) or pid is None:  # the warning came first: the training handles it
+                        continue
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped[log] = (pid, time.monotonic())
+                elif time.monotonic() - since > 120:
+                    raise AssertionError(f"timed out after 120 s waiting for the first training step in {log}")
+            for log, (pid, since) in list(stopped.items()):
+                if "got SIGUSR1" in text(log):
+                    del stopped[log]
+                    os.kill(pid, signal.SIGCONT)
+                elif time.monotonic() - since > 120:
+                    raise AssertionError(f"timed out after 120 s waiting for SIGUSR1 from SLURM in {log}:\n{text(log)}")
+            time.sleep(0.3)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for pid, _ in stopped.values():
+            os.kill(pid, signal.SIGCONT)
 
 
 def submit_training(cluster, template: str, log: Path, logdir: Path, root: Path, *keys: str,
@@ -121,19 +137,57 @@ def test_the_cache_array_builds_the_same_records_as_a_local_build(slurm, collect
 # ----------------------------------------------------------------------------- training
 
 
+@pytest.fixture(scope="module")
+def warned(slurm, built_root, tmp_path_factory):
+    """The two training jobs that meet their one-minute time limit, submitted together so that their warnings
+    (20-50 s in) are waited for once: `train.sbatch` for 6 steps (its uninterrupted reference run trains here
+    meanwhile) and `train-multinode.sbatch` for 1000 steps with DRIVEKIT_MAX_REQUEUES=0. Each is held after its
+    first step until its warning came (hold_until_signalled); the 6-step job, once it requeued itself, gets
+    10 minutes for its rerun (which would else get the same warning 20-50 s after it starts), so that it ends
+    after one requeue (a real job finishes in whichever run its last steps fall). The tests below read them
+    (the multinode one first: without accounting an ended job stays in `scontrol show job` for MinJobAge)."""
+    d = tmp_path_factory.mktemp("warned")
+    reference = start_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={built_root}",
+                           f"logdir={d / 'reference'}", *TINY, "max_steps=6")
+    single = (d / "train.log", d / "run")
+    multi = (d / "multinode.log", d / "multinode-run")
+    try:
+        single_id = submit_training(slurm, "train.sbatch", *single, built_root, "max_steps=6")
+        multi_id = submit_training(slurm, "train-multinode.sbatch", *multi, built_root, "max_steps=1000",
+                                   env=",DRIVEKIT_MAX_REQUEUES=0")
+        hold_until_signalled(single, multi)
+        wait_until(lambda: job(slurm, single_id).get("Restarts") == "1", 60,
+                   f"job {single_id} to requeue itself:\n{text(single[0])}")
+        slurm.run("scontrol", "update", f"JobId={single_id}", "TimeLimit=10")
+        yield {"train": (single_id, *single), "multinode": (multi_id, *multi),
+               "reference": (reference, d / "reference")}
+    finally:
+        if reference.poll() is None:  # the reference run this fixture started, by its Popen
+            reference.kill()
+            reference.communicate()
+
+
+@pytest.mark.timeout(600)
+def test_the_multinode_template_passes_the_warning_through_srun_and_torchrun_and_stops_requeueing_at_the_cap(
+        slurm, warned):
+    """slurm/train-multinode.sbatch on one node (SLURM_NNODES=1: srun, torchrun, the c10d rendezvous on the
+    first node); DRIVEKIT_MAX_REQUEUES=0, so the warned run checkpoints and the job ends without a requeue."""
+    job_id, log, logdir = warned["multinode"]
+    slurm.wait_done(job_id, timeout=120)
+    record, out = job(slurm, job_id), text(log)
+    assert record["JobState"] == "FAILED" and record["Restarts"] == "0", out
+    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1" in out
+    stopped = int(re.search(r"stopped by signal SIGUSR1 at step (\d+); checkpoint written", out).group(1))
+    assert checkpoint.latest(logdir) == checkpoint.step_dir(logdir, stopped)
+    assert "requeued 0 times already (DRIVEKIT_MAX_REQUEUES=0): not requeued" in out
+
+
 @pytest.mark.timeout(600)
 def test_a_train_job_warned_before_its_time_limit_checkpoints_requeues_and_ends_with_the_loss_of_an_uninterrupted_run(
-        slurm, built_root, tmp_path):
-    # The uninterrupted run, here, meanwhile.
-    reference = start_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={built_root}",
-                           f"logdir={tmp_path / 'reference'}", *TINY, "max_steps=6")
-    log, logdir = tmp_path / "train.log", tmp_path / "run"
-    job_id = submit_training(slurm, "train.sbatch", log, logdir, built_root, "max_steps=6")
-    hold_until_signalled(log, logdir)
-    wait_until(lambda: job(slurm, job_id).get("Restarts") == "1", 60, f"job {job_id} to requeue itself:\n{text(log)}")
-    # The rerun would get the same warning 20-50 s after it starts: it gets 10 minutes instead, so that this test
-    # ends after one requeue (a real job finishes in whichever run its last steps fall).
-    slurm.run("scontrol", "update", f"JobId={job_id}", "TimeLimit=10")
+        slurm, warned):
+    # The uninterrupted run trained meanwhile (the fixture `warned` started it).
+    job_id, log, logdir = warned["train"]
+    reference, reference_dir = warned["reference"]
     slurm.wait_done(job_id, timeout=400)
     record, out = job(slurm, job_id), text(log)
     assert (record["JobState"], record["ExitCode"], record["Restarts"]) == ("COMPLETED", "0:0", "1"), out
@@ -144,27 +198,9 @@ def test_a_train_job_warned_before_its_time_limit_checkpoints_requeues_and_ends_
     _, err = reference.communicate(timeout=300)
     assert reference.returncode == 0, err
     ours = json.loads((logdir / "summary.json").read_text())
-    theirs = json.loads((tmp_path / "reference" / "summary.json").read_text())
+    theirs = json.loads((reference_dir / "summary.json").read_text())
     assert ours["steps"] == theirs["steps"] == 6
     assert ours["final_train_losses"] == theirs["final_train_losses"]  # exactly: the resume is exact
-
-
-@pytest.mark.timeout(300)
-def test_the_multinode_template_passes_the_warning_through_srun_and_torchrun_and_stops_requeueing_at_the_cap(
-        slurm, built_root, tmp_path):
-    """slurm/train-multinode.sbatch on one node (SLURM_NNODES=1: srun, torchrun, the c10d rendezvous on the
-    first node); DRIVEKIT_MAX_REQUEUES=0, so the warned run checkpoints and the job ends without a requeue."""
-    log, logdir = tmp_path / "train.log", tmp_path / "run"
-    job_id = submit_training(slurm, "train-multinode.sbatch", log, logdir, built_root, "max_steps=1000",
-                             env=",DRIVEKIT_MAX_REQUEUES=0")
-    hold_until_signalled(log, logdir)
-    slurm.wait_done(job_id, timeout=120)
-    record, out = job(slurm, job_id), text(log)
-    assert record["JobState"] == "FAILED" and record["Restarts"] == "0", out
-    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1" in out
-    stopped = int(re.search(r"stopped by signal SIGUSR1 at step (\d+); checkpoint written", out).group(1))
-    assert checkpoint.latest(logdir) == checkpoint.step_dir(logdir, stopped)
-    assert "requeued 0 times already (DRIVEKIT_MAX_REQUEUES=0): not requeued" in out
 
 
 # ----------------------------------------------------------------------------- bin/pipeline
