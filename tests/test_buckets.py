@@ -371,6 +371,7 @@ def test_an_unreadable_frame_is_reported_and_left_out_with_the_posttrain_frames_
     rel, n = max(finished_frames(root).items(), key=lambda item: item[1])
     broken = frame_file(layout, (rel, 30))
     broken.write_bytes(broken.read_bytes()[:100])
+    layout.run_measurements(run_key(rel)).unlink()  # read frame by frame (its measurements index would be read)
     proc = build_buckets("--root", str(root))
     assert proc.returncode == 0, proc.stderr
     assert f"buckets: {broken}: unreadable frame, left out" in proc.stderr
@@ -380,6 +381,32 @@ def test_an_unreadable_frame_is_reported_and_left_out_with_the_posttrain_frames_
     post_idx = {i for split in ("train", "val") for r, i in post.frames(split) if r == rel}
     assert pre_idx == set(range(n)) - {30}
     assert post_idx == set(range(4, n - HORIZON)) - set(range(30 - HORIZON, 31))
+
+
+def test_the_measurements_index_gives_the_buckets_the_frames_give_and_one_that_lists_other_frames_is_ignored(
+        collected_root, tmp_path):
+    from tools.dataset.frames import read_measurements, read_run_measurements, write_run_measurements
+
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    finished = finished_frames(root)
+    for rel, n in finished.items():  # every run of the collection wrote its index: its frames' measurements
+        index = read_run_measurements(layout.run_measurements(run_key(rel)))
+        assert index is not None and len(index.measurements) == n
+        assert index.measurements[n // 2] == read_measurements(frame_file(layout, (rel, n // 2)))
+    assert build_buckets("--root", str(root)).returncode == 0
+    with_index = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
+    # An index that lists other frames than the run has (one frame too few) is ignored: its frames are read.
+    rel = next(iter(finished))
+    index = read_run_measurements(layout.run_measurements(run_key(rel)))
+    write_run_measurements(layout.run_measurements(run_key(rel)), "nowhere", index.measurements[:-1])
+    for other in list(finished)[1:]:
+        layout.run_measurements(run_key(other)).unlink()
+    assert build_buckets("--root", str(root), "--force").returncode == 0
+    from_frames = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
+    for split in ("train", "val"):
+        assert sorted(with_index.frames(split)) == sorted(from_frames.frames(split))
+    assert "nowhere" not in layout.bucket_index.read_text()
 
 
 def test_two_builders_at_once_leave_one_valid_file(collected_root, tmp_path):

@@ -44,7 +44,7 @@ from tools.dataset.buckets import (
     run_key,
 )
 from tools.dataset.errors import ToolError
-from tools.dataset.frames import FrameError, read_measurements
+from tools.dataset.frames import FrameError, read_measurements, read_run_head, read_run_measurements
 from tools.dataset.layout import FRAME_NAME, Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
 from tools.dataset.results import RunState, is_failed, run_states
@@ -88,8 +88,13 @@ def _unrle(pairs: list[list[Any]]) -> list[str | None]:
 
 
 def read_town(layout: Layout, rel: str) -> str:
-    """The town of a route run (its run.json `town`); ValueError when run.json cannot say."""
-    path = layout.run_settings(run_key(rel))
+    """The town of a route run (its measurements index's, else its run.json `town`); ValueError when neither
+    can say."""
+    key = run_key(rel)
+    head = read_run_head(layout.run_measurements(key))  # the run's measurements index, when it lists its frames
+    if head is not None and head[1] == layout.frame_count(key):
+        return head[0]
+    path = layout.run_settings(key)
     try:
         # parse_float=str: the dense route's thousands of floats stay text (40% of the parse, the bulk of a
         # first build's time before frames are read); the document is checked as fully as before.
@@ -115,6 +120,10 @@ def label_run(layout: Layout, rel: str, town: str | None = None) -> dict[str, An
         names = sorted(n for n in os.listdir(folder) if n.endswith(FRAME_SUFFIX) and not n.startswith(TMP_PREFIX))
     except OSError:  # no frames folder: no frames
         names = []
+    index = read_run_measurements(layout.run_measurements(key)) if town != "?" else None
+    if index is not None and names == [FRAME_NAME.format(index=i) for i in range(len(index.measurements))]:
+        # The run's measurements index lists exactly its frames: one file read instead of one per frame.
+        return {"town": town, "labels": [classify(m) for m in index.measurements], "problems": problems}
     labels: list[str | None] = [None] * len(names)
     for name in names:
         try:

@@ -364,6 +364,7 @@ class AgentCore:
         self.spawned: list[Any] = []
         self.ticks = 0
         self.frames = 0
+        self.recorded: list[Any] = []  # the frames' measurements (tools.dataset.measurements.Measurements)
         self.t0: float | None = None
         self.last_beat = 0.0
 
@@ -432,6 +433,7 @@ class AgentCore:
                              self.settings.route_ahead, self.weather, view.speed_limit(), view.lane(),
                              view.acceleration(), None, decision)
             frames.write_frame(self.layout.frame_path(self.key, self.frames), self.frames, m, boxes(snap), sensors)
+            self.recorded.append(m)
             self.frames += 1
         self.ticks += 1
         if time.monotonic() - self.last_beat > HEARTBEAT_EVERY_S:
@@ -447,6 +449,8 @@ class AgentCore:
             except RuntimeError as e:  # the server may be gone already
                 log.warning("could not destroy sensor %s: %s", getattr(sensor, "id", "?"), e)
         self.spawned = []
+        if self.recorded:  # the run's measurements index, after its last frame (as the embedded world's runs)
+            frames.write_run_measurements(self.layout.run_measurements(self.key), self.route.town, self.recorded)
         log.info("%s: %d frames recorded in %d ticks", self.key, self.frames, self.ticks)
 
 

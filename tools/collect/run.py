@@ -310,6 +310,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     referee = Referee(dense, settings, stop_signs(dense, town.carla_map))
     scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     n_frames = 0
+    recorded: list[Measurements] = []  # the frames' measurements, for the run's measurements index
     clock = StageClock()
     parts: dict[str, float] = {}
     try:
@@ -330,7 +331,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             decision = driver.step(world, (sensors, frame(None)) if due and driver.needs_sensors else None)
             clock.lap("driver")
             if due and settings.record:
-                data = frames.pack_frame(n_frames, frame(decision), boxes(snap), sensors)
+                recorded.append(frame(decision))
+                data = frames.pack_frame(n_frames, recorded[-1], boxes(snap), sensors)
                 clock.lap("encoding")
                 frames.write_packed(layout.frame_path(key, n_frames), data)
                 clock.lap("writing")
@@ -345,6 +347,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             clock.lap("referee")
     finally:
         world.close()
+    if recorded:  # after the last frame: what the bucket builder reads instead of every frame
+        frames.write_run_measurements(layout.run_measurements(key), town.name, recorded)
     global last_stages
     last_stages = dict(clock.seconds, frames=n_frames)
     if referee.arrived and referee.status is None:

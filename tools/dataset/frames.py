@@ -10,6 +10,7 @@ No pickle: msgpack holds only maps, lists, numbers, strings and bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,56 @@ def read_measurements(path: str | Path) -> Measurements:
         return Measurements.from_dict(found.get("measurements"))
     except (KeyError, TypeError, ValueError) as e:
         raise FrameError(f"{path}: {e}") from None
+
+
+@dataclass(frozen=True)
+class RunMeasurements:
+    """A run's measurements index (Layout.run_measurements): its town and every frame's measurements, in frame
+    order, written once by the run's writer after its last frame. Readers that need the measurements alone (the
+    bucket builder) read it instead of every frame; it counts only while it lists as many frames as there are."""
+
+    town: str
+    measurements: list[Measurements]
+
+
+def write_run_measurements(path: Path, town: str, measurements: list[Measurements]) -> None:
+    """Write a run's measurements index atomically (not fsynced: made durable with the frames)."""
+    data = msgpack.packb({"format": FRAME_FORMAT, "town": town, "frames": len(measurements),
+                          "measurements": [m.to_dict() for m in measurements]}, use_bin_type=True)
+    atomic.write_bytes(path, data, durable=False)
+
+
+def read_run_head(path: Path) -> tuple[str, int] | None:
+    """(town, number of frames) of a run's measurements index, reading only the start of the file; None without
+    a usable one."""
+    try:
+        with open(path, "rb") as f:
+            unpacker = msgpack.Unpacker(f, raw=False)
+            head: dict[str, Any] = {}
+            for _ in range(unpacker.read_map_header()):
+                key = unpacker.unpack()
+                if key == "measurements":
+                    break
+                head[key] = unpacker.unpack()
+    except (OSError, ValueError, msgpack.UnpackException):
+        return None
+    town, n = head.get("town"), head.get("frames")
+    if head.get("format") != FRAME_FORMAT or not isinstance(town, str) or not isinstance(n, int):
+        return None
+    return town, n
+
+
+def read_run_measurements(path: Path) -> RunMeasurements | None:
+    """A run's measurements index; None when there is none or it is not one this tool reads (the caller then
+    reads the frames)."""
+    try:
+        data = msgpack.unpackb(Path(path).read_bytes(), raw=False)
+        if not isinstance(data, dict) or data.get("format") != FRAME_FORMAT or \
+                len(data["measurements"]) != data["frames"]:
+            return None
+        return RunMeasurements(str(data["town"]), [Measurements.from_dict(m) for m in data["measurements"]])
+    except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
+        return None
 
 
 def read_boxes(frame: dict[str, Any]) -> list[BoxLabel]:

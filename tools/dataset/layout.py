@@ -62,6 +62,7 @@ BUCKETS = "buckets"
 CACHE = "cache"
 
 RUN_SETTINGS = "run.json"
+RUN_MEASUREMENTS = "measurements.msgpack"
 HEARTBEAT = "heartbeat.json"
 FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
@@ -241,6 +242,10 @@ class Layout:
 
     def run_settings(self, key: RunKey) -> Path:
         return self.run_dir(key) / RUN_SETTINGS
+
+    def run_measurements(self, key: RunKey) -> Path:
+        """data/<Scenario>/<run>/measurements.msgpack: every frame's measurements in one file (frames.py)."""
+        return self.run_dir(key) / RUN_MEASUREMENTS
 
     def heartbeat(self, key: RunKey) -> Path:
         return self.run_dir(key) / HEARTBEAT
