@@ -20,7 +20,7 @@ Data arrives in CARLA's layouts (BGRA images, semantic tags in the red channel, 
 semantic LiDAR detections of 24 bytes) and is converted to the dataset's (tools.dataset.rig) here.
 
 Heights: the recorded world frame is CARLA's, with z measured from the ground under the ego at each frame
-(the ego frame's z: tools.dataset.geometry), so that boxes and sensors agree on slopes' starting points.
+(the ego frame's z: tools.dataset.geometry), so that boxes and sensors agree wherever the town is not at z = 0.
 """
 
 from __future__ import annotations

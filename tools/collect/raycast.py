@@ -150,19 +150,27 @@ def bev_ground(bev_x, bev_y, c, s, off_x, off_y, res, codes, lut):
 
 
 @njit(**_OPTS)
+def _hidden(buf, r0, r1, c0, c1, nearest):
+    """Whether everything drawn over rows r0:r1, columns c0:c1 of a depth buffer is nearer than `nearest` (> 0):
+    a box whose nearest point is that far can change nothing there."""
+    if not nearest > 0:
+        return False
+    deepest = buf[r0, c0]
+    for i in range(r0, r1):
+        for j in range(c0, c1):
+            deepest = _max(deepest, buf[i, j])
+    return deepest < nearest
+
+
+@njit(**_OPTS)
 def camera_boxes(zb, mat, rects, params, nearest, faces, ray_dx, ray_dy, ray_dz):
     """camera_box for each box in turn (near first): rects[n] = (r0, r1, c0, c1, box, front_only), params[n] =
     (c, s, lo_x, hi_x, lo_y, hi_y, lo_z, hi_z), nearest[n] its nearest depth; a box wholly behind what is drawn
     already over its rectangle is skipped (it could change nothing)."""
     for n in range(rects.shape[0]):
         r0, r1, c0, c1, k, front_only = rects[n]
-        if nearest[n] > 0:
-            deepest = zb[r0, c0]
-            for i in range(r0, r1):
-                for j in range(c0, c1):
-                    deepest = _max(deepest, zb[i, j])
-            if deepest < nearest[n]:
-                continue
+        if _hidden(zb, r0, r1, c0, c1, nearest[n]):
+            continue
         p = params[n]
         camera_box(zb, mat, r0, r1, c0, c1, ray_dx, ray_dy, ray_dz, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
                    faces[k], front_only != 0)
@@ -175,13 +183,8 @@ def lidar_boxes(sbuf, hitbox, spans, params, nearest, ray_dx, ray_dy, ray_dz):
     is skipped."""
     for n in range(spans.shape[0]):
         k, r0, r1, a0, a1 = spans[n]
-        if nearest[n] > 0:
-            deepest = sbuf[r0, a0]
-            for i in range(r0, r1):
-                for j in range(a0, a1):
-                    deepest = _max(deepest, sbuf[i, j])
-            if deepest < nearest[n]:
-                continue
+        if _hidden(sbuf, r0, r1, a0, a1, nearest[n]):
+            continue
         p = params[n]
         lidar_box(sbuf, hitbox, k, r0, r1, a0, a1, ray_dx, ray_dy, ray_dz, p[0], p[1], p[2], p[3], p[4], p[5], p[6],
                   p[7])
