@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tools.dataset.atomic import TMP_PREFIX, is_temporary
+from tools.dataset.atomic import TMP_PREFIX
 from tools.dataset.errors import ToolError
 
 #: 2: run folders of a route whose id is its file's stem are named <stem>_rep<K> (docs/dataset-format.md).
@@ -66,7 +66,7 @@ RUN_MEASUREMENTS = "measurements.msgpack"
 HEARTBEAT = "heartbeat.json"
 FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
-_FRAME_SUFFIX = PurePosixPath(FRAME_NAME).suffix
+FRAME_SUFFIX = PurePosixPath(FRAME_NAME).suffix
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
 RUN_LOCK = "run.lock"
 EVALUATOR_CHECKPOINT = "leaderboard-{attempt:02d}.json"
@@ -280,20 +280,22 @@ class Layout:
         d = self.log_dir(key)
         return sorted(d.glob("attempt-*.log")) if d.is_dir() else []
 
+    def frame_names(self, key: RunKey) -> list[str]:
+        """The names of a run's frame files, sorted, from one listing of its frames folder (no Path per frame):
+        every *.msgpack there but the temporary files of writers (atomic.TMP_PREFIX)."""
+        try:
+            names = os.listdir(self.frames_dir(key))
+        except OSError:  # no folder (or not one, or unreadable): no frames
+            return []
+        return sorted(n for n in names if n.endswith(FRAME_SUFFIX) and not n.startswith(TMP_PREFIX))
+
     def frame_paths(self, key: RunKey) -> list[Path]:
         d = self.frames_dir(key)
-        if not d.is_dir():
-            return []
-        return sorted(p for p in d.glob("*.msgpack") if not is_temporary(p))
+        return [d / name for name in self.frame_names(key)]
 
     def frame_count(self, key: RunKey) -> int:
-        """len(frame_paths(key)) from one listing of the folder, without a Path per frame (a run of 600
-        frames: 0.1 ms instead of 2 ms; dataset_state counts every finished run's frames)."""
-        try:
-            with os.scandir(self.frames_dir(key)) as entries:
-                return sum(1 for e in entries if e.name.endswith(_FRAME_SUFFIX) and not e.name.startswith(TMP_PREFIX))
-        except OSError:  # no folder (or not one, or unreadable): what frame_paths finds there too
-            return 0
+        """len(frame_paths(key)), without a Path per frame (dataset_state counts every finished run's frames)."""
+        return len(self.frame_names(key))
 
     def scan_runs(self) -> dict[str, set[RunKey]]:
         """The route runs that have a folder under data/ (DATA), a result file (RESULTS: any entry named
