@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, run_bin, run_tool, start_tool
+from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
 
 from tools.collect import carla_run
 from tools.collect.carla_server import CARLA_VERSION, Ports
@@ -141,10 +141,7 @@ def test_sigterm_ends_the_standin_server_and_evaluator_groups_and_writes_no_resu
     proc = start_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(route_file(short_routes)), "--root",
                       str(tmp_path / "root"), "--world=carla", env={**carla_env, "STANDIN_EVALUATOR": "hang"})
     try:
-        deadline = time.monotonic() + 20
-        while not pids(carla_env["STANDIN_EVALUATOR_PIDS"]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert pids(carla_env["STANDIN_EVALUATOR_PIDS"]), "the stand-in evaluator never started"
+        wait_until(lambda: pids(carla_env["STANDIN_EVALUATOR_PIDS"]), 20, "the stand-in evaluator to start")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

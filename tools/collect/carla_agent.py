@@ -42,6 +42,7 @@ import numpy as np
 from tools.collect.config import CollectSettings
 from tools.collect.state import Box, Light, Snapshot
 from tools.dataset import atomic, frames, results, semantics
+from tools.dataset.geometry import Pose, ego_to_world
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.rig import (
     LIDAR,
@@ -174,13 +175,12 @@ def actor_box(actor: Any, box_id: int, cls: int, ground: float) -> Box:
     """The Box of a CARLA actor (its bounding box in the world; z from `ground`), speed along its heading."""
     tf = actor.get_transform()
     bb = actor.bounding_box
-    # The box centre by hand: carla.Transform.transform(location) moves the location it is given in place
-    # (checked with the 0.9.16 client), and bounding_box.location hands out the actor's own. Pitch and roll of
-    # the offset (tenths of a metre) are left out.
+    # The box centre without carla.Transform.transform(location), which moves the location it is given in place
+    # (checked with the 0.9.16 client; bounding_box.location hands out the actor's own). Pitch and roll of the
+    # offset (tenths of a metre) are left out.
     yaw = math.radians(tf.rotation.yaw)
-    c, s = math.cos(yaw), math.sin(yaw)
-    ox, oy = float(bb.location.x), float(bb.location.y)
-    cx, cy = float(tf.location.x) + c * ox - s * oy, float(tf.location.y) + s * ox + c * oy
+    cx, cy = ego_to_world(Pose(float(tf.location.x), float(tf.location.y), float(tf.rotation.yaw)),
+                          np.array([float(bb.location.x), float(bb.location.y)])).tolist()
     cz = float(tf.location.z) + float(bb.location.z)
     v = actor.get_velocity()
     return Box(id=box_id, cls=cls, x=cx, y=cy, z=cz - ground,

@@ -420,8 +420,6 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     try:  # the claim (the run's lock) is held until the result is written
         try:
             if carla_setup is not None:
-                from tools.collect import carla_run
-
                 record = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
                                          carla_setup)
             else:

@@ -16,7 +16,7 @@ import numpy as np
 
 from tools.dataset import semantics
 from tools.dataset.frames import FrameError, read_boxes, read_frame
-from tools.dataset.geometry import BevGrid
+from tools.dataset.geometry import BevGrid, Pose, world_to_ego
 from tools.dataset.layout import FRAME_NAME, Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements
 from tools.dataset.rig import BEV, DEPTH, LIDAR, LIDAR_LABELS, RGB, SEMANTICS, RigConfig, run_rig
@@ -79,10 +79,9 @@ def check_frame(frame: dict, rig: RigConfig, grid: BevGrid) -> list[str]:
 
 def _outside(box: BoxLabel, pts_ego: np.ndarray) -> int:
     """How many ego-frame points lie farther than BOX_MARGIN_M outside the box."""
-    yaw = np.radians(box.yaw_ego)
-    d = pts_ego - np.asarray(box.center_ego, dtype=np.float64)
-    c, s = np.cos(yaw), np.sin(yaw)
-    local = np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1], d[:, 2]], axis=1)
+    cx, cy, cz = box.center_ego
+    local = world_to_ego(Pose(cx, cy, box.yaw_ego), np.asarray(pts_ego, dtype=np.float64))  # the box's frame
+    local[:, 2] -= cz
     half = np.asarray(box.extent, dtype=np.float64) / 2 + BOX_MARGIN_M
     return int((np.abs(local) > half).any(axis=1).sum())
 
