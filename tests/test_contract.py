@@ -60,6 +60,9 @@ def test_the_recorded_bev_and_the_training_grid_are_one_bev_grid():
 @pytest.mark.parametrize("codec,array", [
     ("jpeg", np.full((8, 8, 3), 128, np.uint8)), ("png", np.arange(64, dtype=np.uint16).reshape(8, 8)),
     ("zstd", np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)), ("raw", np.arange(6, dtype=np.int64)),
+    ("zstd_shuffle", np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)),
+    ("zstd_shuffle", np.zeros((0, 4), np.float32)), ("zstd_shuffle", np.float32(3.5).reshape(())),
+    ("zstd_shuffle", np.arange(12, dtype=np.uint16).reshape(2, 3, 2)), ("jpeg", np.full((8, 8), 77, np.uint8)),
 ])
 def test_the_array_codec_round_trips_writable_native_arrays(codec, array):
     out = decode_array(encode_array(array, codec))
@@ -68,6 +71,16 @@ def test_the_array_codec_round_trips_writable_native_arrays(codec, array):
         np.testing.assert_array_equal(out, array)
     with pytest.raises(CodecError):
         encode_array(array, "gif")
+
+
+def test_shuffled_blobs_read_big_endian_input_and_refuse_a_shape_their_bytes_do_not_fill():
+    big = np.arange(10, dtype=">u4").reshape(5, 2)
+    out = decode_array(encode_array(big, "zstd_shuffle"))
+    assert out.dtype == np.uint32 and np.array_equal(out, big)
+    blob = encode_array(big, "zstd_shuffle")
+    with pytest.raises(ValueError, match="needs 48"):
+        decode_array({**blob, "shape": [6, 2]})
+
 
 
 def test_measurements_name_what_is_missing_and_keep_unknown_keys_out():
@@ -130,7 +143,7 @@ def test_switches_reach_fire_unambiguous_and_open_settings_pass():
         cli.number("nan", "block")
 
 
-def test_a_version_2_root_reads_and_becomes_version_3_when_collected_into_and_version_1_is_refused(tmp_path):
+def test_a_version_2_root_reads_and_becomes_version_4_when_collected_into_and_version_1_is_refused(tmp_path):
     import json
 
     from tools.dataset.errors import ToolError
@@ -140,8 +153,8 @@ def test_a_version_2_root_reads_and_becomes_version_3_when_collected_into_and_ve
     layout = Layout(tmp_path)
     layout.manifest.write_text(json.dumps({"format_version": 2, "dataset_id": "x", "collections": [], "runs": {}}))
     assert read_manifest(layout)["format_version"] == 2
-    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 3
-    assert json.loads(layout.manifest.read_text())["format_version"] == 3
+    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 4
+    assert json.loads(layout.manifest.read_text())["format_version"] == 4
     layout.manifest.write_text(json.dumps({"format_version": 1}))
-    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3 and writes version 3"):
+    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3, 4 and writes version 4"):
         read_manifest(layout)

@@ -30,7 +30,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -458,13 +457,12 @@ def town_of_map(carla_map: Any) -> Any:
     """The embedded world's Town (tools.collect.town) of the server's map, from its OpenDRIVE text: the BEV's
     road raster is drawn from it. Written once per map content under the user's cache (netconvert's network
     is cached beside it)."""
-    from tools.collect.town import Town
+    from tools.collect.town import Town, user_cache
 
     text = carla_map.to_opendrive()
     name = str(carla_map.name).rsplit("/", 1)[-1] or "town"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "drivekit" / "carla-maps"
-    path = cache / f"{name}-{digest}.xodr"
+    path = user_cache("carla-maps") / f"{name}-{digest}.xodr"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_bytes(path, text.encode())

@@ -48,6 +48,7 @@ from tools.collect.carla_server import (
 )
 from tools.collect.config import CollectSettings
 from tools.collect.routes import Route
+from tools.collect.town import user_cache
 from tools.dataset import results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -185,8 +186,7 @@ def install_towns(setup: CarlaSetup) -> Path:
     Maps/OpenDrive/ and the large maps (Town12, Town13, Town15) in Maps/<town>/OpenDrive/ (INSTALL_TOWNS)."""
     found = {p.stem: p for pattern in INSTALL_TOWNS for p in sorted(setup.carla_root.glob(pattern))}
     digest = hashlib.sha256(str(setup.carla_root).encode()).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = cache / "drivekit" / "carla-install-towns" / digest
+    folder = user_cache("carla-install-towns", digest)
     folder.mkdir(parents=True, exist_ok=True)
     for name, target in found.items():
         link = folder / f"{name}.xodr"

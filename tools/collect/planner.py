@@ -168,10 +168,11 @@ class RoutePlanner:
                                      for w in path]))
             path = path[: max(nearest, 1)] + [exit_]
             self.segments.append(path)
+        lengths = [self._length(path) for path in self.segments]
         for i, path in enumerate(self.segments):
             w = path[0]
             self._by_lane.setdefault((w.road_id, w.section_id, w.lane_id), []).append(i)
-            self._out.setdefault(_key(w.transform.location), []).append((self._length(path), i, None))
+            self._out.setdefault(_key(w.transform.location), []).append((lengths[i], i, None))
         # Lane changes: from a segment's entry to the parallel segment's exit, where lines allow it.
         for i, path in enumerate(self.segments):
             w = path[0]
@@ -183,7 +184,7 @@ class RoutePlanner:
                 if side not in str(w.lane_change) and str(w.lane_change) != "Both":
                     continue
                 for j in self._by_lane.get((neighbour.road_id, neighbour.section_id, neighbour.lane_id), []):
-                    cost = self._length(path) + LANE_CHANGE_COST
+                    cost = lengths[i] + LANE_CHANGE_COST
                     self._out[_key(w.transform.location)].append((cost, j, i))
 
     @staticmethod

@@ -1,7 +1,10 @@
 """Towns: OpenDRIVE files. Generate one with SUMO, load any one as a SUMO network and a carla.Map.
 
 The OpenDRIVE text is the single source of the road network: `carla.Map` reads it for road semantics
-and netconvert turns it into the SUMO network that drives the traffic (cached beside the file).
+and netconvert turns it into the SUMO network that drives the traffic. Files made from the text (the SUMO
+network, the renderer's scene and ground rasters) are made once and kept beside the town as hidden
+`.<town>.<digest>.<kind>` files, or in ~/.cache/drivekit/towns/ when its folder is read-only
+(Town.derived_file); delete them at any time.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +30,11 @@ from tools.dataset.errors import ToolError
 #: Bump when the netconvert options below change, so cached networks are rebuilt.
 _NET_OPTIONS = ["--offset.disable-normalization", "true", "--no-turnarounds", "true"]
 _NET_CACHE_VERSION = "1"
+
+
+def user_cache(*parts: str) -> Path:
+    """A folder of drivekit's in the user's cache: $XDG_CACHE_HOME/drivekit/<parts>, else ~/.cache/drivekit/<parts>."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "drivekit", *parts)
 
 
 class TownError(ToolError):
@@ -171,25 +180,42 @@ class Town:
         self.offset = self._net_offset()
 
     def _sumo_net(self) -> Path:
-        """The SUMO network for this OpenDRIVE text: cached beside it, keyed by the text's hash."""
-        digest = hashlib.sha256((self.text + _NET_CACHE_VERSION).encode()).hexdigest()[:12]
-        name = f".{self.name}.{digest}.net.xml"
-        candidates = [self.xodr.parent / name, Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-                      / "drivekit" / "towns" / name]
+        """The SUMO network for this OpenDRIVE text (made by netconvert once, kept: derived_file)."""
+
+        def netconvert(tmp: Path) -> None:
+            _run([sumo_binary("netconvert"), "--opendrive-files", str(self.xodr), *_NET_OPTIONS,
+                  "--no-warnings", "-o", str(tmp)], f"netconvert of {self.xodr}")
+
+        return self.derived_file("net.xml", _NET_CACHE_VERSION, netconvert)
+
+    def derived_file(self, kind: str, version: str, make: Callable[[Path], None]) -> Path:
+        """A file made from this town's text once and kept: `.<name>.<digest>.<kind>` beside the town, else (a
+        read-only folder) in the user's cache. The digest covers the text and `version` (what else the file
+        depends on), so a changed town or maker never reads a stale file. `make(tmp)` writes it; it is renamed
+        into place complete, so concurrent makers and a killed one leave no partial file behind the name."""
+        digest = hashlib.sha256(f"{self._text_digest}\n{version}".encode()).hexdigest()[:12]
+        name = f".{self.name}.{digest}.{kind}"
+        candidates = [self.xodr.parent / name, user_cache("towns") / name]
         for path in candidates:
             if path.exists():
                 return path
         for path in candidates:
+            tmp = path.with_name(f"{atomic.TMP_PREFIX}{os.getpid()}-{path.name}")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f"{atomic.TMP_PREFIX}{os.getpid()}-{path.name}")
-                _run([sumo_binary("netconvert"), "--opendrive-files", str(self.xodr), *_NET_OPTIONS,
-                      "--no-warnings", "-o", str(tmp)], f"netconvert of {self.xodr}")
+                make(tmp)
                 os.replace(tmp, path)
                 return path
             except PermissionError:
                 continue
-        raise TownError(f"cannot write the SUMO network of {self.xodr}: no writable cache folder")
+            finally:
+                tmp.unlink(missing_ok=True)
+        raise TownError(f"cannot write the {kind} of {self.xodr}: neither its folder nor {candidates[-1].parent} "
+                        "is writable; set XDG_CACHE_HOME to a writable folder")
+
+    @cached_property
+    def _text_digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
 
     def _net_offset(self) -> tuple[float, float]:
         with open(self.net) as f:

@@ -50,9 +50,11 @@ from tools.dataset.errors import ToolError
 #: 2: run folders of a route whose id is its file's stem are named <stem>_rep<K> (docs/dataset-format.md).
 #: 3: scenario actors in frames: semantic classes bicycle 19 and static 20, BEV classes 8 (pedestrian) and 9
 #: (obstacle), measurements `scenario`; a version-2 root reads as it is and becomes 3 when collected into.
-DATASET_FORMAT = 3
+#: 4: LiDAR points stored in the zstd_shuffle codec (tools.dataset.codec); camera JPEGs written by libjpeg-turbo
+#: through simplejpeg. A version-3 root reads as it is (a blob names its codec) and becomes 4 when collected into.
+DATASET_FORMAT = 4
 #: Versions this tool reads (the frames of each are a subset of the current version's).
-READABLE_FORMATS = (2, 3)
+READABLE_FORMATS = (2, 3, 4)
 
 MANIFEST = "manifest.json"
 DATA = "data"
