@@ -499,13 +499,16 @@ def test_the_numba_lanczos_resize_gives_pillows_pixels_where_it_is_used_and_pill
 
 def test_lidar_rasterization_counts_every_point_in_its_cell_as_the_numpy_version_did():
     """tools.cache.kernels.lidar_counts against the numpy expression it replaced: identical counts, points
-    outside the grid left out, saturation at 255."""
+    outside the grid left out, saturation at 255, heights at the split compared in float32 as numpy does."""
     from tools.cache.preprocess import Preprocessor
     from tools.dataset.rig import RigConfig
 
     pre = Preprocessor(CacheSettings(), RigConfig())
     rng = np.random.default_rng(4)
-    points = np.concatenate([rng.uniform(-80, 80, (20000, 3)), np.tile([[10.0, 0.0, 1.0]], (300, 1))])
+    split = np.float32(CacheSettings().lidar_split_height)  # z at the split height and one float32 either side
+    at_split = [[5.0, 1.0, z] for z in (np.nextafter(split, -1), split, np.nextafter(split, 1), 0.2)]
+    points = np.concatenate([rng.uniform(-80, 80, (20000, 3)), np.tile([[10.0, 0.0, 1.0]], (300, 1)),
+                             np.tile(at_split, (5, 1))])
     points = np.concatenate([points, rng.uniform(0, 1, (len(points), 1))], axis=1).astype(np.float32)
     g = pre.grid.pixels
     col, row = np.floor(pre.grid.ego_to_pixel(points[:, :2])).astype(np.int64).T

@@ -41,8 +41,8 @@ from tools.dataset.cache import (
     write_record,
 )
 from tools.dataset.errors import ToolError
-from tools.dataset.frames import FrameError, read_frame, read_measurements
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.frames import FrameError, indexed_measurements, read_frame, read_measurements
+from tools.dataset.layout import FRAME_SUFFIX, Layout, RunKey
 from tools.dataset.manifest import read_manifest
 from tools.dataset.measurements import Measurements
 from tools.dataset.results import RunState, run_state
@@ -285,19 +285,23 @@ class _RunPlan:
     frames: dict[int, Path]  # index -> frame file
     todo: list[int]
     wanted: list[int]
+    names: list[str]  # the frame files' names (Layout.frame_names)
+    index: Path  # the run's measurements index (Layout.run_measurements)
 
 
 def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Preprocessor, force: bool,
                bar: tqdm, stats: dict[str, int]) -> None:
     rel = run_rel(plan.key)
-    # measurements first (poses of the frames i .. i+horizon), then each frame's sensors
-    needed = sorted({j for i in plan.todo for j in range(i, i + settings.horizon + 1) if j in plan.frames})
-    measurements: dict[int, Measurements] = {}
-    for j in needed:
-        try:
-            measurements[j] = read_measurements(plan.frames[j])
-        except (FrameError, OSError) as e:
-            _log(f"{plan.frames[j]}: unreadable frame ({e})")
+    # measurements first (poses of the frames i .. i+horizon): from the run's index when it lists exactly its
+    # frames (one read instead of one per frame), else from the frames; then each frame's sensors
+    indexed = indexed_measurements(plan.index, plan.names)
+    measurements: dict[int, Measurements] = dict(enumerate(indexed or []))
+    if indexed is None:
+        for j in sorted({j for i in plan.todo for j in range(i, i + settings.horizon + 1) if j in plan.frames}):
+            try:
+                measurements[j] = read_measurements(plan.frames[j])
+            except (FrameError, OSError) as e:
+                _log(f"{plan.frames[j]}: unreadable frame ({e})")
     for i in plan.todo:
         path = record_path(folder, rel, i)
         if not force and _done(path):  # another builder made it meanwhile
@@ -362,9 +366,12 @@ def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
     plans = []
     for key in runs:
         frames = {}
-        for p in layout.frame_paths(key):
-            if p.stem.isdigit():
-                frames[int(p.stem)] = p
+        names = layout.frame_names(key)
+        folder_ = layout.frames_dir(key)
+        for name in names:
+            stem = name[: -len(FRAME_SUFFIX)]
+            if stem.isdigit():
+                frames[int(stem)] = folder_ / name
         wanted = sorted(frames)
         if only is not None:
             if run_rel(key) != only[0]:
@@ -372,7 +379,7 @@ def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
             wanted = [only[1]] if only[1] in frames else []
         rel = run_rel(key)
         todo = [i for i in wanted if force or only is not None or not _done(record_path(folder, rel, i))]
-        plans.append(_RunPlan(key, frames, todo, wanted))
+        plans.append(_RunPlan(key, frames, todo, wanted, names, layout.run_measurements(key)))
     return plans
 
 

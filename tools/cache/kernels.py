@@ -8,8 +8,8 @@ the two passes in the other order for some geometries (upscaling, mostly), which
 `resize_is_pillows` checks a geometry once against Pillow on a noise image and the caller uses Pillow
 where they differ (tests/test_cache.py: the camera geometries of the default rig are bit-identical).
 
-`lidar_counts` counts points per cell of the two LiDAR channels: what the numpy version's mask, cell index,
-np.bincount and saturation did, in one pass without temporaries.
+`lidar_counts` counts points per cell of the two LiDAR channels: what the numpy version's cell index
+(BevGrid.ego_to_pixel), mask, np.bincount and saturation did, in one pass without temporaries.
 
 numba compiles them once and caches the machine code beside this file (or in the user's cache).
 """
@@ -90,13 +90,22 @@ def _pass(src, offset, bounds, kk):
 @njit(**_OPTS)
 def _swap(src):
     """(A, B, C) -> (B, A * C) uint8: the first two axes swapped, each pixel's C values kept together
-    (numpy's transposed copy moves 3-byte pixels several times slower)."""
+    (numpy's transposed copy moves 3-byte pixels several times slower). Sixteen input rows at a time, so
+    that the rows being read stay in cache; RGB spelled out (3 to 4 times faster than a loop over C)."""
     a, b, c = src.shape
     out = np.empty((b, a * c), np.uint8)
-    for j in range(b):
-        for i in range(a):
-            for k in range(c):
-                out[j, i * c + k] = src[i, j, k]
+    for i0 in range(0, a, 16):
+        i1 = min(i0 + 16, a)
+        for j in range(b):
+            if c == 3:
+                for i in range(i0, i1):
+                    out[j, i * 3] = src[i, j, 0]
+                    out[j, i * 3 + 1] = src[i, j, 1]
+                    out[j, i * 3 + 2] = src[i, j, 2]
+            else:
+                for i in range(i0, i1):
+                    for k in range(c):
+                        out[j, i * c + k] = src[i, j, k]
     return out
 
 
@@ -140,14 +149,16 @@ def resize_is_pillows(shape: tuple[int, ...], size: tuple[int, int], box: tuple[
 
 
 @njit(**_OPTS)
-def lidar_counts(cols, rows, above, g):
-    """(2, g, g) uint8: points per cell (int64 `cols`, `rows`), channel 1 where `above`, saturated at 255;
-    points outside the grid are left out."""
+def lidar_counts(points, half_width, ahead, resolution, split, g):
+    """(2, g, g) uint8: LiDAR points (float32 (N, >=3), ego frame) per cell of a BEV grid, channel 1 where
+    z > `split` (a float32, compared as numpy compares a float32 column with it), saturated at 255; points
+    outside the grid are left out. The cell is BevGrid.ego_to_pixel's, floored: the same float64 operations."""
     counts = np.zeros(2 * g * g, np.int64)
-    for i in range(cols.shape[0]):
-        c, r = cols[i], rows[i]
+    for i in range(points.shape[0]):
+        c = int(math.floor((np.float64(points[i, 1]) + half_width) / resolution))
+        r = int(math.floor((ahead - np.float64(points[i, 0])) / resolution))
         if 0 <= r < g and 0 <= c < g:
-            counts[(g * g if above[i] else 0) + r * g + c] += 1
+            counts[(g * g if points[i, 2] > split else 0) + r * g + c] += 1
     out = np.empty(2 * g * g, np.uint8)
     for i in range(2 * g * g):
         out[i] = min(counts[i], 255)

@@ -24,6 +24,9 @@ from tools.dataset.measurements import Measurements, command_index
 from tools.dataset.samples import SEMANTIC_TO_TRAIN, CacheSettings
 
 _SEM_LUT = np.array(SEMANTIC_TO_TRAIN, dtype=np.uint8)
+#: Recorded depth (uint16 centimetres) to the sample's float16 metres, every value converted once: numpy's
+#: float16 conversion is software, and a lookup gives the same bits 4 times faster.
+_DEPTH_M = (np.arange(1 << 16, dtype=np.uint16).astype(np.float32) / 100.0).astype(np.float16)
 
 
 def _nearest(n_out: int, start: int, n_in: int) -> np.ndarray:
@@ -67,15 +70,14 @@ class Preprocessor:
         return {
             "rgb": image,
             "semantics": _SEM_LUT[semantics[rows][:, cols]],
-            "depth": (depth_cm[rows][:, cols].astype(np.float32) / 100.0).astype(np.float16),
+            "depth": _DEPTH_M[depth_cm[rows][:, cols]],
         }
 
     def lidar_bev(self, points: np.ndarray) -> np.ndarray:
         """Points per cell of the settings' grid, below and above `lidar_split_height`, saturated at 255."""
-        g = self.grid.pixels
-        col, row = np.floor(self.grid.ego_to_pixel(points[:, :2])).astype(np.int64).T
-        return lidar_counts(np.ascontiguousarray(col), np.ascontiguousarray(row),
-                            np.ascontiguousarray(points[:, 2] > self.settings.lidar_split_height), g)
+        g = self.grid
+        return lidar_counts(np.asarray(points, dtype=np.float32), g.width / 2.0, g.ahead, g.resolution,
+                            np.float32(self.settings.lidar_split_height), g.pixels)
 
     def bev(self, recorded: np.ndarray) -> np.ndarray:
         """The recorded BEV raster (its grid: rig.bev) resampled (nearest) onto the settings' grid; cells
@@ -103,10 +105,10 @@ class Preprocessor:
 
         waypoints = np.zeros((s.horizon, 2), dtype=np.float32)
         valid = np.zeros(s.horizon, dtype=bool)
-        for k, later in enumerate(future[: s.horizon]):
-            if later is not None:
-                waypoints[k] = world_to_ego(m.ego, np.array([later.ego_xy]))[0]
-                valid[k] = True
+        known = [k for k, later in enumerate(future[: s.horizon]) if later is not None]
+        if known:
+            waypoints[known] = world_to_ego(m.ego, np.array([future[k].ego_xy for k in known], dtype=np.float64))
+            valid[known] = True
         sample["waypoints"], sample["waypoints_valid"] = waypoints, valid
 
         target = world_to_ego(m.ego, np.array([m.target_point], dtype=np.float64)).astype(np.float32)[0]

@@ -7,11 +7,11 @@ the writer is killed with SIGKILL in the middle.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import shutil
 import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,22 +32,14 @@ def _owner_tag() -> str:
     return f"{_host()}{_OWNER_SEP}{os.getpid()}"
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """Write `data` to `path` atomically (temporary file in the same folder, fsync, rename). `durable=False`
     leaves out the fsync: still atomic against a killed writer; against a machine crash the file is made
     durable later, by `sync_filesystem` before the file that declares it complete (docs/reliability.md)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.{_owner_tag()}.", dir=path.parent)
+    fd, tmp = _create_temporary(path)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared dataset must be readable by others
-        with os.fdopen(fd, "wb") as f:
+        with open(fd, "wb") as f:
             f.write(data)
             if durable:
                 f.flush()
@@ -56,6 +48,26 @@ def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: Numbers this process's temporary files (`.tmp-<name>.<host>~<pid>.<n>`): unique with the host and pid.
+_serial = itertools.count()
+
+
+def _create_temporary(path: Path) -> tuple[int, str]:
+    """(descriptor, name) of a new temporary file beside `path` (its folder made when missing), mode 0666 less
+    the umask, as any file the user creates: a shared dataset stays readable by others. O_EXCL: a name left
+    by a dead process of the same pid is skipped, never reused."""
+    prefix = f"{path.parent}/{TMP_PREFIX}{path.name}.{_owner_tag()}."
+    for _ in range(1000):
+        tmp = f"{prefix}{next(_serial)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
 
 
 def sync_filesystem(path: Path) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from tools.dataset import atomic
 from tools.dataset.codec import CodecError, decode_array, encode_array
+from tools.dataset.layout import FRAME_NAME
 from tools.dataset.measurements import BoxLabel, Measurements
 from tools.dataset.rig import JPEG_QUALITY
 
@@ -159,6 +160,16 @@ def read_run_measurements(path: Path) -> RunMeasurements | None:
         return RunMeasurements(str(data["town"]), [Measurements.from_dict(m) for m in data["measurements"]])
     except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
         return None
+
+
+def indexed_measurements(path: Path, frame_names: list[str]) -> list[Measurements] | None:
+    """Every frame's measurements from a run's measurements index (`path`), when it lists exactly the run's frame
+    files (`frame_names`, Layout.frame_names: 00000.msgpack ... in order); None otherwise (no index, another
+    format, a frame added or missing since): the caller then reads the frames themselves."""
+    summary = read_run_measurements(path)
+    if summary is None or frame_names != [FRAME_NAME.format(index=i) for i in range(len(summary.measurements))]:
+        return None
+    return summary.measurements
 
 
 def read_boxes(frame: dict[str, Any]) -> list[BoxLabel]:
