@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 TMP_PREFIX = ".tmp-"
-#: A temporary file of `write_bytes` is `.tmp-<name>.<host>~<pid>.<random>`: whoever finds one can tell
+#: A temporary file of `write_bytes` is `.tmp-<name>.<host>~<pid>.<n>`: whoever finds one can tell
 #: whether its writer is still alive (`stale_temporaries`).
 _OWNER_SEP = "~"
 #: A temporary file of a writer on another host (whose pid cannot be checked) is stale after this long.

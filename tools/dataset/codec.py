@@ -8,7 +8,8 @@ cache records (tools.dataset.cache) both store arrays this way; the codecs:
 - ``zstd``  any dtype and shape: little-endian bytes compressed with zstandard (class and depth rasters)
 - ``zstd_shuffle``  any dtype and shape: the little-endian bytes of each row (first axis) regrouped plane by
             plane (every row's byte 0, then every row's byte 1, ...), then zstd (LiDAR: a float's sign and
-            exponent bytes sit together and compress; 30% smaller and twice as fast to write as ``zstd``)
+            exponent bytes sit together and compress; at SHUFFLE_LEVEL about 40% smaller and twice as fast
+            to write as ``zstd``)
 - ``raw``   any dtype and shape: little-endian bytes as they are (inside an already compressed body)
 
 Decoded arrays are native-endian and writable (torch.from_numpy warns on read-only buffers).
@@ -29,6 +30,9 @@ from PIL import Image
 CODECS = ("jpeg", "png", "zstd", "zstd_shuffle", "raw")
 #: zstd level of `zstd` blobs: levels 1 to 3 read equally fast, 19 is 50 to 100 times slower to write.
 ZSTD_LEVEL = 3
+#: zstd level of `zstd_shuffle` blobs (LiDAR, a frame's largest array): level 1 writes a 22,000-point cloud in
+#: 0.64 ms instead of level 3's 0.89, 2.6% larger (85 against 83 KB).
+SHUFFLE_LEVEL = 1
 
 
 class CodecError(ValueError):
@@ -38,10 +42,14 @@ class CodecError(ValueError):
 _local = threading.local()
 
 
-def _zstd_c() -> zstandard.ZstdCompressor:
-    c = getattr(_local, "zc", None)
+def _zstd_c(level: int) -> zstandard.ZstdCompressor:
+    """One compressor per thread and level."""
+    compressors = getattr(_local, "zc", None)
+    if compressors is None:
+        compressors = _local.zc = {}
+    c = compressors.get(level)
     if c is None:
-        c = _local.zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        c = compressors[level] = zstandard.ZstdCompressor(level=level)
     return c
 
 
@@ -53,8 +61,8 @@ def zstd_decompress(data: bytes) -> bytes:
     return d.decompress(data)
 
 
-def zstd_compress(data: bytes) -> bytes:
-    return _zstd_c().compress(data)
+def zstd_compress(data: bytes, level: int = ZSTD_LEVEL) -> bytes:
+    return _zstd_c(level).compress(data)
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,7 +99,7 @@ def encode_array(array: np.ndarray, codec: str, jpeg_quality: int = 90, jpeg_opt
     elif codec == "zstd_shuffle":
         rows, row_bytes = _rows(array.shape, array.dtype.itemsize)
         planes = np.frombuffer(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes(), np.uint8)
-        data = zstd_compress(np.ascontiguousarray(planes.reshape(rows, row_bytes).T).tobytes())
+        data = zstd_compress(np.ascontiguousarray(planes.reshape(rows, row_bytes).T).tobytes(), SHUFFLE_LEVEL)
     else:
         raise CodecError(f"unknown codec {codec!r} (known: {', '.join(CODECS)})")
     return {"codec": codec, "dtype": array.dtype.str.lstrip("<>|="), "shape": list(array.shape), "data": data}

@@ -43,7 +43,7 @@ BEV = "bev"
 #: How each kind of recorded sensor is stored (tools.dataset.codec).
 #: Class and depth rasters are zstd, not PNG: smaller, 2 to 15 times faster to write and to read (frames of
 #: earlier versions hold PNG; a blob names its codec, so both read).
-#: LiDAR points are byte-shuffled (format 4): 30% smaller than plain zstd and twice as fast to write.
+#: LiDAR points are byte-shuffled (format 4): about 40% smaller than plain zstd and twice as fast to write.
 CODEC = {RGB: "jpeg", SEMANTICS: "zstd", DEPTH: "zstd", LIDAR: "zstd_shuffle", LIDAR_LABELS: "zstd", BEV: "zstd"}
 #: JPEG quality of recorded camera images.
 JPEG_QUALITY = 90
