@@ -19,6 +19,10 @@ CARLA_TOWNS_DIR ?= .cache/carla-towns
 TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp
 # Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/ (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
 SHELL_SCRIPTS = $(filter-out bin/lib slurm/lib,$(wildcard bin/* bin/lib/* .ci/* slurm/* slurm/lib/*))
+# The code version baked into the images (the manifest's `code` where no git checkout is: docs/dataset-format.md).
+GIT_COMMIT = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+GIT_DIRTY = $(shell git rev-parse HEAD >/dev/null 2>&1 && { git status --porcelain --untracked-files=no | grep -q . \
+	&& echo true || echo false; } || echo unknown)
 IMAGE_SOURCES = pyproject.toml $(wildcard README.md) $(shell find tools -name '*.py' -not -path '*/__pycache__/*')
 
 # Debian packages of the real one-node SLURM cluster that the tests start (tests/slurm_cluster.py).
@@ -32,7 +36,7 @@ install: $(STAMP)
 # The virtualenv is rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev]'
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev,py123d]'
 	touch $@
 
 towns: $(TOWNS_STAMP)
@@ -90,7 +94,8 @@ containers/%.sif: containers/%.def $(IMAGE_SOURCES)
 	@command -v $(APPTAINER) >/dev/null 2>&1 || { \
 	  echo "make images: '$(APPTAINER)' not found: install Apptainer (https://apptainer.org/docs/admin/main/installation.html)," \
 	       "or skip the images: the bin/ wrappers run on the host's .venv without them" >&2; exit 1; }
-	$(APPTAINER) build $(APPTAINER_FLAGS) --force $@ $<
+	$(APPTAINER) build $(APPTAINER_FLAGS) --build-arg DRIVEKIT_COMMIT=$(GIT_COMMIT) \
+	  --build-arg DRIVEKIT_DIRTY=$(GIT_DIRTY) --force $@ $<
 
 clean:
 	rm -rf $(DEMO) .pytest_cache .ruff_cache *.egg-info

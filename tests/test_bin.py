@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import BIN, PYTHON, REPO, run_bin, run_tool
 
-COLLECT_WRAPPERS = ["collect", "progress", "clean-failed"]  # the wrappers of tools.collect commands
-WRAPPERS = [*COLLECT_WRAPPERS, "evaluate"]
+COLLECT_WRAPPERS = ["collect", "progress", "clean-failed", "validate"]  # the wrappers of tools.collect commands
+WRAPPERS = [*COLLECT_WRAPPERS, "evaluate", "dataset-info"]
 
 
 def stub(path: Path, body: str) -> Path:

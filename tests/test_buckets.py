@@ -1,6 +1,8 @@
 """Buckets: bin/build-buckets and tools.dataset.buckets on a real collected dataset root (real files, real
-subprocesses): every frame in one bucket, the posttrain horizon, the held-out split, portable files, the
-epoch sampler, stale and foreign files, and each bad input as one line with nothing on disk changed."""
+subprocesses): every frame in one bucket, the posttrain horizon, the train / val / test splits (stratified,
+whole routes, reproducible from a seed, a balance table; test never read by training), the other split rules,
+portable files, the epoch sampler, stale, outdated and foreign files, and each bad input as one line with
+nothing on disk changed."""
 
 from __future__ import annotations
 
@@ -17,14 +19,17 @@ from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
 from tools.buckets.build import DEFAULT_WEIGHTS
 from tools.buckets.rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify
+from tools.buckets.splits import SplitSettings, assign, route_of, stratified
 from tools.dataset import atomic
 from tools.dataset.buckets import (
     COLLECTIONS,
+    SPLITS,
     Bucket,
     Collection,
     collection_path,
     frame_file,
     load_collection,
+    read_collection,
     run_key,
     run_rel,
 )
@@ -35,6 +40,7 @@ from tools.dataset.manifest import dataset_id, update_manifest
 from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import RouteRecord, RunState, read_status, run_state
 from tools.dataset.samples import CacheSettings
+from tools.dataset.weather import weather_class
 
 HORIZON = CacheSettings().horizon
 
@@ -70,9 +76,13 @@ def built(collected_root, tmp_path_factory) -> Path:
     return root
 
 
+def all_frames(coll: Collection) -> list[tuple[str, int]]:
+    return sorted(f for split in SPLITS for f in coll.frames(split))
+
+
 def test_every_frame_of_every_finished_run_is_in_exactly_one_pretrain_bucket(built):
     layout = Layout(built)
-    coll = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
+    coll = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
     frames = [f for b in coll.buckets for f in b.frames]
     assert len(frames) == len(set(frames))
     expected = {(rel, i) for rel, n in finished_frames(built).items() for i in range(n)}
@@ -99,11 +109,10 @@ def test_every_frame_of_every_finished_run_is_in_exactly_one_pretrain_bucket(bui
 
 
 def test_posttrain_skips_the_first_4_and_last_horizon_frames_of_each_run(built):
-    coll = load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False)
+    coll = load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
     by_run: dict[str, set[int]] = {}
-    for split in ("train", "val"):
-        for rel, index in coll.frames(split):
-            by_run.setdefault(rel, set()).add(index)
+    for rel, index in all_frames(coll):
+        by_run.setdefault(rel, set()).add(index)
     runs = finished_frames(built)
     assert by_run.keys() == runs.keys()
     for rel, n in runs.items():
@@ -111,29 +120,34 @@ def test_posttrain_skips_the_first_4_and_last_horizon_frames_of_each_run(built):
     assert coll.settings["horizon"] == HORIZON and coll.settings["skip_first"] == 4
 
 
-def test_auto_holdout_puts_the_scenario_type_with_fewest_frames_in_val_only(built):
+def test_auto_holdout_puts_the_scenario_type_with_fewest_frames_in_val_only_and_makes_no_test_split(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    proc = build_buckets("--root", str(root), "--holdout", "auto")
+    assert proc.returncode == 0, proc.stderr
     per_scenario = Counter()
-    for rel, n in finished_frames(built).items():
+    for rel, n in finished_frames(root).items():
         per_scenario[run_key(rel).scenario] += n
     assert len(per_scenario) == 2  # one town, two scenario types: a scenario type is held out
     fewest = min(per_scenario, key=lambda s: (per_scenario[s], s))
     for name in COLLECTIONS:
-        coll = load_collection(Layout(built), name, horizon=HORIZON, rebuild=False)
+        coll = load_collection(Layout(root), name, horizon=HORIZON, rebuild=False, splits=SPLITS)
         assert coll.holdout == f"scenario:{fewest}" and coll.settings["holdout"] == "auto"
         assert coll.frames("val") and {run_key(rel).scenario for rel, _ in coll.frames("val")} == {fewest}
         assert coll.frames("train") and fewest not in {run_key(rel).scenario for rel, _ in coll.frames("train")}
+        assert coll.frames("test") == []
 
 
 def test_bucket_files_are_relative_and_still_load_after_the_root_moves(built, tmp_path):
-    original = {name: load_collection(Layout(built), name, horizon=HORIZON, rebuild=False) for name in COLLECTIONS}
+    original = {name: load_collection(Layout(built), name, horizon=HORIZON, rebuild=False, splits=SPLITS)
+                for name in COLLECTIONS}
     moved = Path(shutil.move(copy_root(built, tmp_path / "a"), tmp_path / "elsewhere" / "b"))
     for name in COLLECTIONS:
         text = collection_path(Layout(moved), name).read_text()
         assert str(built) not in text and str(tmp_path) not in text
         assert all(rel.startswith("data/") for b in json.loads(text)["buckets"] for rel in b["frames"])
-        coll = load_collection(Layout(moved), name, horizon=HORIZON, rebuild=False)  # fresh: no rebuild needed
-        assert coll.frames("train") == original[name].frames("train")
-        assert coll.frames("val") == original[name].frames("val")
+        coll = load_collection(Layout(moved), name, horizon=HORIZON, rebuild=False, splits=SPLITS)  # fresh
+        for split in SPLITS:
+            assert coll.frames(split) == original[name].frames(split)
 
 
 def test_epoch_samples_are_deterministic_per_seed_and_epoch_and_as_long_as_the_split(built):
@@ -187,32 +201,37 @@ def test_weights_file_overrides_defaults_and_is_recorded(built, tmp_path):
     assert 2.7 <= per_frame["follow"] / per_frame["junction"] <= 3.3
 
 
+def split_of_runs(coll: Collection) -> dict[str, str]:
+    """run -> split of a collection read with every split."""
+    return {rel: b.split for b in coll.buckets for rel, _ in b.frames}
+
+
 def test_adding_or_removing_a_run_makes_load_collection_say_stale_and_rebuild(built, tmp_path, capsys):
     root = copy_root(built, tmp_path / "root")
     layout = Layout(root)
-    before = load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False)
-    train_rel = before.frames("train")[0][0]
-    new = add_run_copy(root, train_rel, "town_9999_route9_rep1")
+    before = load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
+    some_rel = before.frames("train")[0][0]
+    new = add_run_copy(root, some_rel, "town_9999_route9_rep1")  # a new route of the same stratum
 
-    after = load_collection(layout, "posttrain", horizon=HORIZON)
+    after = load_collection(layout, "posttrain", horizon=HORIZON, splits=SPLITS)
     err = capsys.readouterr().err
     assert f"{collection_path(layout, 'posttrain')} is stale: 1 route run added since it was built; rebuilding" in err
     assert "1 read, 4 unchanged" in err  # only the new run's frames were read
     n = finished_frames(root)[new]
-    assert len(after.frames("train")) == len(before.frames("train")) + n - 4 - HORIZON
+    assert len(all_frames(after)) == len(all_frames(before)) + n - 4 - HORIZON
     assert new in after.built_from["runs"] and after.holdout == before.holdout
-    fresh = load_collection(layout, "posttrain", horizon=HORIZON)  # fresh now: no rebuild
-    assert fresh.frames("train") == after.frames("train")
+    fresh = load_collection(layout, "posttrain", horizon=HORIZON, splits=SPLITS)  # fresh now: no rebuild
+    assert all_frames(fresh) == all_frames(after)
     assert "stale" not in capsys.readouterr().err
     counts_after = json.loads(collection_path(layout, "posttrain").read_text())["counts"]
 
-    key = run_key(train_rel)
+    key = run_key(some_rel)
     layout.result_path(key).unlink()
     atomic.remove_tree(layout.run_dir(key))
-    again = load_collection(layout, "posttrain", horizon=HORIZON)
+    again = load_collection(layout, "posttrain", horizon=HORIZON, splits=SPLITS)
     assert "is stale: 1 route run removed since it was built; rebuilding" in capsys.readouterr().err
-    assert train_rel not in {rel for rel, _ in again.frames("train")}
-    assert len(again.frames("train")) == len(after.frames("train")) - (n - 4 - HORIZON)
+    assert some_rel not in {rel for rel, _ in all_frames(again)}
+    assert len(all_frames(again)) == len(all_frames(after)) - (n - 4 - HORIZON)
     assert json.loads(collection_path(layout, "posttrain").read_text())["counts"] != counts_after
 
 
@@ -236,11 +255,11 @@ def test_posttrain_follows_the_horizon_of_the_callers_cache_rebuilt_or_refused_i
     pretrain = load_collection(layout, "pretrain", horizon=longer, rebuild=False)  # takes every frame: no horizon
     assert "horizon" not in pretrain.settings
 
-    coll = load_collection(layout, "posttrain", horizon=longer)
+    coll = load_collection(layout, "posttrain", horizon=longer, splits=SPLITS)
     assert f"horizon {HORIZON}, the cache being read has horizon {longer}; rebuilding" in capsys.readouterr().err
     assert coll.settings["horizon"] == longer and coll.horizon == longer
     indices: dict[str, set[int]] = {}
-    for rel, index in coll.frames("train") + coll.frames("val"):
+    for rel, index in all_frames(coll):
         indices.setdefault(rel, set()).add(index)
     assert indices == {rel: set(range(4, n - longer)) for rel, n in finished_frames(root).items()}
     # a later build without --horizon keeps the file's; --horizon sets it back
@@ -320,7 +339,15 @@ BAD_INPUTS = {
     "unknown_scenario_holdout": ("built", ["--holdout", "scenario:Nope"], "scenario types: SignalizedJunction"),
     "unknown_town_holdout": ("built", ["--holdout", "town:Town99"], "towns: town"),
     "holdout_leaving_no_training_frames": ("built", ["--holdout", "town:town"], "leaves no training frames"),
-    "malformed_holdout": ("built", ["--holdout", "sideways"], "expected auto, town:NAME"),
+    "malformed_holdout": ("built", ["--holdout", "sideways"], "--holdout sideways: unknown rule; expected stratified, "
+                          "auto, town:NAME"),
+    "fractions_adding_up_to_1": ("built", ["--val-fraction", "0.5", "--test-fraction", "0.5"],
+                                 "add up to 1: they must leave routes for training"),
+    "fraction_leaving_test_empty": ("built", ["--test-fraction", "0"], "--test-fraction 0.0: leaves that split empty"),
+    "fraction_above_1": ("built", ["--val-fraction", "1.5"], "--val-fraction 1.5: expected a number from 0.0 to 1.0"),
+    "val_fraction_with_a_val_rule": ("built", ["--holdout", "town:town", "--val-fraction", "0.2"],
+                                     "--val-fraction 0.2: only with --holdout stratified"),
+    "split_seed_not_an_integer": ("built", ["--split-seed", "x"], "--split-seed 'x': expected an integer"),
     "weights_of_an_unknown_bucket": ("built", ["--weights", "{weights}"], "unknown bucket 'cruise'"),
     "horizon_out_of_range": ("built", ["--horizon", "0"], "--horizon 0: expected an integer from 1 to 100"),
 }
@@ -375,10 +402,10 @@ def test_an_unreadable_frame_is_reported_and_left_out_with_the_posttrain_frames_
     proc = build_buckets("--root", str(root))
     assert proc.returncode == 0, proc.stderr
     assert f"buckets: {broken}: unreadable frame, left out" in proc.stderr
-    pre = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
-    post = load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False)
-    pre_idx = {i for split in ("train", "val") for r, i in pre.frames(split) if r == rel}
-    post_idx = {i for split in ("train", "val") for r, i in post.frames(split) if r == rel}
+    pre = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
+    post = load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
+    pre_idx = {i for r, i in all_frames(pre) if r == rel}
+    post_idx = {i for r, i in all_frames(post) if r == rel}
     assert pre_idx == set(range(n)) - {30}
     assert post_idx == set(range(4, n - HORIZON)) - set(range(30 - HORIZON, 31))
 
@@ -395,7 +422,7 @@ def test_the_measurements_index_gives_the_buckets_the_frames_give_and_one_that_l
         assert index is not None and len(index.measurements) == n
         assert index.measurements[n // 2] == read_measurements(frame_file(layout, (rel, n // 2)))
     assert build_buckets("--root", str(root)).returncode == 0
-    with_index = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
+    with_index = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
     # An index that lists other frames than the run has (one frame too few) is ignored: its frames are read.
     rel = next(iter(finished))
     index = read_run_measurements(layout.run_measurements(run_key(rel)))
@@ -403,8 +430,8 @@ def test_the_measurements_index_gives_the_buckets_the_frames_give_and_one_that_l
     for other in list(finished)[1:]:
         layout.run_measurements(run_key(other)).unlink()
     assert build_buckets("--root", str(root), "--force").returncode == 0
-    from_frames = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False)
-    for split in ("train", "val"):
+    from_frames = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
+    for split in SPLITS:
         assert sorted(with_index.frames(split)) == sorted(from_frames.frames(split))
     assert "nowhere" not in layout.bucket_index.read_text()
 
@@ -445,6 +472,248 @@ def test_help_of_the_wrapper_and_the_tool():
     tool = run_tool(PYTHON, "-m", "tools.buckets", "build", "--help")
     text = tool.stdout + tool.stderr  # fire prints help on stderr when it is not a terminal
     assert tool.returncode == 0 and "--holdout" in text and "every:N" in text
+    assert "stratified" in text and "--split-seed" in text and "--test-fraction" in text
+
+
+# ----------------------------------------------------------------------------- splits
+
+
+def test_default_splits_are_stratified_whole_routes_the_same_in_both_collections(built):
+    layout = Layout(built)
+    colls = {name: load_collection(layout, name, horizon=HORIZON, rebuild=False, splits=SPLITS) for name in COLLECTIONS}
+    splits = {name: split_of_runs(c) for name, c in colls.items()}
+    for coll in colls.values():
+        assert coll.holdout == "stratified" and coll.settings["holdout"] == "stratified"
+        assert coll.settings["split_seed"] == 0
+        assert coll.settings["val_fraction"] == coll.settings["test_fraction"] == 0.1
+        per_split = [{rel for rel, _ in coll.frames(s)} for s in SPLITS]
+        assert all(per_split) and sum(map(len, per_split)) == 4  # 4 routes: train 2, val 1, test 1; no run in two
+        assert [len(p) for p in per_split] == [2, 1, 1]
+    assert splits["pretrain"] == splits["posttrain"]
+    # a route's runs are together: repetitions share the split (here: one repetition each, every route whole)
+    assert {route_of(rel) for rel in splits["pretrain"]} == {route_of(rel) for rel in finished_frames(built)}
+
+
+def test_the_balance_table_is_stored_in_the_file_printed_by_build_and_show_and_agrees_with_the_frames(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    layout = Layout(root)
+    proc = build_buckets("--root", str(root), "--force")
+    assert proc.returncode == 0, proc.stderr
+    show = run_tool(PYTHON, "-m", "tools.buckets", "show", "--root", str(root))
+    assert show.returncode == 0, show.stderr
+    index = json.loads(layout.bucket_index.read_text())["runs"]
+    for rel in index:  # the weather class is that of the run's frames (every frame holds the route's weather)
+        frame0 = read_frame(frame_file(layout, (rel, 0)), sensors=False)["measurements"]
+        assert index[rel]["weather"] == weather_class(frame0["weather"]) != "Default"
+    for name in COLLECTIONS:
+        data = json.loads(collection_path(layout, name).read_text())
+        coll = load_collection(layout, name, horizon=HORIZON, rebuild=False, splits=SPLITS)
+        table = data["splits"]["balance"]
+        assert data["format"] == 2 and data["splits"]["rule"] == "stratified" and data["splits"]["seed"] == 0
+        for split in SPLITS:
+            frames = coll.frames(split)
+            runs = {rel for rel, _ in frames}
+            row = table[split]
+            assert row["frames"] == len(frames) and row["runs"] == len(runs) == row["routes"]
+            assert row["town"] == ({index[next(iter(runs))]["town"]: len(frames)} if frames else {})
+            assert row["scenario"] == dict(Counter(run_key(rel).scenario for rel, _ in frames))
+            assert row["weather"] == dict(Counter(index[rel]["weather"] for rel, _ in frames))
+            assert data["splits"]["routes"][split] == len(runs)
+        # printed: the routes, runs and frames rows with a column per split, then the shares
+        for text in (proc.stderr, show.stdout):
+            lines = text.splitlines()
+            heads = [i for i, line in enumerate(lines) if line.split() == ["all", *SPLITS]]
+            assert len(heads) == 2  # pretrain's table, then posttrain's
+            start = heads[COLLECTIONS.index(name)]
+            rows = {line.split()[0]: line.split()[1:] for line in lines[start + 1: start + 4]}
+            assert rows["frames"] == [str(sum(table[s]["frames"] for s in SPLITS)), *(str(table[s]["frames"])
+                                                                                        for s in SPLITS)]
+            assert rows["routes"] == ["4", "2", "1", "1"]
+            weather = next(iter(table["test"]["weather"]))
+            assert any(line.split()[:2] == ["weather", weather] and line.split()[-1] == "100.0%"
+                       for line in lines[start:])
+
+
+def synthetic_runs(towns: int, scenarios: int, weathers: int, routes: int, repetitions: int = 2) -> dict:
+    """{rel: {"town", "weather", "frames"}}: `routes` routes per stratum, each driven `repetitions` times."""
+    runs = {}
+    for t in range(towns):
+        for s in range(scenarios):
+            for w in range(weathers):
+                for r in range(routes):
+                    for k in range(repetitions):
+                        runs[f"data/Scenario{s}/T{t}_w{w}_{r:03d}_rep{k}"] = {"town": f"Town{t}", "weather": f"W{w}",
+                                                                              "frames": 50}
+    return runs
+
+
+def test_stratified_splits_keep_routes_whole_give_every_stratum_its_share_and_repeat_with_the_seed():
+    runs = synthetic_runs(towns=3, scenarios=2, weathers=2, routes=20)
+    first = assign(SplitSettings(), runs)
+    by_route: dict[str, set[str]] = {}
+    for rel, split in first.split.items():
+        by_route.setdefault(route_of(rel), set()).add(split)
+    assert len(by_route) == 240 and all(len(s) == 1 for s in by_route.values())  # repetitions together
+    per_stratum: dict[tuple, Counter] = {}
+    for rel, split in first.split.items():
+        per_stratum.setdefault((runs[rel]["town"], run_key(rel).scenario, runs[rel]["weather"]), Counter())[split] += 1
+    assert len(per_stratum) == 12
+    for counts in per_stratum.values():  # 20 routes (40 runs) a stratum: 2 routes each in val and test
+        assert counts["val"] == counts["test"] == 4 and counts["train"] == 32
+    assert assign(SplitSettings(), dict(reversed(list(runs.items())))) == first  # not the listing order
+    assert assign(SplitSettings(seed=0), runs) == first
+    other = assign(SplitSettings(seed=1), runs)
+    assert other.split != first.split and Counter(other.split.values()) == Counter(first.split.values())
+    wider = assign(SplitSettings(val_fraction=0.25, test_fraction=0.25), runs)
+    assert Counter(wider.split.values()) == {"train": 240, "val": 120, "test": 120}
+    # A route added to one stratum moves routes of that stratum only: a growing dataset keeps its splits.
+    grown = assign(SplitSettings(), {**runs, "data/Scenario1/T2_w0_999_rep0": {"town": "Town2", "weather": "W0",
+                                                                               "frames": 50}})
+    moved = {rel for rel in runs if grown.split[rel] != first.split[rel]}
+    assert all((runs[rel]["town"], run_key(rel).scenario, runs[rel]["weather"]) == ("Town2", "Scenario1", "W0")
+               for rel in moved)
+
+
+def test_one_route_strata_go_whole_to_one_split_and_share_the_held_out_splits_between_them():
+    # every stratum holds one route: a town and scenario type's 20 weathers share val and test evenly (2 each,
+    # give or take one: the golden-ratio offsets), where independent draws would give anything from 0 to 6
+    strata = {f"S/route{w:02d}": ("Town01", "S", f"W{w:02d}") for w in range(20)}
+    seen = Counter()
+    for seed in range(40):
+        counts = Counter(stratified(strata, {"test": 0.1, "val": 0.1}, seed).values())
+        assert 1 <= counts["val"] <= 3 and 1 <= counts["test"] <= 3 and sum(counts.values()) == 20, counts
+        seen[(counts["test"], counts["val"])] += 1
+    assert seen[(2, 2)] > 20
+
+
+@pytest.mark.parametrize("routes,expected", [(1, {"train": 1}), (2, {"train": 1, "val": 1}),
+                                             (3, {"train": 1, "val": 1, "test": 1}),
+                                             (4, {"train": 2, "val": 1, "test": 1})])
+def test_a_small_dataset_fills_train_first_then_val_then_test_and_says_which_split_stays_empty(routes, expected):
+    runs = {f"data/S/r{i}_rep0": {"town": "t", "weather": "w", "frames": 10} for i in range(routes)}
+    for seed in range(6):
+        result = assign(SplitSettings(seed=seed), runs)
+        assert Counter(result.split.values()) == expected
+        empty = [s for s in ("val", "test") if s not in expected]
+        assert [note.split("; the ")[-1] for note in result.notes] == [f"{s} split is empty" for s in empty]
+
+
+def test_a_val_rule_with_a_test_fraction_draws_test_from_the_routes_the_rule_leaves(built, tmp_path):
+    root = copy_root(built, tmp_path / "root")
+    fewest = min(Counter(run_key(rel).scenario for rel in finished_frames(root)).items(), key=lambda x: (x[1], x[0]))[0]
+    proc = build_buckets("--root", str(root), "--holdout", f"scenario:{fewest}", "--test-fraction", "0.3",
+                         "--split-seed", "5")
+    assert proc.returncode == 0, proc.stderr
+    coll = load_collection(Layout(root), "pretrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
+    scenario = {s: {run_key(rel).scenario for rel, _ in coll.frames(s)} for s in SPLITS}
+    assert scenario["val"] == {fewest} and scenario["test"] and fewest not in scenario["test"] | scenario["train"]
+    assert coll.settings["test_fraction"] == 0.3 and coll.settings["split_seed"] == 5
+    assert coll.settings["val_fraction"] is None
+    again = build_buckets("--root", str(root), "--holdout", f"scenario:{fewest}", "--test-fraction", "0.3",
+                          "--split-seed", "5", "--force")
+    assert again.returncode == 0, again.stderr
+    assert all_frames(load_collection(Layout(root), "pretrain", horizon=HORIZON, rebuild=False,
+                                      splits=SPLITS)) == all_frames(coll)
+
+
+def _as_format_1(path: Path) -> None:
+    """Rewrite a bucket file as the builder before the test split wrote it: format 1, train and val only,
+    holdout auto, no split settings and no balance table."""
+    data = json.loads(path.read_text())
+    for b in data["buckets"]:
+        b["split"] = "train" if b["split"] == "test" else b["split"]
+    merged: dict[tuple, dict] = {}
+    for b in data["buckets"]:
+        key = (b["name"], b["split"])
+        if key in merged:
+            merged[key]["frames"].update(b["frames"])
+        else:
+            merged[key] = b
+    data["buckets"] = list(merged.values())
+    for key in ("split_seed", "val_fraction", "test_fraction", "weather"):
+        data["settings"].pop(key)
+    data["settings"]["holdout"] = "auto"
+    data.pop("splits")
+    path.write_text(json.dumps({**data, "format": 1}))
+
+
+def test_a_format_1_file_reads_and_is_rebuilt_as_outdated_with_one_line_and_a_newer_one_is_refused(built, tmp_path,
+                                                                                                  capsys):
+    root = copy_root(built, tmp_path / "root")
+    layout = Layout(root)
+    path = collection_path(layout, "posttrain")
+    _as_format_1(path)
+    old, _ = read_collection(path)  # readable: train and val as the old builder wrote them
+    assert old.format == 1 and old.frames("val") and old.frames("train") and old.frames("test") == []
+    with pytest.raises(ToolError) as error:
+        load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False, splits=("train", "val"))
+    message = str(error.value)
+    assert "\n" not in message and "is of bucket file format 1 (no test split, no balance table)" in message
+    assert f"bin/build-buckets --root {root} --collection posttrain --horizon {HORIZON}" in message
+    shown = run_tool(PYTHON, "-m", "tools.buckets", "show", "--root", str(root), "--collection", "posttrain")
+    assert "posttrain.json: outdated: of bucket file format 1" in shown.stdout and "no balance table" in shown.stdout
+
+    new = load_collection(layout, "posttrain", horizon=HORIZON, splits=SPLITS)
+    err = capsys.readouterr().err
+    assert f"{path} is of bucket file format 1 (no test split, no balance table), this tool writes format 2; " \
+           "rebuilding" in err
+    assert "split rule default (format-1 posttrain.json had auto" in err
+    assert new.format == 2 and new.holdout == "stratified" and new.frames("test")
+    assert all_frames(new) == all_frames(load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False,
+                                                         splits=SPLITS))
+
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 3}))
+    with pytest.raises(ToolError, match="bucket file format 3, this tool reads format 1 or 2; rebuild it"):
+        load_collection(layout, "posttrain", horizon=HORIZON)
+
+
+def test_training_reads_train_and_val_frames_and_never_a_test_frame(train_root, tmp_path):
+    """A tiny training run with every read of a sample recorded (RecordDataset._read, the one place training
+    reads the cache): its training batches and its full validation touch train and val frames only."""
+    from tools.train.data import find_cache
+
+    layout = Layout(train_root)
+    coll = load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False, splits=SPLITS)
+    test = set(coll.frames("test"))
+    cache_root, _ = find_cache(layout)
+    from tools.dataset.cache import record_path
+
+    assert test and all(record_path(cache_root, run, i).is_file() for run, i in test)  # it could have been read
+    seen = tmp_path / "seen.json"
+    recorder = (
+        "import atexit, json, runpy, sys\n"
+        "import tools.train.data as data\n"
+        "seen, original = set(), data.RecordDataset._read\n"
+        "def _read(self, item):\n"
+        "    seen.add((str(item[0]), int(item[1])))\n"
+        "    return original(self, item)\n"
+        "data.RecordDataset._read = _read\n"
+        f"atexit.register(lambda: open({str(seen)!r}, 'w').write(json.dumps(sorted(seen))))\n"
+        "sys.argv = ['tools.train', *sys.argv[1:]]\n"
+        "runpy.run_module('tools.train', run_name='__main__')\n")
+    proc = run_tool(PYTHON, "-c", recorder, "pretrain", f"root={train_root}", f"logdir={tmp_path / 'run'}",
+                    "batch_size=4", "max_steps=3", "warmup_steps=1", "log_every=1", "image_every=0", "val_samples=0",
+                    timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    read = {(run, i) for run, i in json.loads(seen.read_text())}
+    assert not read & test
+    assert read & set(coll.frames("train")) and set(coll.frames("val")) <= read  # every val frame: validation
+    assert read <= set(coll.frames("train")) | set(coll.frames("val"))
+    # and the collection training loads holds no test split at all
+    with pytest.raises(ValueError, match="the test split was not read"):
+        load_collection(layout, "pretrain", horizon=HORIZON, rebuild=False).frames("test")
+
+
+@pytest.mark.parametrize("weather,name", [
+    ({"cloudiness": 5, "precipitation": 0, "fog_density": 0, "sun_altitude_angle": 60}, "ClearNoon"),
+    ({"cloudiness": 60, "precipitation": 0, "fog_density": 10, "sun_altitude_angle": 30}, "CloudyNoon"),
+    ({"cloudiness": 90, "precipitation": 60, "fog_density": 20, "sun_altitude_angle": 45}, "RainNoon"),
+    ({"cloudiness": 20, "precipitation": 0, "fog_density": 5, "sun_altitude_angle": 10}, "ClearSunset"),
+    ({"cloudiness": 10, "fog_density": 80, "sun_altitude_angle": -20}, "FogNight"),
+    ({}, "Default"), (None, "Default"), ({"precipitation": "heavy", "sun_altitude_angle": 70}, "ClearNoon"),
+])
+def test_weather_classes_name_a_condition_and_a_time_of_day(weather, name):
+    assert weather_class(weather) == name
 
 
 # ----------------------------------------------------------------------------- the rules, frame by frame

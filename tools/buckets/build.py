@@ -1,8 +1,8 @@
 """Build bucket files: put every frame of every finished route run in one bucket, scenario or behaviour (the
-rules of tools/buckets/rules.py), then write the collections (pretrain, posttrain) with a held-out validation
-split and a weight schedule per bucket.
+rules of tools/buckets/rules.py), then write the collections (pretrain, posttrain) with train, val and test
+splits (tools/buckets/splits.py), a balance table and a weight schedule per bucket.
 
-    ROOT/buckets/index.json        bucket of every frame, per run (reused for runs unchanged since)
+    ROOT/buckets/index.json        bucket of every frame and weather, per run (reused for runs unchanged since)
     ROOT/buckets/<collection>.json the collections (tools.dataset.buckets reads them; docs/buckets.md)
 
 The frame index makes a rebuild after new routes cheap: only frames of new or redone runs are read.
@@ -27,7 +27,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tools.buckets import splits as _splits
 from tools.buckets.rules import BUCKETS, RULES, classify
+from tools.buckets.splits import STRATIFIED, Assignment, SplitSettings, assign, balance, balance_lines, routes_of
 from tools.dataset import atomic, cli
 from tools.dataset.buckets import (
     BUCKETS_FORMAT,
@@ -39,6 +41,7 @@ from tools.dataset.buckets import (
     check_same_dataset,
     dataset_state,
     describe_change,
+    outdated,
     read_collection,
     run_key,
 )
@@ -48,6 +51,7 @@ from tools.dataset.layout import FRAME_NAME, FRAME_SUFFIX, Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
 from tools.dataset.results import RunState, is_failed, run_states
 from tools.dataset.samples import CacheSettings
+from tools.dataset.weather import WEATHER_CLASSES, weather_class
 
 # ----------------------------------------------------------------------------- collection settings
 
@@ -66,7 +70,8 @@ SKIP_FIRST = 4
 #: posttrain's future horizon when neither --horizon nor an existing file gives one: the default cache's.
 DEFAULT_HORIZON = CacheSettings().horizon
 
-INDEX_FORMAT = 1
+#: 2: each run's weather class.
+INDEX_FORMAT = 2
 
 
 # ----------------------------------------------------------------------------- the frame index
@@ -103,8 +108,9 @@ def read_town(layout: Layout, rel: str) -> str:
 
 
 def label_run(layout: Layout, rel: str, town: str | None = None) -> dict[str, Any]:
-    """Read one run's measurements: its town (`town`: known already) and the bucket of every frame (None:
-    unreadable)."""
+    """Read one run's measurements: its town (`town`: known already), its weather class (of its first readable
+    frame's `weather`: the route's, the same in every frame; "?" when no frame is readable) and the bucket of
+    every frame (None: unreadable)."""
     key = run_key(rel)
     problems = []
     if town is None or town == "?":
@@ -118,8 +124,11 @@ def label_run(layout: Layout, rel: str, town: str | None = None) -> dict[str, An
     summary = read_run_measurements(layout.run_measurements(key)) if town != "?" else None
     if summary is not None and names == [FRAME_NAME.format(index=i) for i in range(len(summary.measurements))]:
         # The run's measurements index lists exactly its frames: one file read instead of one per frame.
-        return {"town": town, "labels": [classify(m) for m in summary.measurements], "problems": problems}
+        weather = weather_class(summary.measurements[0].weather) if summary.measurements else "?"
+        return {"town": town, "weather": weather, "labels": [classify(m) for m in summary.measurements],
+                "problems": problems}
     labels: list[str | None] = [None] * len(names)
+    weather = "?"
     for name in names:
         try:
             index = int(name[: -len(FRAME_SUFFIX)])
@@ -131,10 +140,14 @@ def label_run(layout: Layout, rel: str, town: str | None = None) -> dict[str, An
             continue
         path = os.path.join(folder, name)
         try:
-            labels[index] = classify(read_measurements(path))
+            measurements = read_measurements(path)
+            labels[index] = classify(measurements)
         except (OSError, FrameError, TypeError, ValueError) as e:
             problems.append(f"{path}: unreadable frame, left out ({type(e).__name__}: {e})")
-    return {"town": town, "labels": labels, "problems": problems}
+            continue
+        if weather == "?":
+            weather = weather_class(measurements.weather)
+    return {"town": town, "weather": weather, "labels": labels, "problems": problems}
 
 
 def _label_chunk(layout: Layout, chunk: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
@@ -182,53 +195,6 @@ def read_index(layout: Layout, this_id: str) -> dict[str, Any]:
     return {}
 
 
-# ----------------------------------------------------------------------------- holdout
-
-
-def _parse_holdout(text: str) -> str:
-    kind, _, value = text.partition(":")
-    ok = text == "auto" or (kind in ("town", "scenario") and value) or (kind == "every" and value.isdigit()
-                                                                         and int(value) >= 2)
-    if not ok:
-        raise ToolError(f"--holdout {text}: expected auto, town:NAME, scenario:TYPE or every:N (N >= 2)")
-    return text
-
-
-def resolve_holdout(rule: str, runs: dict[str, dict[str, Any]]) -> tuple[str, set[str], str]:
-    """(rule applied, held-out runs, why) for `rule` over the finished runs {rel: {"town", "frames"}}."""
-    towns = sorted({r["town"] for r in runs.values()})
-    scenario_frames = Counter()
-    for rel, r in runs.items():
-        scenario_frames[run_key(rel).scenario] += r["frames"]
-    scenarios = sorted(scenario_frames)
-    why = "as asked"
-    if rule == "auto":
-        if len(towns) >= 2:
-            rule, why = f"town:{towns[-1]}", f"auto: {len(towns)} towns, the alphabetically last held out"
-        elif len(scenarios) >= 2:
-            fewest = min(scenarios, key=lambda s: (scenario_frames[s], s))
-            rule = f"scenario:{fewest}"
-            why = f"auto: one town, {len(scenarios)} scenario types, the one with the fewest frames held out"
-        else:
-            rule, why = "every:5", "auto: one town and one scenario type, every 5th route run held out"
-    kind, _, value = rule.partition(":")
-    if kind == "town":
-        if value not in towns:
-            raise ToolError(f"--holdout {rule}: no finished route run in town {value!r}; towns: {', '.join(towns)}")
-        held = {rel for rel, r in runs.items() if r["town"] == value}
-    elif kind == "scenario":
-        if value not in scenarios:
-            raise ToolError(f"--holdout {rule}: no finished route run of scenario type {value!r}; scenario types: "
-                            f"{', '.join(scenarios)}")
-        held = {rel for rel in runs if run_key(rel).scenario == value}
-    else:
-        n, names = int(value), sorted(runs)
-        held = {rel for i, rel in enumerate(names) if (i + 1) % n == 0}
-        if not held and len(names) >= 2:  # fewer runs than N: hold out the last one
-            held = {names[-1]}
-    return rule, held, why
-
-
 # ----------------------------------------------------------------------------- collections
 
 
@@ -248,10 +214,10 @@ class Plan:
 
     name: str
     path: Path
-    holdout_rule: str  # as asked (auto, town:..., ...)
+    split: SplitSettings  # the split rule as asked (stratified, auto, town:..., ...), its seed and fractions
     weights: dict[str, list[float]]
     horizon: int | None  # posttrain: future frames a frame needs; pretrain: None (it takes every frame)
-    origin: str  # where holdout, weights and horizon come from, for messages
+    origin: str  # where the split rule, weights and horizon come from, for messages
     up_to_date: bool
 
     @property
@@ -261,10 +227,11 @@ class Plan:
     @property
     def settings(self) -> dict[str, Any]:
         """What the file records under `settings` (and what makes an existing file up to date)."""
-        out: dict[str, Any] = {"holdout": self.holdout_rule}
+        out: dict[str, Any] = self.split.to_settings()
         if self.horizon is not None:
             out["horizon"] = self.horizon
-        return {**out, "skip_first": self.skip_first, "rules": RULES, "weights": self.weights}
+        return {**out, "skip_first": self.skip_first, "rules": RULES, "weather": WEATHER_CLASSES,
+                "weights": self.weights}
 
 
 def load_weights(path: str) -> dict[str, list[float]]:
@@ -291,10 +258,36 @@ def load_weights(path: str) -> dict[str, list[float]]:
     return out
 
 
+def split_defaults(rule: str) -> SplitSettings:
+    """The seed and fractions a rule takes when neither flags nor an existing file give them: stratified val
+    and test shares; no test split for the other rules."""
+    if rule == STRATIFIED:
+        return SplitSettings(rule)
+    return SplitSettings(rule, val_fraction=None, test_fraction=0.0)
+
+
+def kept_split(existing: Collection) -> SplitSettings:
+    """The split settings an existing file was built with. A format-1 file had no test split: its rule `auto`
+    (the default then) becomes today's default, stratified; a rule it was given (town:NAME, ...) is kept."""
+    settings = existing.settings
+    rule = str(settings.get("holdout", STRATIFIED))
+    if existing.format == 1 or "split_seed" not in settings:
+        return split_defaults(STRATIFIED if rule == "auto" else rule)
+    try:
+        val = settings.get("val_fraction")
+        return SplitSettings(rule, int(settings["split_seed"]), None if val is None else float(val),
+                             float(settings.get("test_fraction") or 0.0))
+    except (TypeError, ValueError):
+        return split_defaults(rule)
+
+
 def make_plans(layout: Layout, names: list[str], state: dict[str, Any], holdout: str | None,
-               weights: dict[str, list[float]] | None, horizon: int | None, force: bool) -> list[Plan]:
+               weights: dict[str, list[float]] | None, horizon: int | None, force: bool,
+               split_flags: dict[str, Any] | None = None) -> list[Plan]:
     """Per collection: its settings (flags, else the existing file's, else defaults), refusing a file of
-    another dataset or an unreadable one unless --force, and whether the file is already up to date."""
+    another dataset or an unreadable one unless --force, bad fractions, and whether the file is already up
+    to date. `split_flags`: {"seed", "val_fraction", "test_fraction"} given on the command line."""
+    given = {k: v for k, v in (split_flags or {}).items() if v is not None}
     plans = []
     for name in names:
         path = layout.collection_file(name)
@@ -302,28 +295,34 @@ def make_plans(layout: Layout, names: list[str], state: dict[str, Any], holdout:
         if path.exists() and not force:
             existing, _ = read_collection(path)  # ToolError for an unreadable file: the message says --force
             check_same_dataset(path, layout, existing.built_from, state["dataset_id"])
-        rule, schedule, steps = "auto", dict(DEFAULT_WEIGHTS[name]), DEFAULT_HORIZON
+        split, schedule, steps = split_defaults(STRATIFIED), dict(DEFAULT_WEIGHTS[name]), DEFAULT_HORIZON
         rule_from = weights_from = steps_from = "default"
         if existing is not None:
-            rule = str(existing.settings.get("holdout", rule))
+            split = kept_split(existing)
             kept = existing.settings.get("weights") or {}
             schedule.update({b: [float(x) for x in w] for b, w in kept.items() if b in BUCKETS})
             kept_horizon = existing.settings.get("horizon")
             if isinstance(kept_horizon, int) and not isinstance(kept_horizon, bool) and kept_horizon >= 1:
                 steps, steps_from = kept_horizon, f"kept from {path.name}"
             rule_from = weights_from = f"kept from {path.name}"
+            if existing.format == 1 and existing.settings.get("holdout") == "auto":
+                rule_from = f"default (format-1 {path.name} had auto, the default before the test split)"
         if holdout is not None:
-            rule, rule_from = holdout, "from --holdout"
+            split, rule_from = split_defaults(holdout), "from --holdout"
+        if given:
+            split = dataclasses.replace(split, **given)
+            rule_from += ", " + ", ".join("--split-seed" if k == "seed" else f"--{k.replace('_', '-')}" for k in given)
         if weights is not None:
             schedule, weights_from = {**DEFAULT_WEIGHTS[name], **weights}, "from --weights"
         if horizon is not None:
             steps, steps_from = horizon, "from --horizon"
-        origin = f"holdout rule {rule_from}, weights {weights_from}"
+        _splits.check_fractions(split, f"{name}: split rule {rule_from}")
+        origin = f"split rule {rule_from}, weights {weights_from}"
         if name == "posttrain":
             origin += f", horizon {steps} {steps_from}"
-        plan = Plan(name, path, rule, schedule, steps if name == "posttrain" else None, origin, up_to_date=False)
+        plan = Plan(name, path, split, schedule, steps if name == "posttrain" else None, origin, up_to_date=False)
         if (existing is not None and describe_change(existing.built_from, state) is None
-                and existing.settings == json.loads(json.dumps(plan.settings))):
+                and outdated(existing) is None and existing.settings == json.loads(json.dumps(plan.settings))):
             plan = dataclasses.replace(plan, up_to_date=True)
         plans.append(plan)
     return plans
@@ -339,46 +338,63 @@ def _check_weights(plan: Plan, train_buckets: Counter) -> None:
                             f"({plan.origin}); give some a weight above 0 with --weights FILE.json")
 
 
-def _no_training(plan: Plan, applied: str, held: set[str], runs: dict[str, dict[str, Any]]) -> ToolError:
+def _no_training(plan: Plan, assignment: Assignment, runs: dict[str, dict[str, Any]]) -> ToolError:
     towns = sorted({r["town"] for r in runs.values()})
     scenarios = sorted({run_key(rel).scenario for rel in runs})
-    return ToolError(f"--holdout {plan.holdout_rule}: leaves no training frames in {plan.name} ({applied} holds "
-                     f"out {len(held)} of {len(runs)} finished route runs; {plan.origin}); choose another: "
-                     f"towns {', '.join(towns)}; scenario types {', '.join(scenarios)}; or every:N")
+    held = sum(1 for s in assignment.split.values() if s != "train")
+    return ToolError(f"--holdout {plan.split.rule}: leaves no training frames in {plan.name} ({assignment.rule} "
+                     f"holds out {held} of {len(runs)} finished route runs; {plan.origin}); choose another: "
+                     f"stratified; towns {', '.join(towns)}; scenario types {', '.join(scenarios)}; or every:N")
 
 
 def _precheck(plan: Plan, meta: dict[str, dict[str, Any]]) -> None:
-    """Refuse a holdout or weights that cannot work, from frame counts alone (all frames taken readable)."""
-    applied, held, _ = resolve_holdout(plan.holdout_rule, meta)
-    train = sum(len(eligible(plan.name, [""] * r["frames"], plan.horizon, plan.skip_first))
-                for rel, r in meta.items() if rel not in held)
-    if not train:
-        raise _no_training(plan, applied, held, meta)
+    """Refuse a split rule, fractions or weights that cannot work, from the runs' towns and frame counts alone
+    (all frames taken readable; weathers are not known yet, so a stratified draw is checked for its counts
+    only)."""
+    assignment = assign(plan.split, meta)  # ToolError: a town or type without runs, no training route
+    if not plan.split.fractions:  # no draw: the training runs are known
+        train = sum(len(eligible(plan.name, [""] * r["frames"], plan.horizon, plan.skip_first))
+                    for rel, r in meta.items() if assignment.split[rel] == "train")
+        if not train:
+            raise _no_training(plan, assignment, meta)
     _check_weights(plan, Counter({b: 1 for b in BUCKETS}))
 
 
-def assemble(plan: Plan, runs: dict[str, dict[str, Any]], state: dict[str, Any]
-             ) -> tuple[Collection, dict[str, dict[str, int]], str]:
-    """(collection, frames per split and bucket, why this holdout) of `plan` from the labelled runs.
-    ToolError when its holdout leaves no training frame or its weights leave no training bucket."""
-    applied, held, why = resolve_holdout(plan.holdout_rule, runs)
-    settings = plan.settings
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """One collection assembled, before it is written."""
+
+    plan: Plan
+    collection: Collection
+    counts: dict[str, dict[str, int]]  # frames per split and bucket
+    assignment: Assignment
+    balance: dict[str, Any]  # splits.balance
+
+
+def assemble(plan: Plan, runs: dict[str, dict[str, Any]], state: dict[str, Any]) -> Built:
+    """`plan`'s collection from the labelled runs {rel: {"town", "weather", "frames", "labels"}}. ToolError when
+    its split leaves no training frame or its weights leave no training bucket."""
+    assignment = assign(plan.split, runs)
     frames: dict[tuple[str, str], list[tuple[str, int]]] = {(b, s): [] for s in SPLITS for b in BUCKETS}
+    per_run = {}
     for rel, run in runs.items():
-        split = "val" if rel in held else "train"
+        split = assignment.split[rel]
         labels = run["labels"]
-        for i in eligible(plan.name, labels, plan.horizon, plan.skip_first):
+        chosen = eligible(plan.name, labels, plan.horizon, plan.skip_first)
+        per_run[rel] = len(chosen)
+        for i in chosen:
             frames[(labels[i], split)].append((rel, i))
     counts = {s: {b: len(frames[(b, s)]) for b in BUCKETS} for s in SPLITS}
     if not sum(counts["train"].values()):
-        raise _no_training(plan, applied, held, runs)
+        raise _no_training(plan, assignment, runs)
     _check_weights(plan, Counter({b: n for b, n in counts["train"].items() if n}))
     buckets = [Bucket(b, s, frames[(b, s)], plan.weights[b]) for s in SPLITS for b in BUCKETS]
-    collection = Collection(plan.name, buckets, state, applied, settings)
-    return collection, counts, why
+    collection = Collection(plan.name, buckets, state, assignment.rule, plan.settings)
+    return Built(plan, collection, counts, assignment, balance(assignment, runs, per_run))
 
 
-def write_collection(plan: Plan, collection: Collection, counts: dict, why: str, unreadable: list[str]) -> None:
+def write_collection(built: Built, unreadable: list[str]) -> None:
+    collection, assignment, split = built.collection, built.assignment, built.plan.split
     data = {
         "format": BUCKETS_FORMAT,
         "collection": collection.name,
@@ -387,13 +403,16 @@ def write_collection(plan: Plan, collection: Collection, counts: dict, why: str,
         "tool": tool_version(),
         "built_from": collection.built_from,
         "holdout": collection.holdout,
-        "holdout_reason": why,
+        "holdout_reason": assignment.why,
         "settings": collection.settings,
-        "counts": counts,
+        "splits": {"rule": assignment.rule, "seed": split.seed, "fractions": split.fractions,
+                   "routes": {s: len(routes_of({r: 0 for r, x in assignment.split.items() if x == s})) for s in SPLITS},
+                   "notes": list(assignment.notes), "balance": built.balance},
+        "counts": built.counts,
         "unreadable": unreadable,
         "buckets": [bucket_to_json(b) for b in collection.buckets],
     }
-    atomic.write_text(plan.path, json.dumps(data, separators=(",", ":")) + "\n")
+    atomic.write_text(built.plan.path, json.dumps(data, separators=(",", ":")) + "\n")
 
 
 # ----------------------------------------------------------------------------- the command
@@ -439,20 +458,26 @@ def build_lock(layout: Layout) -> Iterator[bool]:
 
 
 def build(root: Any = None, collection: Any = "all", holdout: Any = None, weights: Any = None,
-          horizon: Any = None, force: Any = False) -> None:
+          horizon: Any = None, force: Any = False, split_seed: Any = None, val_fraction: Any = None,
+          test_fraction: Any = None) -> None:
     """See `python -m tools.buckets build --help`."""
     force = cli.switch(force, "force")
     names = _collections(cli.text(collection, "collection"))
-    rule = None if holdout is None else _parse_holdout(cli.text(holdout, "holdout"))
+    rule = None if holdout is None else _splits.parse_rule(cli.text(holdout, "holdout"))
     overrides = None if weights is None else load_weights(cli.text(weights, "weights"))
     steps = None if horizon is None else cli.integer(horizon, "horizon", 1, 100)
+    split_flags = {
+        "seed": None if split_seed is None else cli.integer(split_seed, "split-seed", 0, 2**31 - 1),
+        "val_fraction": None if val_fraction is None else cli.number(val_fraction, "val-fraction", 0.0, 1.0),
+        "test_fraction": None if test_fraction is None else cli.number(test_fraction, "test-fraction", 0.0, 1.0),
+    }
     layout = cli.open_root(root)
     state = dataset_state(layout)  # ToolError for a root without a manifest
     if not state["runs"]:
         raise _no_finished_runs(layout)
 
     # Everything that can be refused is refused before anything is written or frames are read.
-    plans = make_plans(layout, names, state, rule, overrides, steps, force)
+    plans = make_plans(layout, names, state, rule, overrides, steps, force, split_flags)
     towns: dict[str, str] = {}
     if any(not p.up_to_date for p in plans):
         towns = _towns(layout, state, read_index(layout, state["dataset_id"]))
@@ -477,8 +502,8 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
         if waited:
             # Another builder may have finished while we waited: decide again on what is on disk now.
             state = dataset_state(layout)
-            plans = [p for p in make_plans(layout, [p.name for p in todo], state, rule, overrides, steps, force)
-                     if not p.up_to_date]
+            plans = [p for p in make_plans(layout, [p.name for p in todo], state, rule, overrides, steps, force,
+                                           split_flags) if not p.up_to_date]
             if not plans:
                 print(f"buckets: {', '.join(p.path.name for p in todo)} built meanwhile by another builder; up to "
                       "date", file=sys.stderr)
@@ -487,14 +512,14 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
             plans = todo
         index = {} if force else read_index(layout, state["dataset_id"])  # --force reads every frame again
         runs, reused, unreadable = _label_runs(layout, state, index, towns)
-        built = [(plan, *assemble(plan, runs, state)) for plan in plans]
+        built = [assemble(plan, runs, state) for plan in plans]
         atomic.write_text(layout.bucket_index, json.dumps({
             "format": INDEX_FORMAT, "dataset_id": state["dataset_id"], "rules": RULES,
-            "runs": {rel: {**state["runs"][rel], "town": r["town"], "labels": _rle(r["labels"])}
-                     for rel, r in runs.items()},
+            "runs": {rel: {**state["runs"][rel], "town": r["town"], "weather": r["weather"],
+                           "labels": _rle(r["labels"])} for rel, r in runs.items()},
         }, separators=(",", ":")) + "\n")
-        for plan, coll, counts, why in built:
-            write_collection(plan, coll, counts, why, unreadable)
+        for one in built:
+            write_collection(one, unreadable)
     _summary(built, state, reused, unreadable, time.monotonic() - start)
 
 
@@ -527,13 +552,14 @@ def _town_or_unknown(layout: Layout, rel: str) -> str:
 
 def _label_runs(layout: Layout, state: dict[str, Any], index: dict[str, Any], towns: dict[str, str]
                 ) -> tuple[dict[str, dict[str, Any]], int, list[str]]:
-    """{rel: {"town", "frames", "labels"}} for every finished run: from the index when the run is unchanged
-    since, else read from its frames (in worker processes; `towns`: those read already)."""
+    """{rel: {"town", "weather", "frames", "labels"}} for every finished run: from the index when the run is
+    unchanged since, else read from its frames (in worker processes; `towns`: those read already)."""
     runs, todo = {}, []
     for rel, r in state["runs"].items():
         old = index.get(rel)
         if _unchanged(old, r):
-            runs[rel] = {"town": old["town"], "frames": r["frames"], "labels": _unrle(old["labels"])}
+            runs[rel] = {"town": old["town"], "weather": old["weather"], "frames": r["frames"],
+                         "labels": _unrle(old["labels"])}
         else:
             todo.append((rel, towns.get(rel)))
     reused = len(runs)
@@ -544,7 +570,8 @@ def _label_runs(layout: Layout, state: dict[str, Any], index: dict[str, Any], to
         for (rel, _), result in zip(chunk, results, strict=True):
             for problem in result["problems"]:
                 tqdm.write(f"buckets: {problem}", file=sys.stderr)
-            runs[rel] = {"town": result["town"], "frames": state["runs"][rel]["frames"], "labels": result["labels"]}
+            runs[rel] = {"town": result["town"], "weather": result["weather"], "frames": state["runs"][rel]["frames"],
+                         "labels": result["labels"]}
         bar.update(len(chunk))
     bar.close()
     unreadable = sorted(layout.frame_path(run_key(rel), i).relative_to(layout.root).as_posix()
@@ -552,17 +579,21 @@ def _label_runs(layout: Layout, state: dict[str, Any], index: dict[str, Any], to
     return dict(sorted(runs.items())), reused, unreadable
 
 
-def _summary(built: list, state: dict[str, Any], reused: int, unreadable: list[str], seconds: float) -> None:
+def _summary(built: list[Built], state: dict[str, Any], reused: int, unreadable: list[str], seconds: float) -> None:
     n_runs = len(state["runs"])
     lines = [f"buckets: indexed {n_runs} finished route runs ({n_runs - reused} read, {reused} unchanged since the "
              f"last build), {state['frames']} frames, {len(unreadable)} unreadable left out, in {seconds:.1f} s"]
-    for plan, coll, counts, why in built:
-        train, val = sum(counts["train"].values()), sum(counts["val"].values())
-        lines.append(f"buckets: {plan.name}: {train + val} frames, train {train}, val {val}; holdout {coll.holdout} "
-                     f"({why}; {plan.origin}) -> {plan.path}")
-        lines.append("  " + "  ".join(f"{b} {counts['train'][b]}/{counts['val'][b]} x{_schedule(plan.weights[b])}"
-                                      for b in BUCKETS) + "   (train/val frames x weight)")
-        if not val:
+    for one in built:
+        plan, counts = one.plan, one.counts
+        total = {s: sum(counts[s].values()) for s in SPLITS}
+        lines.append(f"buckets: {plan.name}: {sum(total.values())} frames, "
+                     + ", ".join(f"{s} {total[s]}" for s in SPLITS)
+                     + f"; split {one.assignment.rule} ({one.assignment.why}; {plan.origin}) -> {plan.path}")
+        lines.append("  " + "  ".join(f"{b} {'/'.join(str(counts[s][b]) for s in SPLITS)} x{_schedule(plan.weights[b])}"
+                                      for b in BUCKETS) + "   (train/val/test frames x weight)")
+        lines += balance_lines(one.balance)
+        lines += [f"buckets: {plan.name}: {note}" for note in one.assignment.notes]
+        if not total["val"] and not any("val split" in note for note in one.assignment.notes):
             lines.append(f"buckets: {plan.name}: the val split is empty")
     print("\n".join(lines), file=sys.stderr)
 
@@ -590,8 +621,10 @@ def show(root: Any = None, collection: Any = "all") -> None:
         else:
             change = describe_change(coll.built_from, state)
             status = "fresh" if change is None else f"stale: {change} since it was built"
-        print(f"{path}: {status}; built {data.get('created', '?')}; holdout {coll.holdout} "
-              f"(rule {coll.settings.get('holdout', '?')})")
+            if change is None and outdated(coll):
+                status = f"outdated: {outdated(coll).removeprefix('is ')}; bin/build-buckets rebuilds it"
+        print(f"{path}: {status}; built {data.get('created', '?')}; split {coll.holdout} "
+              f"(rule {coll.settings.get('holdout', '?')}; {data.get('holdout_reason', '')})")
         rows = [["bucket", "split", "frames", "weights per epoch"]]
         for b in coll.buckets:
             rows.append([b.name, b.split, str(len(b.frames)), _schedule(b.weights)])
@@ -601,3 +634,12 @@ def show(root: Any = None, collection: Any = "all") -> None:
         for r in rows:
             cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]), r[3]]
             print(("  " + "  ".join(cells)).rstrip())
+        splits = data.get("splits")
+        if isinstance(splits, dict) and isinstance(splits.get("balance"), dict):
+            print("split balance (frames of this collection; shares of each split's frames):")
+            print("\n".join(balance_lines(splits["balance"])))
+            for note in splits.get("notes") or []:
+                print(f"note: {note}")
+        else:
+            print(f"no balance table (bucket file format {coll.format}); bin/build-buckets --root {layout.root} "
+                  f"rebuilds it")

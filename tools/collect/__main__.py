@@ -10,6 +10,9 @@ Commands:
   progress  a table per scenario type: total, finished, failed, running, pending, failure rate
   clean-failed  list failed and unfinished route runs; delete them with --yes
   show      one picture of a recorded frame: camera, semantics, depth, LiDAR, BEV, boxes
+  validate  check every frame of every finished route run; the quality report under ROOT/reports/<date>/
+  info      the dataset's manifest with counts and sizes (bin/dataset-info)
+  export-py123d  every finished route run as a Py123D log
 
 `python -m tools.collect COMMAND --help` explains each one.
 """
@@ -19,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tools.dataset import cli
+from tools.dataset.errors import ToolError
+from tools.dataset.presets import with_table
 
 
 def town(out: str, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: float = 100.0) -> None:
@@ -61,8 +66,10 @@ def carla_towns(out: str, towns: str = "", wheel: str | None = None) -> None:
         print(path)
 
 
-def routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
-           max_length: float = 700.0, scenarios: str | None = None) -> None:
+@with_table("routes")
+def routes(town: str, count: int | None = None, out: str | None = None, seed: int = 0,
+           min_length: float | None = None, max_length: float | None = None, scenarios: str | None = None,
+           preset: str | None = None) -> None:
     """Write `count` leaderboard 2.0 route files for a town, one route per file, in folders by scenario type.
 
     The town is copied to OUT/towns/, where `run` and `collect` look for it by default. Without
@@ -71,23 +78,33 @@ def routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 2
     where it makes sense (obstacles on straight stretches with a lane to pass in, junction types
     before a junction of the right kind); docs/scenarios.md lists what each type does.
 
+    --preset sets the count and lengths (a flag given explicitly wins; full: the defaults):
+      {presets}
+
     Args:
         town: an OpenDRIVE file (*.xodr).
-        count: number of routes.
+        count: number of routes (required without --preset).
         out: folder to write OUT/<ScenarioType>/<town>_<NNNN>.xml into.
         seed: random seed of the route sampler.
-        min_length: shortest route, metres.
-        max_length: longest route, metres.
+        min_length: shortest route, metres (default 250).
+        max_length: longest route, metres (default 700).
         scenarios: comma-separated scenario types to place (tools.collect.scenarios.PLACEABLE).
+        preset: tiny, small or full (the table above; tools/dataset/presets.py).
     """
     from tools.collect.routes import generate_routes
+    from tools.dataset.presets import ROUTES, check_preset, resolve
 
-    generate_routes(town=town, count=count, out=out, seed=seed, min_length=min_length, max_length=max_length,
-                    scenarios=scenarios)
+    chosen = resolve(ROUTES, check_preset(preset), {"count": count, "min_length": min_length, "max_length": max_length})
+    if chosen["count"] is None:
+        raise ToolError("--count missing: give --count N, or --preset tiny|small (4 or 24 routes)")
+    if out is None:
+        raise ToolError("--out missing: give the folder to write the route files into")
+    generate_routes(town=town, out=out, seed=seed, scenarios=scenarios, **chosen)
 
 
 def run(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,
-        route_id: str | None = None, attempt: int | None = None, force: bool = False, **settings) -> None:
+        route_id: str | None = None, attempt: int | None = None, force: bool = False, py123d: bool = False,
+        **settings) -> None:
     """Drive one route once (one repetition) in the embedded world and record it under ROOT.
 
     With --world=carla the route is driven in a CARLA server started for this run, by the CARLA
@@ -107,26 +124,31 @@ def run(route: str, root: str | None = None, repetition: int = 0, towns: str | N
         route_id: which route of the file (default: the only one).
         attempt: attempt number already claimed by a caller (tools.collect collect); else claimed here.
         force: redo a run that already finished.
+        py123d: once the run is finished, also write it as a Py123D log under ROOT/py123d (docs/py123d.md;
+            needs the extra: pip install '.[py123d]').
         settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40,
             --world=carla (a CARLA server under the leaderboard evaluator instead of the embedded world).
     """
     from tools.collect.run import run_route
 
     run_route(route=route, root=root, repetition=repetition, towns=towns, route_id=route_id,
-              attempt=attempt, force=force, settings=settings)
+              attempt=attempt, force=force, settings=settings, py123d=py123d)
 
 
-def collect(routes_dir: str, root: str | None = None, towns: str | None = None, workers: int = 1,
+@with_table("collect")
+def collect(routes_dir: str, root: str | None = None, towns: str | None = None, workers: int | None = None,
             repetitions: int = 1, max_attempts: int = 3, slurm: bool = False, partition: str | None = None,
             account: str | None = None, time: str = "01:00:00", throttle: int = 48, cpus: int = 1, mem: str = "4G",
             gpus: int | None = None, runs_per_task: int = 1, sbatch_args: str = "", watch: bool = True,
-            poll: float = 30.0, **settings) -> None:
+            poll: float = 30.0, py123d: bool = False, preset: str | None = None, **settings) -> None:
     """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes, or as SLURM
     job arrays (--slurm).
 
     Rerunning skips finished route runs and retries failed or crashed ones until --max-attempts
     attempts (counted on disk). A progress bar shows runs done; a summary ends the run. Every route
-    is checked before ROOT is touched. Exits 0 even when some routes failed.
+    is checked before ROOT is touched. Exits 0 even when some routes failed. ROOT/manifest.json records
+    the collection (code version and commit, settings, route set hash, machine); at the end the dataset
+    card ROOT/README.md is written from it (bin/dataset-info prints it all).
 
     --world=carla drives every run in a CARLA server of its own (one per worker: --workers N needs N
     servers' worth of GPU memory) under the CARLA leaderboard 2.0 evaluator; it needs CARLA_ROOT,
@@ -140,11 +162,20 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     Kill it or log out at any time: the same command adopts the live arrays and submits nothing twice.
     A new --throttle updates live arrays. docs/slurm.md explains it all.
 
+    --py123d also writes every finished route run as a Py123D log under ROOT/py123d (its town as a Py123D
+    map), in the run's own process, local or SLURM task; a local collection ends by writing those of runs
+    finished before. It needs the py123d extra (pip install '.[py123d]'), checked before anything starts.
+    docs/py123d.md explains the logs.
+
+    --preset sets the workers and the embedded world's traffic (a flag given explicitly wins; with
+    --world=carla the leaderboard decides the traffic; full: the defaults):
+      {presets}
+
     Args:
         routes_dir: folder searched recursively for route files (*.xml; hidden files and towns/ skipped).
         root: dataset root (default: $DATA_ROOT, else ./data).
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
-        workers: parallel worker processes (local collection).
+        workers: parallel worker processes (local collection; default 1, or the preset's).
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.
         slurm: run the route runs as SLURM array tasks instead of local workers.
@@ -159,16 +190,30 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         sbatch_args: more sbatch options, as one quoted string, passed as they are.
         watch: keep monitoring until every route run ended (--no-watch: submit and exit).
         poll: seconds between two looks at the scheduler (30; tests use less).
+        py123d: also write each finished route run as a Py123D log under ROOT/py123d.
+        preset: tiny, small or full (the table above; tools/dataset/presets.py).
         settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla.
     """
     from tools.collect.local import collect_local
     from tools.collect.slurm import options_from_flags
+    from tools.dataset.presets import COLLECT, check_preset, resolve
 
+    preset = check_preset(preset)
+    chosen = resolve(COLLECT, preset, {"workers": workers, "vehicles": settings.get("vehicles")})
+    workers = chosen["workers"]
+    if preset and settings.get("world", "sim") != "carla":
+        settings = {**settings, "vehicles": chosen["vehicles"]}
+
+    py123d = cli.switch(py123d, "py123d")
+    if py123d:  # the extra is there, before anything starts
+        from tools.collect.py123d_export import require_py123d
+
+        require_py123d("--py123d")
     options = options_from_flags(slurm=slurm, partition=partition, account=account, time=time, throttle=throttle,
                                  cpus=cpus, mem=mem, gpus=gpus, runs_per_task=runs_per_task, sbatch_args=sbatch_args,
                                  watch=watch, poll=poll, settings=settings)
     collect_local(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
-                  max_attempts=max_attempts, settings=settings, slurm=options)
+                  max_attempts=max_attempts, settings=settings, slurm=options, py123d=py123d)
 
 
 def task(wave_file: str, index: int) -> None:
@@ -226,6 +271,70 @@ def show(path: str, frame: int | str = 0, out: str | None = None) -> None:
     show_frame(path=path, frame=frame, out=out)
 
 
+def validate(root: str | None = None, workers: int | None = None, out: str | None = None) -> None:
+    """Check every frame of every finished route run and write the dataset's quality report.
+
+    Every finished run is read in worker processes (a progress bar counts frames) and each frame checked:
+    decodable, schema and format version, indices, ticks and time, labels against each other (LiDAR points
+    and camera pixels of an actor in its box, the BEV at box centres), the result file against the frames.
+    Integrity errors are listed per run. The report, ROOT/reports/<date>/report.json and report.html (one page
+    with plots), gives runs, frames and failures per scenario type, town and weather, distributions, buckets,
+    the expert's infractions per km and recommendations. Nothing else in ROOT changes. Exit status 0: every
+    finished run intact; 1: integrity errors (the report is written all the same); 2: bad input.
+    docs/quality.md explains it.
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        workers: processes reading runs in parallel (default: the CPUs this process may use).
+        out: report folder (default: ROOT/reports/<date>/).
+    """
+    from tools.collect.quality import validate_root
+
+    validate_root(root=root, workers=workers, out=out)
+
+
+def info(root: str | None = None) -> None:
+    """Print the dataset's manifest (format, code version, settings, route set, machine) with counts and sizes.
+
+    Prints the dataset_id and format version, a table of the collections (time, user, command, route set hash,
+    code version and git commit, settings changed from the defaults) and the latest one in full (rig, rate,
+    seeds, world, expert, machine, package versions), the route runs per scenario type (planned, finished,
+    failed, running, pending, failure rate, frames) and per town, and the size on disk of data/, results/,
+    logs/, buckets/, cache/ and the rest. Then writes the dataset card ROOT/README.md from the same facts (a
+    collection writes it too, without the sizes; not in an evaluation root). Reads each result file once and
+    lists each finished run's frames once; sizes are walked with 8 threads. A root without a manifest, or of
+    another format version, is one line and exit 2. docs/dataset-format.md describes every field.
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+    """
+    from tools.collect.info import print_info
+
+    print_info(root)
+
+
+def export_py123d(root: str | None = None, out: str | None = None, workers: int | None = None,
+                  force: bool = False) -> None:
+    """Convert every finished route run of ROOT into a Py123D log under OUT, and each run's town into a
+    Py123D map, with the py123d package's own writers (the extra: pip install '.[py123d]').
+
+    OUT becomes a Py123D data root: OUT/logs/drivekit_train/<Scenario>__<run>/ and
+    OUT/maps/drivekit/drivekit_<town>.arrow; read it with PY123D_DATA_ROOT=OUT (docs/py123d.md). Runs that
+    are not finished are listed and left out. Rerunning skips logs already written for the run as it is
+    now; a log is renamed into place complete, so an interrupted export leaves none half written.
+
+    Args:
+        root: dataset root (default: $DATA_ROOT, else ./data).
+        out: the Py123D data root to write logs/ and maps/ into (outside ROOT, or ROOT/py123d).
+        workers: processes writing logs in parallel, one run each (default: one for a few thousand frames,
+            else the CPUs this process may use, at most 8; each holds about 0.4 GB).
+        force: write every log and map again.
+    """
+    from tools.collect.py123d_export import export_root
+
+    export_root(root=root, out=out, workers=workers, force=force)
+
+
 COMMANDS = {
     "town": town,
     "routes": routes,
@@ -238,6 +347,10 @@ COMMANDS = {
     "clean-failed": clean_failed,
     "clean_failed": clean_failed,
     "show": show,
+    "validate": validate,
+    "info": info,
+    "export-py123d": export_py123d,
+    "export_py123d": export_py123d,
 }
 
 if __name__ == "__main__":

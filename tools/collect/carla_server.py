@@ -83,10 +83,20 @@ def pick_gpu(env: dict[str, str] | None = None) -> str:
     return "0"
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the collector dies, and a process group of its own."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child should not dlopen
+except (OSError, AttributeError):  # not Linux: no parent-death signal (run locks still prevent doubles)
+    _prctl = None
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """In a child between fork and exec (preexec_fn), or a worker process's initializer: SIGKILL it when its
+    parent dies (Linux PR_SET_PDEATHSIG), so a collector killed with -9 leaves no workers or servers behind.
+    `parent`: the parent's pid, to exit at once when it died before the signal was set."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def start_group(argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
@@ -95,7 +105,7 @@ def start_group(argv: list[str], log: Path, env: dict[str, str] | None = None, c
     when the collector dies (PR_SET_PDEATHSIG). End it with `end_group`."""
     with open(log, "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_die_with_parent, env=env, cwd=cwd)
+                                start_new_session=True, preexec_fn=die_with_parent, env=env, cwd=cwd)
 
 
 def end_group(process: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:

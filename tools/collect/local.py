@@ -13,7 +13,6 @@ of the collector never finds more simulators than --workers.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import shlex
@@ -28,6 +27,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tools.collect.carla_server import die_with_parent
 from tools.collect.config import CollectSettings
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
 from tools.dataset import cli
@@ -138,11 +138,13 @@ def duration(seconds: float) -> str:
 
 class Collector:
     """Runs jobs in at most `workers` child processes, retrying failed runs until `max_attempts` (unless
-    `retry` is off: a SLURM task leaves retries to the monitor's next wave)."""
+    `retry` is off: a SLURM task leaves retries to the monitor's next wave); `py123d`: each run also writes its
+    Py123D log (run --py123d)."""
 
     def __init__(self, layout: Layout, workers: int, max_attempts: int, settings: dict[str, Any], retry: bool = True,
-                 progress: bool = True):
+                 progress: bool = True, py123d: bool = False):
         self.layout = layout
+        self.py123d = py123d
         self.workers = workers
         self.max_attempts = max_attempts
         self.settings = settings
@@ -166,7 +168,7 @@ class Collector:
             "--route", str(job.route_file), "--root", str(self.layout.root),
             "--repetition", str(job.repetition), f"--route-id={job.route.id}",
             "--towns", str(job.towns), "--attempt", str(attempt),
-            *_setting_args(self.settings),
+            *_setting_args(self.settings), *(["--py123d"] if self.py123d else []),
         ]
 
     def _launch(self, job: Job) -> str:
@@ -184,10 +186,10 @@ class Collector:
                 out.flush()
                 # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
                 # child with everything it started by signalling its group. The child inherits the run's
-                # lock (pass_fds) and dies with us (_die_with_parent).
+                # lock (pass_fds) and dies with us (die_with_parent).
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True, pass_fds=(claim.fd,),
-                                        preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+                                        preexec_fn=functools.partial(die_with_parent, os.getpid()))
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
         self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time()))
@@ -321,22 +323,6 @@ class Collector:
         self.running.clear()
 
 
-_PR_SET_PDEATHSIG = 1
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child should not dlopen
-except (OSError, AttributeError):  # not Linux: the run's lock still prevents doubles
-    _prctl = None
-
-
-def _die_with_parent(parent: int | None = None) -> None:
-    """In a child between fork and exec: SIGKILL it when the collector dies (Linux PR_SET_PDEATHSIG), so
-    a collector killed with -9 leaves no workers behind to double its rerun's."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent is not None and os.getppid() != parent:  # the collector died before the line above
-        os._exit(1)
-
-
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     """Signal the process group of a child we started (its pid is the group id: start_new_session)."""
     if proc.poll() is not None:
@@ -351,7 +337,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def collect_local(routes_dir: str, root: str | None, towns: str | None, workers: int, repetitions: int,
-                  max_attempts: int, settings: dict[str, Any], slurm: Any = None) -> None:
+                  max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False) -> None:
     """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes, or, with
     `slurm` (tools.collect.slurm.SlurmOptions), as SLURM job arrays watched by a monitor."""
     started = time.time()
@@ -385,6 +371,12 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
         for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
             check_route(job.route_file, job.route)
     read_manifest(layout)  # a root of another format version is refused before anything is written
+    from tools.collect.info import card_after_collection, collection_record
+    from tools.collect.routes import town_file
+
+    # settings, world, rate, seeds, rig (a bad --rig is refused here), expert, route set, towns: for the manifest
+    record = collection_record(resolved, route_files, routes_path, {town_file(j.route_file, j.route, j.towns)
+                                                                    for j in jobs})
     scheduler = None
     if slurm is not None:  # no sbatch, an unknown partition: refused before anything is written
         from tools.collect.slurm import Scheduler, check_options
@@ -408,8 +400,8 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
             "max_attempts": max_attempts,
             "workers": workers,
             "slurm": None if slurm is None else {k: v for k, v in vars(slurm).items() if k != "sbatch_args"},
-            "settings": resolved.to_dict(),
             "argv": ["python", "-m", "tools.collect", *sys.argv[1:]],
+            **record,  # docs/dataset-format.md
         },
         runs={str(j.key): {"route": str(j.route_file.resolve()), "route_id": j.route.id,
                            "repetition": j.repetition} for j in jobs},
@@ -421,12 +413,20 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
     if slurm is not None:
         from tools.collect.slurm import collect_slurm, summary_line
 
-        outcome = collect_slurm(layout, jobs, slurm, settings, max_attempts, scheduler)
+        # py123d rides in the wave's settings to each task (tools.collect.slurm.run_task takes it out)
+        outcome = collect_slurm(layout, jobs, slurm, {**settings, "py123d": True} if py123d else settings,
+                                max_attempts, scheduler)
+        card_after_collection(layout)  # ROOT/README.md, from the manifest and the counts now
         print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
         return
 
-    c = Collector(layout, workers=workers, max_attempts=max_attempts, settings=settings)
+    c = Collector(layout, workers=workers, max_attempts=max_attempts, settings=settings, py123d=py123d)
     c.run(jobs)
+    if py123d:  # finished runs without a current Py123D log: finished before, or their export was cut short
+        from tools.collect.py123d_export import export_missing
+
+        export_missing(layout)
+    card_after_collection(layout)  # ROOT/README.md, from the manifest and the counts now
 
     parts = [f"collect: {len(c.finished)} route runs finished and {len(c.failed)} failed in this invocation"]
     if c.retried:

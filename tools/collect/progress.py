@@ -32,7 +32,11 @@ COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
 def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
     """The root's layout and every run it knows: planned in the manifest or present on disk."""
     layout = cli.open_root(root)
-    manifest = read_manifest(layout)
+    return layout, known_runs(layout, read_manifest(layout))
+
+
+def known_runs(layout: Layout, manifest: dict | None) -> list[RunKey]:
+    """Every route run the manifest plans or the disk holds, sorted (what progress and info count)."""
     keys = set(layout.iter_runs())
     for name in planned_runs(manifest):
         scenario, _, run = name.partition("/")
@@ -40,7 +44,7 @@ def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
             keys.add(RunKey(scenario, run))
         except ValueError:
             raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
-    return layout, sorted(keys)
+    return sorted(keys)
 
 
 def count_states(layout: Layout, keys: list[RunKey], states: dict[RunKey, RunState] | None = None

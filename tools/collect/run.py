@@ -366,8 +366,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
 
 
 def run_route(route: str, root: str | None, repetition: int, towns: str | None, route_id: str | None,
-              attempt: int | None, force: bool, settings: dict) -> RunKey:
-    """Check every argument, claim an attempt, drive, write the result. See `python -m tools.collect run`."""
+              attempt: int | None, force: bool, settings: dict, py123d: bool = False) -> RunKey:
+    """Check every argument, claim an attempt, drive, write the result (and with `py123d`, once finished, the
+    run's Py123D log: tools.collect.py123d_export). See `python -m tools.collect run`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     cfg = CollectSettings.from_flags(settings)
     route_path = Path(cli.text(route, "route"))
@@ -375,6 +376,11 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         raise ToolError(f"--route {route}: no such route file")
     repetition = cli.integer(repetition, "repetition", 0)
     force = cli.switch(force, "force")
+    py123d = cli.switch(py123d, "py123d")
+    if py123d:  # the extra is there, before anything is claimed
+        from tools.collect.py123d_export import export_after_run, require_py123d
+
+        require_py123d("--py123d")
     r = select_route(route_path, cli.optional_text(route_id, "route-id"))
     carla_setup = default_towns = None
     if cfg.world == "carla":  # the CARLA install, leaderboard, scenario_runner, client: before anything is claimed
@@ -390,8 +396,13 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     check_root_writable(layout.root)
     layout.root.mkdir(parents=True, exist_ok=True)
     key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
-    if attempt is None:  # run alone: record it in the manifest (collect has done so for its runs)
-        update_manifest(layout, {"command": "run", "settings": cfg.to_dict(), "argv": sys.argv[1:]},
+    lone = attempt is None
+    if lone:  # run alone: record it in the manifest (collect has done so for its runs)
+        from tools.collect.info import collection_record
+
+        routes = [route_path.absolute()]
+        update_manifest(layout, {"command": "run", "argv": sys.argv[1:], "repetition": repetition,
+                                 **collection_record(cfg, routes, routes[0].parent, [xodr])},
                         {str(key): {"route": str(route_path.absolute()), "route_id": r.id, "repetition": repetition}})
     else:
         read_manifest(layout)  # refuses a root of another format version
@@ -400,6 +411,8 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         claim = results.claim_run(layout, key, redo=force)
         if claim is results.RunState.FINISHED:
             print(f"{key}: already finished; --force redoes it", file=sys.stderr)
+            if py123d:  # its Py123D log, unless there is a current one
+                export_after_run(layout, key)
             return key
         if claim is results.RunState.RUNNING:
             raise ToolError(f"{key}: running in another process (its lock {layout.run_lock(key)} is held); "
@@ -440,6 +453,12 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
                                                                       status=results.FAILED_SIMULATION))
         else:
             results.write_result(layout, key, record)
+        if py123d:  # a finished run's Py123D log, while the claim keeps others from redoing the run
+            export_after_run(layout, key, heartbeat=True)
     finally:
         claim.release()
+    if lone:  # a collector writes the dataset card when it ends
+        from tools.collect.info import card_after_collection
+
+        card_after_collection(layout)
     return key

@@ -518,8 +518,10 @@ def run_task(wave_file: str, index: Any) -> None:
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     job = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
     print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs", file=sys.stderr)
-    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=wave.settings, retry=False,
-                  progress=False)
+    settings = dict(wave.settings)
+    py123d = bool(settings.pop("py123d", False))  # collect --py123d: not a setting, a flag of each run
+    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=settings, retry=False,
+                  progress=False, py123d=py123d)
     c.run(jobs)
     print(f"collect: task {task}: {len(c.finished)} finished, {len(c.failed)} failed, {c.skipped} already "
           f"finished, {len(c.busy)} running elsewhere, {len(c.given_up)} out of attempts", file=sys.stderr)

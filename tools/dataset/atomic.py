@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -133,15 +134,22 @@ def _writer_alive(name: str, mtime: float, now: float) -> bool:
     return now - mtime < STALE_REMOTE_S  # another host's, or a name of unknown shape: by age
 
 
-def stale_temporaries(folder: Path) -> list[Path]:
-    """Temporary files directly in `folder` whose writer is gone (killed mid-write): safe to delete."""
+def temporary_dir(parent: Path, name: str) -> Path:
+    """A new temporary folder in `parent` for work on `name` (`.tmp-<name>.<host>~<pid>.<random>`): fill it,
+    then rename it into place; `stale_temporaries(parent, folders=True)` finds it if its writer dies."""
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}.{_owner_tag()}.", dir=parent))
+
+
+def stale_temporaries(folder: Path, folders: bool = False) -> list[Path]:
+    """Temporary files (with `folders`: temporary folders) directly in `folder` whose writer is gone (killed
+    mid-write): safe to delete."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     now = time.time()
     out = []
     for p in folder.iterdir():
-        if not is_temporary(p) or not p.is_file():
+        if not is_temporary(p) or not (p.is_dir() if folders else p.is_file()):
             continue
         try:
             mtime = p.stat().st_mtime

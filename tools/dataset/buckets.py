@@ -3,12 +3,16 @@
     ROOT/buckets/<collection>.json     one file per collection (COLLECTIONS), written by `tools.buckets build`
     ROOT/buckets/index.json            the builder's per-frame index (behaviour of every frame of every run)
 
-A collection holds buckets; a bucket is (name, split) with its frames and a per-epoch weight schedule.
+A collection holds buckets; a bucket is (name, split) with its frames and a per-epoch weight schedule. The
+splits are train, val and test (SPLITS); training reads train and val only (TRAINING_SPLITS): a collection is
+loaded with the splits its reader asks for, and training never asks for test, so no test frame is even in
+its memory.
 Frames are named portably, relative to ROOT: ("data/<Scenario>/<run>", frame index). A file records the
 state of the dataset it was built from (`dataset_state`): which finished route runs, their result files'
 content hash and frame counts. `load_collection` compares it with the root now and rebuilds a stale
-file (routes added or removed since), or a posttrain file made for another horizon than the caller's
-cache, by running the builder, so that nobody has to remember to.
+file (routes added or removed since), a posttrain file made for another horizon than the caller's cache,
+or a file of an older format (format 1: no test split), by running the builder, so that nobody has to
+remember to.
 
 The readers of this module (cache, train) never decide which route runs are usable or what a bucket
 means: that is the builder's job (tools/buckets) and docs/buckets.md describes the file format.
@@ -33,11 +37,16 @@ from tools.dataset.results import RunState, read_results
 run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
 run_key = _layout.run_key
 
-#: Bump when the content or meaning of a bucket file changes; a file of another format is refused.
-BUCKETS_FORMAT = 1
+#: Bump when the content or meaning of a bucket file changes. 2: a test split, the stratified split rule and
+#: the balance table (`splits`).
+BUCKETS_FORMAT = 2
+#: Formats read (an older one reads without what it lacks, and load_collection rebuilds it); others are refused.
+READABLE_FORMATS = (1, 2)
 
 COLLECTIONS = ("pretrain", "posttrain")
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")
+#: What training reads: never the test split.
+TRAINING_SPLITS = ("train", "val")
 
 Frame = tuple[str, int]  # ("data/<Scenario>/<run>", frame index)
 
@@ -128,7 +137,7 @@ class Bucket:
     weights[min(e, len(weights) - 1)]; the weight is per frame (weight 2: each frame twice as often)."""
 
     name: str
-    split: str  # "train" | "val"
+    split: str  # "train" | "val" | "test"
     frames: list[Frame]
     weights: list[float] = field(default_factory=lambda: [1.0])
 
@@ -141,8 +150,11 @@ class Collection:
     name: str
     buckets: list[Bucket]
     built_from: dict[str, Any]  # dataset_state at build time
-    holdout: str  # the held-out rule applied: "town:NAME", "scenario:TYPE" or "every:N"
-    settings: dict[str, Any]  # the builder's settings (holdout rule asked for, horizon (posttrain), rules, weights)
+    holdout: str  # the split rule applied: "stratified", "town:NAME", "scenario:TYPE" or "every:N"
+    settings: dict[str, Any]  # the builder's settings (split rule asked for, seed, fractions, horizon (posttrain),
+    # rules, weights)
+    format: int = BUCKETS_FORMAT  # the file's format (READABLE_FORMATS)
+    splits: tuple[str, ...] = SPLITS  # the splits read from the file (read_collection's `splits`)
 
     @property
     def horizon(self) -> int | None:
@@ -151,19 +163,25 @@ class Collection:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def frames(self, split: str) -> list[Frame]:
-        """Every frame of a split, sorted by run and index."""
-        _check_split(split)
+        """Every frame of a split, sorted by run and index. ValueError for a split not read from the file."""
+        self._check_loaded(split)
         return sorted(f for b in self.buckets if b.split == split for f in b.frames)
+
+    def _check_loaded(self, split: str) -> None:
+        _check_split(split)
+        if split not in self.splits:
+            raise ValueError(f"collection {self.name}: the {split} split was not read (splits={self.splits}); "
+                             f"load_collection(..., splits=...) reads it")
 
     def epoch_samples(self, split: str, epoch: int, seed: int) -> list[Frame]:
         """One epoch's samples. train: as many as the split has frames, each bucket contributing in
         proportion to (its weight this epoch) x (its frames), drawn without repetition within a bucket
-        until it is exhausted, shuffled; a pure function of (file, seed, epoch). val: every frame, sorted."""
+        until it is exhausted, shuffled; a pure function of (file, seed, epoch). val, test: every frame, sorted."""
         import numpy as np
 
-        _check_split(split)
-        if split == "val":
-            return self.frames("val")
+        self._check_loaded(split)
+        if split != "train":
+            return self.frames(split)
         epoch, seed = int(epoch), int(seed)
         if epoch < 0 or seed < 0:
             raise ValueError(f"epoch ({epoch}) and seed ({seed}) must not be negative")
@@ -234,9 +252,11 @@ def _bucket_from_json(data: dict[str, Any]) -> Bucket:
     return Bucket(str(data["name"]), str(data["split"]), sorted(frames), weights)
 
 
-def read_collection(path: Path) -> tuple[Collection, dict[str, Any]]:
-    """A bucket file as a Collection, and its raw JSON. ToolError (naming the file and the fix) for a
-    file that is not a bucket file of this format."""
+def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Collection, dict[str, Any]]:
+    """A bucket file as a Collection holding the buckets of `splits` only, and its raw JSON. ToolError (naming
+    the file and the fix) for a file that is not a bucket file of a format this tool reads."""
+    for split in splits:
+        _check_split(split)
     fix = f"rebuild it: bin/build-buckets --root {path.parent.parent} --collection {path.stem} --force"
     try:
         data = json.loads(path.read_text())
@@ -244,16 +264,19 @@ def read_collection(path: Path) -> tuple[Collection, dict[str, Any]]:
         raise
     except (OSError, ValueError) as e:
         raise ToolError(f"{path}: not a readable bucket file ({e}); {fix}") from None
-    if not isinstance(data, dict) or data.get("format") != BUCKETS_FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
         found = data.get("format") if isinstance(data, dict) else None
-        raise ToolError(f"{path}: bucket file format {found}, this tool reads format {BUCKETS_FORMAT}; {fix}")
+        raise ToolError(f"{path}: bucket file format {found}, this tool reads format "
+                        f"{' or '.join(map(str, READABLE_FORMATS))}; {fix}")
     try:
         collection = Collection(
             name=str(data["collection"]),
-            buckets=[_bucket_from_json(b) for b in data["buckets"]],
+            buckets=[_bucket_from_json(b) for b in data["buckets"] if b["split"] in splits],
             built_from=dict(data["built_from"]),
             holdout=str(data["holdout"]),
             settings=dict(data["settings"]),
+            format=int(data["format"]),
+            splits=tuple(splits),
         )
         missing = {"dataset_id", "fingerprint", "runs"} - collection.built_from.keys()
         if missing:
@@ -292,17 +315,27 @@ def _rebuild(layout: Layout, name: str, horizon: int) -> None:
         print(line, file=sys.stderr)
 
 
-def load_collection(layout: Layout, name: str, *, horizon: int, rebuild: bool = True) -> Collection:
-    """The collection `name` of this root, built or rebuilt first when it is missing, stale or made for
-    another horizon.
+def outdated(collection: Collection) -> str | None:
+    """Why a file of an older format must be rebuilt; None for the current format."""
+    if collection.format == BUCKETS_FORMAT:
+        return None
+    return (f"is of bucket file format {collection.format} (no test split, no balance table), this tool writes "
+            f"format {BUCKETS_FORMAT}")
+
+
+def load_collection(layout: Layout, name: str, *, horizon: int, rebuild: bool = True,
+                    splits: tuple[str, ...] = TRAINING_SPLITS) -> Collection:
+    """The collection `name` of this root with the buckets of `splits` (default: train and val, what training
+    reads; the test split only when asked for by name), built or rebuilt first when it is missing, stale,
+    of an older format or made for another horizon.
 
     `horizon` is the future horizon of the cache the caller reads (CacheSettings.horizon): posttrain
     frames must have that many readable frames after them. pretrain takes every frame and ignores it.
 
-    Missing, stale (finished route runs added, removed or redone since it was built) or, for posttrain,
-    built for another horizon: say so on stderr and run the builder (`python -m tools.buckets build
-    --horizon H`), unless `rebuild` is False (then ToolError). Built from another dataset: ToolError
-    naming the file and the fix; never overwritten."""
+    Missing, stale (finished route runs added, removed or redone since it was built), of an older format
+    or, for posttrain, built for another horizon: say so on stderr and run the builder (`python -m
+    tools.buckets build --horizon H`), unless `rebuild` is False (then ToolError). Built from another
+    dataset: ToolError naming the file and the fix; never overwritten."""
     check_collection(name)
     horizon = int(horizon)
     path = collection_path(layout, name)
@@ -310,17 +343,19 @@ def load_collection(layout: Layout, name: str, *, horizon: int, rebuild: bool = 
         f" --horizon {horizon}" if name == "posttrain" else "")
     this_id = dataset_id(layout)
     try:
-        collection, _ = read_collection(path)
+        collection, _ = read_collection(path, splits)
     except FileNotFoundError:
         if not rebuild:
             raise ToolError(f"{path}: no such bucket file; build it: {fix}") from None
         print(f"{path} does not exist yet; building it", file=sys.stderr)
         _rebuild(layout, name, horizon)
-        return read_collection(path)[0]
+        return read_collection(path, splits)[0]
     check_same_dataset(path, layout, collection.built_from, this_id)
     change = describe_change(collection.built_from, dataset_state(layout))
     if change is not None:
         reason = f"is stale: {change} since it was built"
+    elif outdated(collection):
+        reason = outdated(collection)
     elif name == "posttrain" and collection.horizon != horizon:
         reason = f"was built for horizon {collection.horizon}, the cache being read has horizon {horizon}"
     else:
@@ -329,4 +364,4 @@ def load_collection(layout: Layout, name: str, *, horizon: int, rebuild: bool = 
         raise ToolError(f"{path} {reason}; rebuild it: {fix}")
     print(f"{path} {reason}; rebuilding", file=sys.stderr)
     _rebuild(layout, name, horizon)
-    return read_collection(path)[0]
+    return read_collection(path, splits)[0]

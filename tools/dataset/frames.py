@@ -61,8 +61,9 @@ def write_packed(path: Path, data: bytes) -> None:
     atomic.write_bytes(path, data, durable=False)
 
 
-def read_frame(path: Path, sensors: bool | list[str] = True) -> dict[str, Any]:
-    """Read a frame; decode all sensors (True), none (False) or the named ones."""
+def read_frame(path: Path, sensors: bool | list[str] = True, blobs: bool = False) -> dict[str, Any]:
+    """Read a frame; decode all sensors (True), none (False) or the named ones. With `blobs`, the frame also
+    holds every sensor as stored (`blobs`: name -> tools.dataset.codec blob), to copy without decoding."""
     try:
         frame = msgpack.unpackb(Path(path).read_bytes(), raw=False)
     except (ValueError, msgpack.UnpackException) as e:
@@ -70,13 +71,15 @@ def read_frame(path: Path, sensors: bool | list[str] = True) -> dict[str, Any]:
     if not isinstance(frame, dict) or frame.get("format") != FRAME_FORMAT:
         raise FrameError(f"{path}: frame format {frame.get('format') if isinstance(frame, dict) else '?'}, "
                          f"this tool reads format {FRAME_FORMAT}")
-    blobs = frame.pop("sensors")
-    wanted = blobs.keys() if sensors is True else ([] if sensors is False else sensors)
+    stored = frame.pop("sensors")
+    wanted = stored.keys() if sensors is True else ([] if sensors is False else sensors)
     try:
-        frame["sensors"] = {name: decode_array(blobs[name]) for name in wanted if name in blobs}
+        frame["sensors"] = {name: decode_array(stored[name]) for name in wanted if name in stored}
     except (CodecError, KeyError, TypeError, ValueError, OSError) as e:
         raise FrameError(f"{path}: a sensor does not decode ({type(e).__name__}: {e})") from None
-    frame["sensor_names"] = sorted(blobs)
+    frame["sensor_names"] = sorted(stored)
+    if blobs:
+        frame["blobs"] = stored
     return frame
 
 

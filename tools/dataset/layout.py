@@ -2,6 +2,8 @@
 
     ROOT/
       manifest.json                              format version, who/what/when collected it
+      README.md                                  the dataset card, written from the manifest (tools.collect.info)
+      reports/<date>/report.json, report.html    quality reports of `validate` (tools.collect.quality)
       data/<Scenario>/<run>/                     one folder per route run (route x repetition)
           run.json                               settings of the run (seed, town, rig, attempt)
           heartbeat.json                         host, pid and time, rewritten while the run is alive
@@ -17,6 +19,7 @@
       buckets/index.json                         the bucket builder's per-frame index
       cache/<key>/settings.json                  one training cache per preprocessing key (tools.dataset.cache)
       cache/<key>/data/<Scenario>/<run>/<index:05d>.rec   one record per recorded frame
+      py123d/logs/<split>/<log>/  py123d/maps/<dataset>/   Py123D logs and maps of finished runs (collect --py123d)
 
 An evaluation root (bin/evaluate: routes driven by a trained policy or the expert, nothing recorded) has
 the same manifest.json, results/ and logs/, and two files of its own:
@@ -57,6 +60,8 @@ DATASET_FORMAT = 4
 READABLE_FORMATS = (2, 3, 4)
 
 MANIFEST = "manifest.json"
+CARD = "README.md"
+REPORTS = "reports"
 DATA = "data"
 RESULTS = "results"
 LOGS = "logs"
@@ -121,16 +126,24 @@ def check_not_nested(root: Path) -> None:
                                 "its own --root, side by side")
 
 
-def check_root_writable(root: Path) -> None:
-    """Refuse a root that cannot be created or written, without creating anything."""
-    probe = root
+def unwritable(folder: Path) -> str | None:
+    """Why `folder` cannot be made or written into ("<path> is not a folder", "<path> is not writable"), None
+    when it can; creates nothing (the nearest existing folder on its path decides)."""
+    probe = Path(folder)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        raise ToolError(f"--root {root}: {probe} is a file, not a folder; give a --root that is a folder "
-                        "or does not exist yet")
+        return f"{probe} is not a folder"
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise ToolError(f"--root {root}: {probe} is not writable; give a --root you can write to")
+        return f"{probe} is not writable"
+    return None
+
+
+def check_root_writable(root: Path) -> None:
+    """Refuse a root that cannot be created or written, without creating anything."""
+    why = unwritable(root)
+    if why:
+        raise ToolError(f"--root {root}: {why}; give a --root that is a writable folder or does not exist yet")
 
 
 @dataclass(frozen=True, order=True)
@@ -181,6 +194,16 @@ class Layout:
         return self.root / MANIFEST
 
     @property
+    def reports(self) -> Path:
+        """ROOT/reports/: the quality reports of `validate`, one folder per day (tools.collect.quality)."""
+        return self.root / REPORTS
+
+    @property
+    def card(self) -> Path:
+        """ROOT/README.md: the dataset card, written from the manifest after a collection and by `info`."""
+        return self.root / CARD
+
+    @property
     def evaluation(self) -> Path:
         """ROOT/evaluation.json: what an evaluation root evaluates; its existence makes ROOT one."""
         return self.root / EVALUATION
@@ -203,6 +226,12 @@ class Layout:
     @property
     def cache(self) -> Path:
         return self.root / CACHE
+
+    @property
+    def py123d(self) -> Path:
+        """ROOT/py123d: the Py123D data root `collect --py123d` writes (logs/<split>/<log>/, maps/<dataset>/;
+        tools.collect.py123d_export). Read it with PY123D_DATA_ROOT=ROOT/py123d (docs/py123d.md)."""
+        return self.root / "py123d"
 
     def collection_file(self, name: str) -> Path:
         """ROOT/buckets/<name>.json: one bucket collection."""

@@ -1,18 +1,25 @@
-"""ROOT/manifest.json: the dataset's format version, and who collected what, when, with which settings.
+"""ROOT/manifest.json: the dataset's format version, and who collected what, when, with which code and settings.
 
     {
-      "format_version": 1,                      layout.DATASET_FORMAT of the writer
+      "format_version": 4,                      layout.DATASET_FORMAT of the writer
       "dataset_id": "3f2a...",                  uuid4 hex made with the manifest: which dataset this is
       "created": "2025-01-31T12:00:00+00:00",   ISO 8601, UTC
       "created_by": "user@host",
       "tool": "drivekit 0.1.0",
-      "collections": [                          one entry appended per `collect` invocation
-        {"time", "user", "tool", "routes_dir", "repetitions", "settings", "argv"}
+      "collections": [                          one entry appended per `collect` (or lone `run`) invocation
+        {"time", "user", "tool", "format_version", "code", "machine",      added by update_manifest
+         "command", "routes_dir", "repetitions", "settings", "argv", ...}  given by the caller
       ],
       "runs": {                                 every route run ever planned in this root
         "<scenario>/<run>": {"route": "/abs/path/route.xml", "route_id": "7", "repetition": 0}
       }
     }
+
+Every collection entry records the format version it wrote, the code (`code_version`: package version,
+git commit and whether the tree was dirty, when known) and the machine (`machine`: host, CPU, OS, Python,
+key package versions). What the caller adds (tools/collect/info.py `collection_record`: the exact settings,
+rig, rates, seeds, world, expert, the route set as `route_set`) is docs/dataset-format.md's to describe.
+Entries written before these fields existed simply lack them: readers take every field as optional.
 
 `dataset_id` names the dataset wherever its root is moved or copied to; files derived from it (bucket
 files) record it, so that such a file copied into another root is refused. A manifest written before
@@ -29,9 +36,13 @@ import getpass
 import hashlib
 import json
 import os
+import platform
 import socket
+import subprocess
 import uuid
+from collections.abc import Iterable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from tools.dataset import atomic
@@ -44,6 +55,127 @@ def tool_version() -> str:
         return f"drivekit {metadata.version('drivekit')}"
     except metadata.PackageNotFoundError:
         return "drivekit (not installed)"
+
+
+#: The checkout this code runs from (tools/dataset/manifest.py -> the repository root), when it is one.
+CHECKOUT = Path(__file__).resolve().parents[2]
+#: The commit and dirty flag baked into an Apptainer image at build time (containers/*.def `%environment`,
+#: set from `make images`), for code that runs where no git checkout is: read when git cannot tell.
+COMMIT_ENV = "DRIVEKIT_COMMIT"
+DIRTY_ENV = "DRIVEKIT_DIRTY"
+#: Packages whose versions a collection records (those installed): what decides how frames are made.
+KEY_PACKAGES = ("numpy", "carla", "eclipse-sumo", "libsumo", "msgpack", "zstandard", "simplejpeg", "numba", "pillow",
+                "torch", "py123d")
+_GIT_TIMEOUT_S = 10.0
+
+
+def _git(*args: str) -> str | None:
+    """`git -C CHECKOUT ARGS` stdout, None when git is absent, fails or hangs. GIT_OPTIONAL_LOCKS=0: `status`
+    must not take the index lock of a checkout others are working in."""
+    try:
+        proc = subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True,
+                              timeout=_GIT_TIMEOUT_S, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def code_version() -> dict[str, Any]:
+    """{"version": the drivekit package version (None when not installed), "commit": the git commit (None when
+    unknown), "dirty": whether tracked files differ from it (untracked files do not count, as in `git describe
+    --dirty`; None when unknown), "source": where commit and dirty come from: "git" (this checkout), "image"
+    (baked at build time: COMMIT_ENV, DIRTY_ENV) or None}.
+
+    The commit is read only from the checkout the code runs from (not from a repository around an installed
+    copy): git absent, a folder that is no repository, or one owned by someone else all give None, never an
+    error."""
+    try:
+        version = metadata.version("drivekit")
+    except metadata.PackageNotFoundError:
+        version = None
+    out: dict[str, Any] = {"version": version, "commit": None, "dirty": None, "source": None}
+    top = _git("rev-parse", "--show-toplevel", "HEAD")
+    lines = top.split() if top else []
+    if len(lines) == 2 and Path(lines[0]).resolve() == CHECKOUT:
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        out.update(commit=lines[1], dirty=None if status is None else bool(status.strip()), source="git")
+        return out
+    baked = os.environ.get(COMMIT_ENV, "").strip()
+    if baked and baked != "unknown":
+        dirty = os.environ.get(DIRTY_ENV, "").strip().lower()
+        out.update(commit=baked, dirty={"true": True, "1": True, "false": False, "0": False}.get(dirty),
+                   source="image")
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _os_name() -> str:
+    try:
+        name = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        name = ""
+    kernel = f"{platform.system()} {platform.release()}"
+    return f"{name} ({kernel})" if name else platform.platform()
+
+
+def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str]:
+    """Versions of the installed ones of `names` (a missing one is left out)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def machine() -> dict[str, Any]:
+    """Where a collection ran: host name, CPU model and counts (all, and usable by this process), OS, Python and
+    the KEY_PACKAGES installed."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    return {"hostname": socket.gethostname(), "cpu": _cpu_model(), "cpus": os.cpu_count(), "usable_cpus": usable,
+            "os": _os_name(), "python": platform.python_version(), "packages": package_versions()}
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's content (hex). ToolError naming the file when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise ToolError(f"{path}: cannot read it ({e.strerror})") from None
+    return digest.hexdigest()
+
+
+def route_set(files: Iterable[Path], base: Path) -> dict[str, Any]:
+    """The route files of a collection as one fingerprint: {"dir": base, "files": how many, "sha256": the hash of
+    every file's path relative to `base` and content hash, sorted}. The same files in another folder give the
+    same hash; a file changed, added, removed or renamed gives another."""
+    base = Path(base)
+    lines = []
+    for path in files:
+        path = Path(path)
+        try:
+            rel = path.relative_to(base).as_posix()
+        except ValueError:
+            rel = path.name
+        lines.append(f"{rel}\0{file_sha256(path)}\n")
+    lines.sort()
+    return {"dir": str(base), "files": len(lines), "sha256": hashlib.sha256("".join(lines).encode()).hexdigest()}
 
 
 def user_at_host() -> str:
@@ -121,7 +253,8 @@ def update_manifest(layout: Layout, collection: dict[str, Any], runs: dict[str, 
     else:
         manifest.setdefault("dataset_id", _derived_id(manifest))  # keep the id files derived from it recorded
         manifest["format_version"] = DATASET_FORMAT  # what it now holds (an older version's frames read as they are)
-    entry = {"time": now_iso(), "user": user_at_host(), "tool": tool_version(), **collection}
+    entry = {"time": now_iso(), "user": user_at_host(), "tool": tool_version(), "format_version": DATASET_FORMAT,
+             "code": code_version(), "machine": machine(), **collection}
     manifest.setdefault("collections", []).append(entry)
     merged = dict(planned_runs(manifest))
     merged.update(runs)

@@ -160,6 +160,12 @@ class Aggregate:
         return "\n".join(lines)
 
 
+def km_driven(route_length_m: float, score_route: float) -> float:
+    """The km a run counts as driven, as the leaderboard counts them: its route's length times its route
+    completion (score_route, percent)."""
+    return route_length_m / 1000 * score_route / 100
+
+
 def outside_lanes_km(messages: list[Any]) -> float:
     """The km a run drove outside its route's lanes, from the first message of that infraction (as the
     leaderboard reads it: the metres the message names / 1000); 0 when none names a distance."""
@@ -176,11 +182,12 @@ def _empty_record(index: int, route_id: str, run: str, status: str, meta: dict[s
         "index": index, "route_id": route_id, "run": run, "status": status, "num_infractions": 0,
         "infractions": {k: [] for k in INFRACTION_KEYS},
         "scores": {"score_route": 0.0, "score_penalty": 0.0, "score_composed": 0.0},
-        "meta": {k: _number(meta.get(k)) for k in ("route_length", "duration_game", "duration_system")},
+        "meta": {k: finite_number(meta.get(k)) for k in ("route_length", "duration_game", "duration_system")},
     }
 
 
-def _number(value: Any) -> float:
+def finite_number(value: Any) -> float:
+    """A result field as a finite float; 0 for anything else (missing, text, NaN, infinite)."""
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -208,8 +215,8 @@ def _run_score(layout: Layout, index: int, name: str, planned: dict[str, Any]) -
         counted = {
             "index": index, "route_id": route_id, "run": name, "status": str(record.get("status")),
             "infractions": {k: list(infractions.get(k) or []) for k in INFRACTION_KEYS},
-            "scores": {k: _number(scores.get(k)) for k in ("score_route", "score_penalty", "score_composed")},
-            "meta": {k: _number((record.get("meta") or {}).get(k))
+            "scores": {k: finite_number(scores.get(k)) for k in ("score_route", "score_penalty", "score_composed")},
+            "meta": {k: finite_number((record.get("meta") or {}).get(k))
                      for k in ("route_length", "duration_game", "duration_system")},
         }
         counted["num_infractions"] = sum(len(v) for v in counted["infractions"].values())
@@ -251,7 +258,7 @@ def aggregate(layout: Layout) -> Aggregate:
         elif status == "Perfect" and result != "Perfect":
             status = result
 
-    km = sum(r["meta"]["route_length"] / 1000 * r["scores"]["score_route"] / 100 for r in records)
+    km = sum(km_driven(r["meta"]["route_length"], r["scores"]["score_route"]) for r in records)
     per_km = {}
     for k in INFRACTION_KEYS:
         if k == OUTSIDE_LANES:

@@ -8,13 +8,14 @@ submitted as one chain of dependent SLURM jobs (what bin/pipeline runs). `python
 from __future__ import annotations
 
 from tools.dataset import cli
+from tools.dataset.presets import table_text
 
 
 def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition: str | None = None,
         account: str | None = None, shards: int = 8, gpus: int = 1, outputs: str = "outputs",
         redo: str | None = None, sbatch_args: str = "", collect_args: str = "", buckets_args: str = "",
         cache_args: str = "", pretrain_args: str = "", posttrain_args: str = "", collect_sbatch: str = "",
-        buckets_sbatch: str = "", cache_sbatch: str = "", train_sbatch: str = "") -> None:
+        buckets_sbatch: str = "", cache_sbatch: str = "", train_sbatch: str = "", preset: str | None = None) -> None:
     """Run every stage for a folder of routes: collect, buckets, cache, pretrain, posttrain.
 
     Without --slurm the stages run here one after the other and the first that fails stops the rest;
@@ -23,6 +24,13 @@ def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition
     state). The chain is recorded in ROOT/slurm/pipeline.json: rerunning the same command submits
     nothing while the jobs are pending, running or done, and resubmits from the first stage that failed.
     Everything is checked before anything is submitted.
+
+    --preset tiny|small|full sizes the run: bin/collect --preset and bin/train preset= (tools/dataset/presets.py;
+    the routes come from `python -m tools.collect routes --preset`); a --STAGE-args value wins over it.
+    tiny runs every stage on 4 short routes in about a minute on 2 cores, small in about ten. Collection:
+      {collect}
+    Training (both phases):
+      {train}
 
     Args:
         routes_dir: folder of route files (*.xml), searched recursively by bin/collect.
@@ -45,6 +53,7 @@ def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition
         buckets_sbatch: sbatch options of the buckets job.
         cache_sbatch: sbatch options of each cache array task ("--cpus-per-task=4 --time=02:00:00").
         train_sbatch: sbatch options of both training jobs ("--mem=200G --time=2-00:00:00").
+        preset: tiny, small or full: the size of the collection and of both training runs (above).
     """
     from tools.pipeline.chain import parse_options, pipeline
 
@@ -52,8 +61,13 @@ def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition
         routes_dir, root, outputs, slurm, partition, account, shards, gpus, redo, sbatch_args,
         args={"collect": collect_args, "buckets": buckets_args, "cache": cache_args, "pretrain": pretrain_args,
               "posttrain": posttrain_args},
-        sbatch={"collect": collect_sbatch, "buckets": buckets_sbatch, "cache": cache_sbatch, "train": train_sbatch})
+        sbatch={"collect": collect_sbatch, "buckets": buckets_sbatch, "cache": cache_sbatch, "train": train_sbatch},
+        preset=preset)
     pipeline(options)
+
+
+run.__doc__ = run.__doc__.replace("{collect}", table_text("collect", "      ")[6:]).replace(
+    "{train}", table_text("train", "      ")[6:])
 
 
 COMMANDS = {"run": run}

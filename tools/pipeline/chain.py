@@ -33,6 +33,7 @@ from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import resolve_root
 from tools.dataset.manifest import now_iso
+from tools.dataset.presets import check_preset
 from tools.dataset.slurm import LIVE, SlurmCommands
 
 PROG = "pipeline"
@@ -59,11 +60,13 @@ RESOURCES = {
 #: What the pipeline sets itself, refused in a stage's --STAGE-args (with the flag to use instead).
 RESERVED = {
     "collect": {"--root": "--root", "--slurm": "--slurm", "--watch": "(the job watches)",
-                "--no-watch": "(the job watches)", "--partition": "--partition", "--account": "--account"},
+                "--no-watch": "(the job watches)", "--partition": "--partition", "--account": "--account",
+                "--preset": "--preset"},
     "buckets": {"--root": "--root"},
     "cache": {"--root": "--root", "--shard": "--shards"},
-    "pretrain": {"root=": "--root", "logdir=": "--outputs", "--nproc": "--gpus"},
-    "posttrain": {"root=": "--root", "logdir=": "--outputs", "load=": "--outputs", "--nproc": "--gpus"},
+    "pretrain": {"root=": "--root", "logdir=": "--outputs", "--nproc": "--gpus", "preset=": "--preset"},
+    "posttrain": {"root=": "--root", "logdir=": "--outputs", "load=": "--outputs", "--nproc": "--gpus",
+                  "preset=": "--preset"},
 }
 
 #: A pending job whose dependency failed: it will never run.
@@ -88,6 +91,7 @@ class PipelineOptions:
     shards: int = 8
     gpus: int = 1
     redo: str | None = None
+    preset: str | None = None  # tiny | small | full: passed to collection and training (tools/dataset/presets.py)
     sbatch_args: tuple[str, ...] = ()  # every job
     stage_args: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, arguments of its tool)
     stage_sbatch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, sbatch options of its job)
@@ -121,8 +125,8 @@ def _writable(path: Path, flag: str, what: str) -> None:
 
 
 def parse_options(routes_dir: Any, root: Any, outputs: Any, slurm: Any, partition: Any, account: Any, shards: Any,
-                  gpus: Any, redo: Any, sbatch_args: Any, args: dict[str, Any], sbatch: dict[str, Any]
-                  ) -> PipelineOptions:
+                  gpus: Any, redo: Any, sbatch_args: Any, args: dict[str, Any], sbatch: dict[str, Any],
+                  preset: Any = None) -> PipelineOptions:
     """PipelineOptions from the flags, each converted and checked; ToolError naming the flag otherwise."""
     routes = Path(cli.text(routes_dir, "ROUTES_DIR")).expanduser().absolute()
     if not routes.is_dir():
@@ -143,6 +147,7 @@ def parse_options(routes_dir: Any, root: Any, outputs: Any, slurm: Any, partitio
         routes=routes, root=root_, outputs=outputs_, slurm=cli.switch(slurm, "slurm"),
         partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
         shards=cli.integer(shards, "shards", 1, 10000), gpus=cli.integer(gpus, "gpus", 0, 64), redo=redo_,
+        preset=check_preset(preset),
         sbatch_args=_words(sbatch_args, "sbatch-args"),
         stage_args=tuple((s, w) for s, w in stage_args.items() if w),
         stage_sbatch=tuple((s, _words(v, f"{s}-sbatch")) for s, v in sbatch.items() if v))
@@ -178,11 +183,14 @@ def stages(o: PipelineOptions) -> list[Stage]:
     nproc = ["--nproc", str(o.gpus)] if o.gpus > 1 else []
     where = [f for flag, value in (("--partition", o.partition), ("--account", o.account)) if value
              for f in (flag, value)]
-    pretrain = ["pretrain", f"root={root}", f"logdir={pre}", *o.args("pretrain")]
-    posttrain = ["posttrain", f"root={root}", f"load={pre}", f"logdir={post}", *o.args("posttrain")]
+    # The preset first: a stage's own arguments (--STAGE-args) come after it and win.
+    collect_preset = ["--preset", o.preset] if o.preset else []
+    train_preset = [f"preset={o.preset}"] if o.preset else []
+    pretrain = ["pretrain", f"root={root}", f"logdir={pre}", *train_preset, *o.args("pretrain")]
+    posttrain = ["posttrain", f"root={root}", f"load={pre}", f"logdir={post}", *train_preset, *o.args("posttrain")]
     return [
-        Stage("collect", [str(BIN / "collect"), str(o.routes), "--root", root, *o.args("collect")],
-              [str(o.routes), "--root", root, *where, *o.args("collect")]),
+        Stage("collect", [str(BIN / "collect"), str(o.routes), "--root", root, *collect_preset, *o.args("collect")],
+              [str(o.routes), "--root", root, *where, *collect_preset, *o.args("collect")]),
         Stage("buckets", [str(BIN / "build-buckets"), "--root", root, *o.args("buckets")],
               ["--root", root, *o.args("buckets")]),
         Stage("cache", [str(BIN / "build-cache"), "--root", root, *o.args("cache")],

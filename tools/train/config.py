@@ -21,6 +21,7 @@ from typing import Any
 
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import resolve_root
+from tools.dataset.presets import PRESETS, TRAIN, check_preset, resolve, table_text
 
 PHASES = ("pretrain", "posttrain")
 MODELS = ("tiny", "full")
@@ -42,6 +43,9 @@ def loss_names(planner: bool) -> tuple[str, ...]:
 class TrainConfig:
     phase: str = "pretrain"
     """pretrain (perception heads only) or posttrain (perception + planner); the command's first word."""
+    preset: str = ""
+    """tiny, small or full: the run size whose values (the table below) fill the keys not given on the command
+    line; empty: the defaults (as full). Recorded in config.json."""
 
     # --- where things are -------------------------------------------------------------------------
     root: str = ""
@@ -125,6 +129,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         checks = {
             "phase": (self.phase in PHASES, f"one of {', '.join(PHASES)}"),
+            "preset": (self.preset in ("", *PRESETS), f"one of {', '.join(PRESETS)}"),
             "model": (self.model in MODELS, f"one of {', '.join(MODELS)}"),
             "batch_size": (1 <= self.batch_size <= 4096, "between 1 and 4096"),
             "lr": (0 < self.lr < 1, "between 0 and 1"),
@@ -220,7 +225,8 @@ def _convert(name: str, text: str, annotation: str) -> Any:
 
 
 def parse_overrides(phase: str, args: list[str]) -> TrainConfig:
-    """`phase` plus `key=value` arguments -> a checked TrainConfig (defaults for the rest)."""
+    """`phase` plus `key=value` arguments -> a checked TrainConfig: the keys given, then the preset's
+    (`preset=NAME`, tools/dataset/presets.py), then the defaults."""
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     values: dict[str, Any] = {"phase": phase}
     for arg in args:
@@ -234,6 +240,9 @@ def parse_overrides(phase: str, args: list[str]) -> TrainConfig:
             hint = f"did you mean {' or '.join(near)}?" if near else "python -m tools.train --help lists the keys"
             raise ToolError(f"unknown config key {key!r}: {hint}")
         values[key] = _convert(key, text, str(fields[key].type))
+    preset = check_preset(values.get("preset"), "preset=")
+    if preset:
+        values.update((k, v) for k, v in resolve(TRAIN, preset, values).items() if v is not None)
     return TrainConfig(**values)
 
 
@@ -260,5 +269,6 @@ def help_text() -> str:
         lines.append(head)
         for doc_line in textwrap.wrap(docs.get(f.name, ""), 96):
             lines.append(" " * (width + 6) + doc_line)
-    lines += ["", "Environment: DATA_ROOT (default root); under torchrun: RANK, LOCAL_RANK, WORLD_SIZE."]
+    lines += ["", "Presets (preset=NAME; a key given explicitly wins; full: the defaults above):", table_text("train"),
+              "", "Environment: DATA_ROOT (default root); under torchrun: RANK, LOCAL_RANK, WORLD_SIZE."]
     return "\n".join(lines)

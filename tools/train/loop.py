@@ -13,14 +13,18 @@ Together with the model, optimizer, scheduler, scaler and RNG states it is all a
 TrainConfig is settled before the model is built and never changes during the run.
 
 Besides the TrainConfig, every checkpoint's config.json (and the run folder's) records what the model
-was trained on under `trained_on` (`trained_on()`): the cache folder and its preprocessing settings, the
-rig and the towns of the training runs. Driving the model later (tools/evaluate/policy.py) needs them.
+was trained on under `trained_on` (`trained_on()`): the dataset_id, the bucket file (its hash and the dataset
+state it was built from), the cache key (its folder name) and preprocessing settings, the rig and the towns of
+the training runs, and for a post-training run what its pre-training checkpoint read. Driving the model later
+(tools/evaluate/policy.py) needs the settings and the rig; the rest names the data, and goes into the
+TensorBoard run too (text tag "data").
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -185,11 +189,33 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
-def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, frames: list[data.Item]) -> dict[str, Any]:
-    """What a checkpoint records about its training data, for driving the model later: the cache folder's
-    name and its preprocessing settings, the rig of the training runs (the one most of them were recorded
-    with: the cache refuses runs lacking its camera) and the sorted town names of the training runs
-    (their run.json)."""
+def bucket_record(layout: Layout, collection: Any) -> dict[str, Any]:
+    """The bucket file a run reads, as a checkpoint names it: its path relative to ROOT, the sha256 of its bytes,
+    the fingerprint of the dataset state it was built from (`built_from`), its route runs and frames per split.
+    ToolError when the file on disk is no longer the one loaded (another process rebuilt it meanwhile)."""
+    from tools.dataset.buckets import TRAINING_SPLITS, collection_path
+
+    path = collection_path(layout, collection.name)
+    try:
+        raw = path.read_bytes()
+        on_disk = json.loads(raw)["built_from"]["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        on_disk = None
+    if on_disk != collection.built_from.get("fingerprint"):
+        raise ToolError(f"{path} changed on disk while training started (rebuilt by another process?); run the same "
+                        "command again")
+    return {"file": path.relative_to(layout.root).as_posix(), "sha256": hashlib.sha256(raw).hexdigest(),
+            "built_from": collection.built_from["fingerprint"], "runs": len(collection.built_from.get("runs") or {}),
+            "frames": {split: len(collection.frames(split)) for split in TRAINING_SPLITS}}
+
+
+def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collection: Any) -> dict[str, Any]:
+    """What a checkpoint records about its training data. To name it: the dataset_id of the root, the bucket
+    file (`bucket_record`, by collection name) and the cache key (the cache folder's name). To drive the model
+    later: the cache's preprocessing settings, the rig of the training runs (the one most of them were recorded
+    with: the cache refuses runs lacking its camera) and the sorted town names of the training runs (their
+    run.json)."""
+    frames = collection.frames("train")
     rigs: Counter[RigConfig] = Counter()
     towns: set[str] = set()
     for rel in sorted({run for run, _ in frames}):
@@ -203,8 +229,26 @@ def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, frames
         if run.get("town"):
             towns.add(str(run["town"]))
     rig = rigs.most_common(1)[0][0] if rigs else RigConfig()
-    return {"cache": cache_root.name, "cache_settings": settings.to_dict(), "rig": rig.to_dict(),
-            "towns": sorted(towns)}
+    return {"dataset_id": collection.built_from["dataset_id"],
+            "buckets": {collection.name: bucket_record(layout, collection)},
+            "cache": cache_root.name,  # the cache key
+            "cache_settings": settings.to_dict(), "rig": rig.to_dict(), "towns": sorted(towns)}
+
+
+def data_text(recorded: dict[str, Any]) -> str:
+    """The TensorBoard text (tag "data") naming what a run trained on: Markdown of `trained_on`'s names."""
+    lines = [f"- dataset_id: `{recorded.get('dataset_id')}`"]
+    for name, bucket in (recorded.get("buckets") or {}).items():
+        lines.append(f"- bucket file {bucket['file']} ({name}): sha256 `{bucket['sha256']}`, built from dataset "
+                     f"state `{bucket['built_from']}` ({bucket['runs']} route runs; {bucket['frames']['train']} train "
+                     f"/ {bucket['frames']['val']} val frames)")
+    lines.append(f"- cache key: `{recorded.get('cache')}`")
+    lines.append(f"- towns: {', '.join(recorded.get('towns') or []) or '-'}")
+    start = recorded.get("started_from")
+    if start:
+        lines.append(f"- started from {start.get('checkpoint')}, pre-trained on dataset_id "
+                     f"`{start.get('dataset_id')}`, cache key `{start.get('cache')}`")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- training
@@ -235,19 +279,26 @@ def train(cfg: TrainConfig) -> int:
         cfg = dataclasses.replace(cfg, model=start["config"].get("model", cfg.model))
 
     # --- data: the cache (its settings and how far apart its frames are) and the collection's bucket files
-    from tools.dataset.buckets import load_collection
+    from tools.dataset.buckets import TRAINING_SPLITS, load_collection
 
     layout = Layout(Path(cfg.root))
     cache_root, settings = data.find_cache(layout)
     frame_dt = read_frame_dt(cache_root)  # the waypoints' time step: from the data, never assumed
     if not rt.main:
         rt.barrier()  # rank 0 first: it may rebuild stale bucket files
-    collection = load_collection(layout, cfg.collection, horizon=settings.horizon)
+    # train and val only: the test split is not even read, so no test frame can reach a batch or a validation
+    collection = load_collection(layout, cfg.collection, horizon=settings.horizon, splits=TRAINING_SPLITS)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
     recorded = {}  # what every checkpoint's config.json records under trained_on (rank 0 saves)
     if rt.main:
         data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
-        recorded = trained_on(layout, cache_root, settings, collection.frames("train"))
+        recorded = trained_on(layout, cache_root, settings, collection)
+        before = start["config"] if start is not None else (ckpt["config"] if ckpt is not None else {})
+        if start is not None:  # post-training from a pre-training checkpoint: name what that one read too
+            recorded["started_from"] = {"checkpoint": str(start["path"]), **{
+                k: v for k, v in (before.get("trained_on") or {}).items() if k in ("dataset_id", "buckets", "cache")}}
+        elif (before.get("trained_on") or {}).get("started_from"):  # a resumed post-training run keeps it
+            recorded["started_from"] = before["trained_on"]["started_from"]
         rt.barrier()
     session = None
     if cfg.session_cache:
@@ -311,6 +362,7 @@ def train(cfg: TrainConfig) -> int:
                                                    "trained_on": recorded})
         # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
         writer = SummaryWriter(str(logdir), purge_step=loop["step"] + 1 if loop["step"] else None)
+        writer.add_text("data", data_text(recorded), loop["step"])  # what this (re)start read: a checkpoint names it
         how = f"resuming {resume}" if ckpt else (f"starting from {start['path']}" if start else "from scratch")
         log(f"train {cfg.phase}: {cfg.model} model, {count_parameters(model):,} parameters, {how}; "
             f"step {loop['step']}/{cfg.max_steps}, epoch {loop['epoch']}; {rt.world} process(es) on {rt.device} "

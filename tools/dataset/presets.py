@@ -1,0 +1,86 @@
+"""Presets: small runs before big ones. One table of values per stage, and one rule to apply them.
+
+    tiny    the whole chain (routes, collection, buckets, cache, pretrain, posttrain) in about a minute on
+            2 cores: 4 short routes, a few training steps; to check that everything runs
+    small   about ten minutes on 2 cores: 24 routes, a few hundred training steps; to see that it learns
+    full    each tool's defaults (what runs without --preset)
+
+The rule (`resolve`): a value given explicitly (a flag, a key=value) wins; else the preset's; else, without
+a preset, the `full` column, which holds the tools' defaults (tests/test_presets.py checks that it does).
+A preset sets only the keys its stage's table names; the buckets and the cache have no preset (their
+defaults cost what the data costs). `python -m tools.collect routes --help`, `... collect --help`,
+`bin/train --help-keys` and `bin/pipeline --help-flags` print their table (`table_text`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.dataset.errors import ToolError
+
+PRESETS = ("tiny", "small", "full")
+
+#: Per stage: key -> value per preset (tiny, small, full). None: not set by that preset.
+#: routes: python -m tools.collect routes (count has no default: full sets none).
+ROUTES: dict[str, tuple[Any, Any, Any]] = {
+    "count": (4, 24, None),
+    "min_length": (120.0, 150.0, 250.0),
+    "max_length": (200.0, 350.0, 700.0),
+}
+#: collect: bin/collect, python -m tools.collect collect (vehicles: the embedded world's background traffic; a
+#: CARLA world decides its own, so a preset leaves it out there).
+COLLECT: dict[str, tuple[Any, Any, Any]] = {
+    "workers": (2, 2, 1),
+    "vehicles": (10, 20, 40),
+}
+#: train: bin/train pretrain|posttrain preset=NAME (the TrainConfig keys).
+TRAIN: dict[str, tuple[Any, Any, Any]] = {
+    "max_steps": (20, 600, 1200),
+    "batch_size": (4, 8, 8),
+    "warmup_steps": (2, 30, 30),
+    "log_every": (5, 50, 10),
+    "image_every": (0, 200, 100),
+    "val_samples": (16, 128, 0),
+    "save_every": (20, 200, 200),
+}
+TABLES = {"routes": ROUTES, "collect": COLLECT, "train": TRAIN}
+
+
+def check_preset(preset: Any, flag: str = "--preset") -> str | None:
+    """None (no preset) or one of PRESETS; ToolError naming the flag otherwise."""
+    if preset is None or preset == "":
+        return None
+    if not isinstance(preset, str) or preset not in PRESETS:
+        given = f"{flag}{preset}" if flag.endswith("=") else f"{flag} {preset}"
+        raise ToolError(f"{given}: unknown preset; choose one of {', '.join(PRESETS)}")
+    return preset
+
+
+def resolve(table: dict[str, tuple[Any, Any, Any]], preset: str | None, given: dict[str, Any]) -> dict[str, Any]:
+    """Every key of `table`: the value in `given` when it is not None (explicit), else the preset's (`full`
+    without one). A key the preset leaves None stays None (the tool's own rule applies)."""
+    column = PRESETS.index(preset or "full")
+    return {key: given[key] if given.get(key) is not None else values[column] for key, values in table.items()}
+
+
+def table_text(stage: str, indent: str = "  ") -> str:
+    """The preset table of a stage, for --help: a row per key, a column per preset."""
+    table = TABLES[stage]
+    rows = [["", *PRESETS]] + [[key.replace("_", "-") if stage != "train" else key,
+                                *("-" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in values)]
+                               for key, values in table.items()]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(indent + "  ".join([r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:],
+                                                                                              strict=True))]).rstrip()
+                     for r in rows)
+
+
+def with_table(stage: str):
+    """Decorator: put the stage's preset table into a command's docstring (its --help) where it says {presets}."""
+
+    def decorate(fn):
+        indent = "      "  # the placeholder's own: a docstring's 4 spaces and 2 more
+        fn.__doc__ = (fn.__doc__ or "").replace("{presets}", table_text(stage, indent)[len(indent):])
+        return fn
+
+    return decorate
