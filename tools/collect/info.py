@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.collect.config import CollectSettings
-from tools.collect.progress import _row, count_states, known_runs
+from tools.collect.progress import count_states, known_runs, state_row, text_table
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_run_head
@@ -171,25 +171,13 @@ def count_root(layout: Layout, manifest: dict[str, Any] | None) -> Counts:
     return counts
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """Left-aligned first column, right-aligned numbers, a rule above the last row."""
-    everything = [header, *rows]
-    widths = [max(len(r[i]) for r in everything) for i in range(len(header))]
-    lines = []
-    for i, r in enumerate(everything):
-        if i == len(everything) - 1 and len(everything) > 2:
-            lines.append("  ".join("-" * w for w in widths))
-        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]))
-    return lines
-
-
 SCENARIO_COLUMNS = ("planned", "finished", "failed", "running", "pending", "failure rate", "frames")
 
 
 def scenario_rows(counts: Counts) -> list[list[str]]:
     """progress's rows (planned, finished, failed, running, pending, failure rate) with the frames."""
-    rows = [[*_row(name, states), str(counts.frames[name])] for name, states in sorted(counts.states.items())]
-    return [*rows, [*_row("total", counts.total()), str(sum(counts.frames.values()))]]
+    rows = [[*state_row(name, states), str(counts.frames[name])] for name, states in sorted(counts.states.items())]
+    return [*rows, [*state_row("total", counts.total()), str(sum(counts.frames.values()))]]
 
 
 TOWN_COLUMNS = ("finished", "failed", "frames")
@@ -449,11 +437,11 @@ def info_text(layout: Layout, manifest: dict[str, Any], counts: Counts, sizes: d
         lines += ["", f"the latest collection ({len(entries)} of {len(entries)}):"]
         lines += [f"  {k.ljust(width)}  {v}" for k, v in details]
     lines += ["", "route runs per scenario type (planned: in the manifest or on disk; frames: of finished runs):"]
-    lines += ["  " + line for line in _table(["scenario type", *SCENARIO_COLUMNS], scenario_rows(counts))]
+    lines += ["  " + line for line in text_table(["scenario type", *SCENARIO_COLUMNS], scenario_rows(counts))]
     lines += ["", "route runs per town (finished and failed runs; frames of finished ones):"]
-    lines += ["  " + line for line in _table(["town", *TOWN_COLUMNS], town_rows(counts))]
+    lines += ["  " + line for line in text_table(["town", *TOWN_COLUMNS], town_rows(counts))]
     lines += ["", "on disk:"]
-    lines += ["  " + line for line in _table(["part", "size", "files"], size_rows(sizes))]
+    lines += ["  " + line for line in text_table(["part", "size", "files"], size_rows(sizes))]
     return "\n".join(lines)
 
 
@@ -478,7 +466,7 @@ def card_text(layout: Layout, manifest: dict[str, Any], counts: Counts, sizes: d
     from tools.dataset.manifest import dataset_id, now_iso
 
     ident = dataset_id(layout)
-    _, planned, finished, failed, running, pending, rate = _row("total", counts.total())
+    _, planned, finished, failed, running, pending, rate = state_row("total", counts.total())
     entries = _collections(manifest)
     size = (f"{human(sizes['total'].bytes)} ({', '.join(f'{p} {human(sizes[p].bytes)}' for p in SIZE_PARTS)})"
             if sizes else f"not measured here: `bin/dataset-info {layout.root}` adds it")

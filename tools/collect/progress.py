@@ -56,7 +56,8 @@ def count_states(layout: Layout, keys: list[RunKey], states: dict[RunKey, RunSta
     return table
 
 
-def _row(name: str, states: Counter) -> list[str]:
+def state_row(name: str, states: Counter) -> list[str]:
+    """A table row: name, planned, finished, failed, running, pending, failure rate (COLUMNS)."""
     finished = states[RunState.FINISHED]
     failed = sum(states[s] for s in FAILED_STATES)
     ended = finished + failed
@@ -65,17 +66,23 @@ def _row(name: str, states: Counter) -> list[str]:
             str(states[RunState.PENDING]), rate]
 
 
-def format_table(table: dict[str, Counter]) -> str:
-    rows = [["scenario type", *COLUMNS]]
-    rows += [_row(name, states) for name, states in sorted(table.items())]
-    rows.append(_row("total", sum(table.values(), Counter())))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a table: the first column left-aligned, the others right-aligned, a rule above the last
+    row (the total) when there are rows besides it."""
+    everything = [header, *rows]
+    widths = [max(len(r[i]) for r in everything) for i in range(len(header))]
     lines = []
-    for i, r in enumerate(rows):
-        if i == len(rows) - 1:
+    for i, r in enumerate(everything):
+        if i == len(everything) - 1 and len(everything) > 2:
             lines.append("  ".join("-" * w for w in widths))
         lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]))
-    return "\n".join(lines)
+    return lines
+
+
+def format_table(table: dict[str, Counter]) -> str:
+    rows = [state_row(name, states) for name, states in sorted(table.items())]
+    rows.append(state_row("total", sum(table.values(), Counter())))
+    return "\n".join(text_table(["scenario type", *COLUMNS], rows))
 
 
 def print_progress(root: str | None) -> None:
