@@ -43,6 +43,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tools.buckets.rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, classify
+from tools.collect.progress import known_runs
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_measurements
@@ -183,14 +184,7 @@ def validate_root(root: str | None = None, workers: int | None = None, out: str 
     _check_writable(report_dir, "--out" if out is not None else f"the report folder of --root {layout.root}")
 
     planned = planned_runs(manifest)
-    keys = set(layout.iter_runs())
-    for name in planned:
-        scenario, _, run = name.partition("/")
-        try:
-            keys.add(RunKey(scenario, run))
-        except ValueError:
-            raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
-    found = read_results(layout, sorted(keys))
+    found = read_results(layout, known_runs(layout, manifest))
     states = {key: state for key, (state, _) in found.items()}
     finished = [key for key, state in states.items() if state is RunState.FINISHED]
     if not finished:
