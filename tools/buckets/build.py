@@ -46,8 +46,8 @@ from tools.dataset.buckets import (
     run_key,
 )
 from tools.dataset.errors import ToolError
-from tools.dataset.frames import FrameError, read_measurements, read_run_head, read_run_measurements
-from tools.dataset.layout import FRAME_NAME, FRAME_SUFFIX, Layout
+from tools.dataset.frames import FrameError, indexed_measurements, read_measurements, read_run_head
+from tools.dataset.layout import FRAME_SUFFIX, Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
 from tools.dataset.results import RunState, is_failed, run_states
 from tools.dataset.samples import CacheSettings
@@ -121,12 +121,11 @@ def label_run(layout: Layout, rel: str, town: str | None = None) -> dict[str, An
             problems.append(f"{e}; its frames are left out")
     folder = str(layout.frames_dir(key))
     names = layout.frame_names(key)  # without a Path object per frame (a third of the time per frame)
-    summary = read_run_measurements(layout.run_measurements(key)) if town != "?" else None
-    if summary is not None and names == [FRAME_NAME.format(index=i) for i in range(len(summary.measurements))]:
-        # The run's measurements index lists exactly its frames: one file read instead of one per frame.
-        weather = weather_class(summary.measurements[0].weather) if summary.measurements else "?"
-        return {"town": town, "weather": weather, "labels": [classify(m) for m in summary.measurements],
-                "problems": problems}
+    # The run's measurements index, when it lists exactly its frames: one file read instead of one per frame.
+    indexed = indexed_measurements(layout.run_measurements(key), names) if town != "?" else None
+    if indexed is not None:
+        weather = weather_class(indexed[0].weather) if indexed else "?"
+        return {"town": town, "weather": weather, "labels": [classify(m) for m in indexed], "problems": problems}
     labels: list[str | None] = [None] * len(names)
     weather = "?"
     for name in names:
