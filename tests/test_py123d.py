@@ -335,7 +335,7 @@ def test_collect_on_slurm_with_py123d_writes_the_logs_in_the_array_tasks(slurm, 
     for key in finished:  # the task's run wrote it (its attempt log), not the monitor
         assert "as the Py123D log" in layout.attempt_logs(key)[-1].read_text()
     waves = list((root / "slurm" / "waves").glob("wave-*.json"))
-    assert waves and all(json.loads(w.read_text())["settings"].get("py123d") is True for w in waves)
+    assert waves and all(json.loads(w.read_text())["py123d"] is True for w in waves)
 
 
 # ----------------------------------------------------------------------------- bad input

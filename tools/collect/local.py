@@ -413,9 +413,7 @@ def collect_local(routes_dir: str, root: str | None, towns: str | None, workers:
     if slurm is not None:
         from tools.collect.slurm import collect_slurm, summary_line
 
-        # py123d rides in the wave's settings to each task (tools.collect.slurm.run_task takes it out)
-        outcome = collect_slurm(layout, jobs, slurm, {**settings, "py123d": True} if py123d else settings,
-                                max_attempts, scheduler)
+        outcome = collect_slurm(layout, jobs, slurm, settings, max_attempts, scheduler, py123d=py123d)
         card_after_collection(layout)  # ROOT/README.md, from the manifest and the counts now
         print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
         return

@@ -238,6 +238,7 @@ class Wave:
     throttle: int
     arrays: list[dict[str, Any]] = field(default_factory=list)  # {"name", "first", "count", "job_id", "argv"}
     created: str = field(default_factory=now_iso)
+    py123d: bool = False  # each run also writes its Py123D log (collect --py123d; absent in older wave files)
 
     @property
     def n_tasks(self) -> int:
@@ -250,7 +251,7 @@ class Wave:
         atomic.write_json(self.path, {
             "format": WAVE_FORMAT, "wave": self.wave, "created": self.created, "runs_per_task": self.runs_per_task,
             "max_attempts": self.max_attempts, "settings": self.settings, "throttle": self.throttle,
-            "arrays": self.arrays, "runs": self.runs,
+            "arrays": self.arrays, "runs": self.runs, "py123d": self.py123d,
         })
 
     @staticmethod
@@ -260,7 +261,8 @@ class Wave:
             if d.get("format") != WAVE_FORMAT:
                 raise ValueError(f"format {d.get('format')}, this tool reads {WAVE_FORMAT}")
             return Wave(Path(path), int(d["wave"]), list(d["runs"]), int(d["runs_per_task"]), int(d["max_attempts"]),
-                        dict(d["settings"]), int(d["throttle"]), list(d["arrays"]), str(d["created"]))
+                        dict(d["settings"]), int(d["throttle"]), list(d["arrays"]), str(d["created"]),
+                        bool(d.get("py123d", False)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ToolError(f"{path}: not a readable wave file ({e})") from None
 
@@ -295,11 +297,12 @@ class Monitor:
     """Submits waves and watches them; every piece of state it needs is on disk or in the scheduler."""
 
     def __init__(self, layout: Layout, options: SlurmOptions, scheduler: Scheduler, settings: dict[str, Any],
-                 max_attempts: int, log=None):
+                 max_attempts: int, log=None, py123d: bool = False):
         self.layout = layout
         self.o = options
         self.s = scheduler
         self.settings = settings
+        self.py123d = py123d
         self.max_attempts = max_attempts
         self.log = log or (lambda message: print(f"collect: {message}", file=sys.stderr, flush=True))
         self.prefix = f"drivekit-{dataset_id(layout)[:8]}"
@@ -320,7 +323,7 @@ class Monitor:
         waves = load_waves(self.layout)
         n = max((w.wave for w in waves), default=0) + 1
         wave = Wave(waves_dir(self.layout) / WAVE_NAME.format(wave=n), n, entries, self.o.runs_per_task,
-                    self.max_attempts, self.settings, self.o.throttle)
+                    self.max_attempts, self.settings, self.o.throttle, py123d=self.py123d)
         step = self.max_array
         for i, first in enumerate(range(0, wave.n_tasks, step)):
             wave.arrays.append({"name": f"{self.prefix}-w{n:04d}-{i}", "first": first,
@@ -518,25 +521,24 @@ def run_task(wave_file: str, index: Any) -> None:
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     job = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
     print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs", file=sys.stderr)
-    settings = dict(wave.settings)
-    py123d = bool(settings.pop("py123d", False))  # collect --py123d: not a setting, a flag of each run
-    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=settings, retry=False,
-                  progress=False, py123d=py123d)
+    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=wave.settings, retry=False,
+                  progress=False, py123d=wave.py123d)
     c.run(jobs)
     print(f"collect: task {task}: {len(c.finished)} finished, {len(c.failed)} failed, {c.skipped} already "
           f"finished, {len(c.busy)} running elsewhere, {len(c.given_up)} out of attempts", file=sys.stderr)
 
 
 def collect_slurm(layout: Layout, jobs: list, options: SlurmOptions, settings: dict[str, Any], max_attempts: int,
-                  scheduler: Scheduler | None = None) -> dict[str, Any]:
-    """Plan, submit and (with options.watch) monitor the route runs `jobs` (tools.collect.local.Job)."""
+                  scheduler: Scheduler | None = None, py123d: bool = False) -> dict[str, Any]:
+    """Plan, submit and (with options.watch) monitor the route runs `jobs` (tools.collect.local.Job); `py123d`:
+    each task's runs also write their Py123D logs (run --py123d)."""
     s = scheduler or Scheduler()
     s.require()
     if options.partition:
         s.check_partition(options.partition)
     planned = [{"key": str(j.key), "route": str(j.route_file.resolve()), "route_id": j.route.id,
                 "repetition": j.repetition, "towns": str(j.towns)} for j in jobs]
-    monitor = Monitor(layout, options, s, settings, max_attempts)
+    monitor = Monitor(layout, options, s, settings, max_attempts, py123d=py123d)
     return monitor.run(planned)
 
 
