@@ -367,11 +367,11 @@ def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
     for key in runs:
         frames = {}
         names = layout.frame_names(key)
-        folder_ = layout.frames_dir(key)
+        frames_dir = layout.frames_dir(key)
         for name in names:
             stem = name[: -len(FRAME_SUFFIX)]
             if stem.isdigit():
-                frames[int(stem)] = folder_ / name
+                frames[int(stem)] = frames_dir / name
         wanted = sorted(frames)
         if only is not None:
             if run_rel(key) != only[0]:
