@@ -12,6 +12,8 @@ A ray o + t*d meets the slab [-h, h] of one axis between (-h - o)/d and (h - o)/
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -160,6 +162,106 @@ def _hidden(buf, r0, r1, c0, c1, nearest):
         for j in range(c0, c1):
             deepest = _max(deepest, buf[i, j])
     return deepest < nearest
+
+
+@njit(**_OPTS)
+def _box_params(out, xyz, yaw, half, x, y, z):
+    """out[:] = (c, s, lo_x, hi_x, lo_y, hi_y, lo_z, hi_z) of a box seen from the point (x, y, z) of its frame
+    of reference: (c, s) its heading's cosine and sine, the slabs relative to the point turned into the box's
+    frame (float64, rounded to float32 on storing, as np.array(..., dtype=np.float32) did)."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    px, py = x - xyz[0], y - xyz[1]
+    ox, oy, oz = c * px + s * py, -s * px + c * py, z - xyz[2]
+    hx, hy, hz = half[0], half[1], half[2]
+    out[0], out[1] = c, s
+    out[2], out[3], out[4], out[5], out[6], out[7] = -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz
+
+
+@njit(**_OPTS)
+def _clipped_rect(cx, cy, cz, near, edges, f, u0, v0, width, height):
+    """Pixel rectangle (c0, c1, r0, r1) of a box reaching behind the camera: of its corners (cx, cy, cz in the
+    camera frame: depth, right, up) in front of the near plane and its edges' crossings of that plane; (0, 0, 0,
+    0) when nothing of it is in front."""
+    umin = vmin = math.inf
+    umax = vmax = -math.inf
+    found = False
+    for e in range(edges.shape[0] + cx.shape[0]):
+        if e < cx.shape[0]:  # a corner in front
+            if not cx[e] > near:
+                continue
+            px, py, pz = cx[e], cy[e], cz[e]
+        else:  # an edge crossing the near plane, at the plane
+            a, b = edges[e - cx.shape[0], 0], edges[e - cx.shape[0], 1]
+            da, db = cx[a] - near, cx[b] - near
+            if (da > 0) == (db > 0):
+                continue
+            t = da / (da - db)
+            px, py, pz = near, cy[a] + t * (cy[b] - cy[a]), cz[a] + t * (cz[b] - cz[a])
+        u = u0 + f * py / px
+        v = v0 - f * pz / px
+        umin, umax, vmin, vmax = min(umin, u), max(umax, u), min(vmin, v), max(vmax, v)
+        found = True
+    if not found:
+        return 0, 0, 0, 0
+    return (int(min(max(np.floor(umin), 0.0), width)), int(min(max(np.ceil(umax), 0.0), width)),
+            int(min(max(np.floor(vmin), 0.0), height)), int(min(max(np.ceil(vmax), 0.0), height)))
+
+
+@njit(**_OPTS)
+def camera_plan(order, idx, dmin, umin, umax, vmin, vmax, cx, cy, cz, box_xyz, box_yaw, box_half, cam_x, cam_y,
+                cam_z, f, u0, v0, width, height, near, edges):
+    """The boxes a camera draws, as camera_boxes takes them: for each box idx[o] in `order` (near first) whose
+    pixel rectangle is not empty, its rect, params (the camera's origin in the box's frame) and nearest depth.
+    Corners cx, cy, cz (camera frame) and their projections' bounds umin .. vmax are per culled box `o`; a box
+    reaching behind the camera (dmin <= near) gets the rectangle of its part in front (front_only)."""
+    n = order.shape[0]
+    rects = np.empty((n, 6), dtype=np.int64)
+    params = np.empty((n, 8), dtype=np.float32)
+    nearest = np.empty(n, dtype=np.float64)
+    m = 0
+    for o in order:
+        behind = dmin[o] <= near
+        if behind:
+            c0, c1, r0, r1 = _clipped_rect(cx[o], cy[o], cz[o], near, edges, f, u0, v0, width, height)
+        else:
+            c0, c1 = max(int(umin[o]), 0), min(int(math.ceil(umax[o])), width)
+            r0, r1 = max(int(vmin[o]), 0), min(int(math.ceil(vmax[o])), height)
+        if c0 >= c1 or r0 >= r1:
+            continue
+        k = idx[o]
+        rects[m, 0], rects[m, 1], rects[m, 2], rects[m, 3], rects[m, 4], rects[m, 5] = r0, r1, c0, c1, k, behind
+        _box_params(params[m], box_xyz[k], box_yaw[k], box_half[k], cam_x, cam_y, cam_z)
+        nearest[m] = dmin[o]
+        m += 1
+    return rects[:m], params[:m], nearest[:m]
+
+
+@njit(**_OPTS)
+def lidar_plan(order, idx, r0, r1, k0, k1, dnear, azimuths, box_xyz, box_yaw, box_half, x, z):
+    """The spans a LiDAR casts, as lidar_boxes takes them: for each box idx[o] in `order` (near first) with rows
+    r0[o]:r1[o] and azimuths k0[o]..k1[o] (wrapping around: two spans), its spans, params (the LiDAR's origin
+    (x, 0, z) in the box's frame) and nearest horizontal distance."""
+    n = order.shape[0]
+    spans = np.empty((2 * n, 5), dtype=np.int64)
+    params = np.empty((2 * n, 8), dtype=np.float32)
+    nearest = np.empty(2 * n, dtype=np.float64)
+    m = 0
+    for o in order:
+        if r0[o] >= r1[o] or k1[o] < k0[o]:
+            continue
+        count = min(k1[o] - k0[o] + 1, azimuths)
+        a = k0[o] % azimuths
+        k = idx[o]
+        _box_params(params[m], box_xyz[k], box_yaw[k], box_half[k], x, 0.0, z)
+        for piece in range(2):  # up to the last azimuth, then what wraps around from the first
+            a0, a1 = (a, min(a + count, azimuths)) if piece == 0 else (0, a + count - azimuths)
+            if a1 <= a0:
+                continue
+            spans[m, 0], spans[m, 1], spans[m, 2], spans[m, 3], spans[m, 4] = k, r0[o], r1[o], a0, a1
+            params[m] = params[m - piece]
+            nearest[m] = dnear[o]
+            m += 1
+    return spans[:m], params[:m], nearest[:m]
 
 
 @njit(**_OPTS)

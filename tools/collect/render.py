@@ -372,34 +372,12 @@ class Renderer:
         u = rays.cx + rays.f * cy / np.maximum(cx, _NEAR)
         v = rays.cy - rays.f * cz / np.maximum(cx, _NEAR)
         umin, umax, vmin, vmax = u.min(1), u.max(1), v.min(1), v.max(1)
-        H, W = cam.height, cam.width
         order = np.argsort(np.maximum(dmin, 0.0), kind="stable")  # near first: far boxes hidden are skipped
-        rects, params, nearest = [], [], []
-        for o in order:
-            k = idx[o]
-            if dmin[o] <= _NEAR:  # the box reaches behind the camera: clip its edges at the near plane
-                rect = _clipped_rect(cx[o], cy[o], cz[o], rays)
-                if rect is None:
-                    continue
-                c0, c1, r0, r1 = rect
-            else:
-                c0, c1 = max(int(umin[o]), 0), min(int(math.ceil(umax[o])), W)
-                r0, r1 = max(int(vmin[o]), 0), min(int(math.ceil(vmax[o])), H)
-            if c0 >= c1 or r0 >= r1:
-                continue
-            # The camera's origin in the box's frame (the kernel turns the rays into it).
-            bx, by, bz = b.xyz[k].tolist()
-            byaw = float(b.yaw[k])
-            c, s = math.cos(byaw), math.sin(byaw)
-            px, py = cam.x - bx, cam.y - by
-            ox, oy, oz = c * px + s * py, -s * px + c * py, cam.z - bz
-            hx, hy, hz = b.half[k].tolist()
-            rects.append((r0, r1, c0, c1, k, dmin[o] <= _NEAR))  # a box reaching behind: only hits in front
-            params.append((c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz))
-            nearest.append(dmin[o])
-        if rects:  # the slab test per pixel (tools.collect.raycast), float32 as the rays
-            raycast.camera_boxes(zb, mat, np.array(rects, dtype=np.int64), np.array(params, dtype=np.float32),
-                                 np.array(nearest, dtype=np.float64), b.faces, rays.dx, rays.dy, rays.dz)
+        rects, params, nearest = raycast.camera_plan(
+            order, idx, dmin, umin, umax, vmin, vmax, cx, cy, cz, b.xyz, b.yaw, b.half, *map(float, rays.origin),
+            float(rays.f), float(rays.cx), float(rays.cy), cam.width, cam.height, _NEAR, _BOX_EDGES)
+        # The slab test per pixel (tools.collect.raycast), float32 as the rays.
+        raycast.camera_boxes(zb, mat, rects, params, nearest, b.faces, rays.dx, rays.dy, rays.dz)
 
     # ------------------------------------------------------------------ lidar
     def _lidar(self, snap: Snapshot, b: _Boxes) -> tuple[np.ndarray, np.ndarray]:
@@ -456,27 +434,10 @@ class Renderer:
         if C == 1:
             on = (el_min <= self.el[0]) & (self.el[0] <= el_max)
             r0, r1 = np.where(on, 0, 1), np.ones_like(r0)
-        spans, params, nearest = [], [], []
-        for o in np.argsort(dnear, kind="stable"):
-            if r0[o] >= r1[o] or k1[o] < k0[o]:
-                continue
-            n = min(int(k1[o] - k0[o]) + 1, A)
-            a = int(k0[o]) % A
-            k = int(idx[o])
-            # The LiDAR's origin in the box's frame (the kernel turns the rays into it).
-            bx, by, bz = b.xyz[k].tolist()
-            byaw = float(b.yaw[k])
-            c, s = math.cos(byaw), math.sin(byaw)
-            px, py = cfg.x - bx, -by
-            ox, oy, oz = c * px + s * py, -s * px + c * py, cfg.z - bz
-            hx, hy, hz = b.half[k].tolist()
-            for a0, a1 in [(a, a + n)] if a + n <= A else [(a, A), (0, a + n - A)]:
-                spans.append((k, int(r0[o]), int(r1[o]), a0, a1))
-                params.append((c, s, -hx - ox, hx - ox, -hy - oy, hy - oy, -hz - oz, hz - oz))
-                nearest.append(float(dnear[o]))
-        if spans:  # the slab test per ray (tools.collect.raycast)
-            raycast.lidar_boxes(sbuf, hitbox, np.array(spans, dtype=np.int64), np.array(params, dtype=np.float32),
-                                np.array(nearest, dtype=np.float64), self.l_dx, self.l_dy, self.l_dz)
+        spans, params, nearest = raycast.lidar_plan(np.argsort(dnear, kind="stable"), idx, r0, r1, k0, k1, dnear, A,
+                                                    b.xyz, b.yaw, b.half, float(cfg.x), float(cfg.z))
+        # The slab test per ray (tools.collect.raycast).
+        raycast.lidar_boxes(sbuf, hitbox, spans, params, nearest, self.l_dx, self.l_dy, self.l_dz)
 
     # ------------------------------------------------------------------ bev
     def bev(self, snap: Snapshot) -> np.ndarray:
@@ -529,25 +490,3 @@ _BEV_OF_KIND = {"vehicle": sem.BEV_VEHICLE, "pedestrian": sem.BEV_PEDESTRIAN, "c
 def bev_class(cls: int) -> int:
     """The BEV class an actor's box is drawn with: vehicles, pedestrians (and cyclists), obstacles (props)."""
     return _BEV_OF_KIND[sem.actor_kind(cls)]
-
-
-def _clipped_rect(cx: np.ndarray, cy: np.ndarray, cz: np.ndarray,
-                  rays: _CameraRays) -> tuple[int, int, int, int] | None:
-    """Pixel rectangle of a box that reaches behind the camera: its part in front of the near plane."""
-    a, b = _BOX_EDGES[:, 0], _BOX_EDGES[:, 1]
-    da, db = cx[a] - _NEAR, cx[b] - _NEAR
-    cross = (da > 0) != (db > 0)
-    t = da[cross] / (da[cross] - db[cross])
-    px = np.concatenate([cx[cx > _NEAR], np.full(cross.sum(), _NEAR)])
-    py = np.concatenate([cy[cx > _NEAR], cy[a][cross] + t * (cy[b][cross] - cy[a][cross])])
-    pz = np.concatenate([cz[cx > _NEAR], cz[a][cross] + t * (cz[b][cross] - cz[a][cross])])
-    if not len(px):
-        return None
-    u = rays.cx + rays.f * py / px
-    v = rays.cy - rays.f * pz / px
-    W, H = rays.cam.width, rays.cam.height
-    c0, c1 = int(np.clip(np.floor(u.min()), 0, W)), int(np.clip(np.ceil(u.max()), 0, W))
-    r0, r1 = int(np.clip(np.floor(v.min()), 0, H)), int(np.clip(np.ceil(v.max()), 0, H))
-    return c0, c1, r0, r1
-
-
