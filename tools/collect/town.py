@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -232,12 +232,10 @@ class Town:
         out[..., 1] = -(xy[..., 1] - self.offset[1])
         return out
 
-    def carla_to_sumo(self, xy: np.ndarray) -> np.ndarray:
-        xy = np.asarray(xy, dtype=np.float64)
-        out = np.empty_like(xy)
-        out[..., 0] = xy[..., 0] + self.offset[0]
-        out[..., 1] = -xy[..., 1] + self.offset[1]
-        return out
+    def carla_to_sumo(self, xy: Sequence[float]) -> tuple[float, float]:
+        """One point (x, y) in CARLA's frame to SUMO network coordinates: sumo_to_carla's inverse."""
+        x, y = xy
+        return x + self.offset[0], -y + self.offset[1]
 
     @staticmethod
     def sumo_angle_to_yaw(angle: float | np.ndarray) -> float | np.ndarray:

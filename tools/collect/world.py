@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
@@ -44,6 +46,11 @@ VIEW_RADIUS_M = 150.0
 START_CLEAR_M = 30.0
 #: A red-light crossing is judged once the ego has driven this far past the stop line (which link it took).
 LINK_JUDGED_AFTER_M = 8.0
+#: The ego's front crossing a stop line is looked for at the lines this close to it along x and along y, metres.
+LINE_NEAR_M = 15.0
+#: Side of the squares by which stop lines are looked up, metres: larger than LINE_NEAR_M, so that the lines near
+#: a point lie in its square or in the eight around it.
+_LINE_CELL_M = 20.0
 
 
 #: The leaderboard's collision kind (collisions_<kind>) of each actor kind (semantics.actor_kind).
@@ -55,6 +62,16 @@ SHADOW_AHEAD_M = 15.0
 def _opposite(angle_a: float, angle_b: float) -> bool:
     """Two headings (degrees) more than 90 degrees apart."""
     return abs(wrap_degrees(angle_a - angle_b)) > 90.0
+
+
+def _cell(x: float, y: float) -> tuple[int, int]:
+    return math.floor(x / _LINE_CELL_M), math.floor(y / _LINE_CELL_M)
+
+
+def _reach(length: float, width: float) -> float:
+    """How far from the ego's centre the front bumper of a vehicle of this size can be while its box touches the
+    ego's, metres: half of both boxes' diagonals and of the vehicle's length, and a metre to spare."""
+    return (math.hypot(EGO_SIZE[0], EGO_SIZE[1]) + math.hypot(length, width) + length) / 2 + 1.0
 
 
 class WorldError(ToolError):
@@ -81,6 +98,35 @@ class StopLine:
     yaw: float
     width: float
     links: tuple[tuple[int, tuple[float, float]], ...]
+
+
+class _Near:
+    """The SUMO vehicles near the ego after one SUMO step (the ego and the stand-ins left out): the context
+    subscription's results, which change only when SUMO steps, and each vehicle's (class, length, width, height)."""
+
+    def __init__(self, found: dict[str, dict[int, Any]], vids: list[str],
+                 types: list[tuple[int, float, float, float]], town: Town):
+        self.vids = vids
+        self.types = types
+        self.fronts: list[tuple[float, float]] = [found[v][_tc.VAR_POSITION] for v in vids]  # SUMO's frame
+        self._found = found
+        self._town = town
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """(N, 6) rows of centre x, y, yaw, length, width, speed in CARLA's frame."""
+        found = self._found
+        # SUMO's x, y, angle, then length, width, speed: the last three are the rows' already.
+        rows = np.array([(*front, found[v][_tc.VAR_ANGLE], length, width, found[v][_tc.VAR_SPEED])
+                         for v, front, (_, length, width, _) in zip(self.vids, self.fronts, self.types, strict=True)],
+                        dtype=np.float64).reshape(-1, 6)
+        front = self._town.sumo_to_carla(rows[:, :2])
+        yaw = self._town.sumo_angle_to_yaw(rows[:, 2])
+        rad = np.radians(yaw)
+        rows[:, 0] = front[:, 0] - np.cos(rad) * rows[:, 3] / 2
+        rows[:, 1] = front[:, 1] - np.sin(rad) * rows[:, 3] / 2
+        rows[:, 2] = yaw
+        return rows
 
 
 @dataclass
@@ -111,12 +157,15 @@ class SumoWorld:
         self._ids: dict[str, int] = {EGO: 0}
         self._next_id = 0  # the last box id given
         self._types: dict[str, tuple[int, float, float, float]] = {}
+        self._near: _Near | None = None  # since the last SUMO step (`_vehicles`); None: not read yet
+        self._lane_angles: dict[str, float] = {}  # `_lane_angle`, by lane id
         self._next_bg = 0
         self._crossing: _Crossing | None = None
         self._collided: set[int] = set()
         self._light_cache: dict[tuple[int, str], list[Light]] = {}
         self._speed_limit = 13.89  # until the ego is first on a lane: 50 km/h
         self._snap: Snapshot | None = None
+        self._ego_box: Box | None = None  # since the ego last moved (`ego_box`); None: not made yet
         self._ego_adds = 0  # times the ego was put into SUMO
         #: Boxes of the actors scenarios place and move (tools.collect.scenarios), by box id; the SUMO vehicles
         #: that stand in for the standing ones, so that SUMO's traffic stops behind them (not reported itself).
@@ -149,6 +198,12 @@ class SumoWorld:
                 self._add_background(depart_pos="random_free")
             self.stop_lines = self._stop_lines()
             self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
+            #: The stop lines in each _LINE_CELL_M square or in the eight around it, in the order of stop_lines.
+            self._lines_around: dict[tuple[int, int], list[StopLine]] = {}
+            for line in self.stop_lines:
+                cx, cy = _cell(line.x, line.y)
+                for cell in ((i, j) for i in (cx - 1, cx, cx + 1) for j in (cy - 1, cy, cy + 1)):
+                    self._lines_around.setdefault(cell, []).append(line)
             self._sumo_step()  # insert the background
             for _ in range(5):
                 if not self._clear_start():
@@ -176,8 +231,8 @@ class SumoWorld:
 
     def _add_ego(self) -> None:
         """The ego as a SUMO vehicle that SUMO never moves: placed by `_place_ego` every tick."""
-        sx, sy = self.town.carla_to_sumo(np.array([self.ego.x, self.ego.y]))
-        edge, _, _ = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
+        edge, _, _ = self.ls.simulation.convertRoad(sx, sy, False, "passenger")
         if not edge or edge.startswith(":"):
             edge = self._edges[0]
         self._ego_adds += 1
@@ -192,6 +247,7 @@ class SumoWorld:
         # One call a tick returns every vehicle near the ego with what a box needs (libsumo context subscription).
         self.ls.vehicle.subscribeContext(EGO, _tc.CMD_GET_VEHICLE_VARIABLE, VIEW_RADIUS_M,
                                          [_tc.VAR_POSITION, _tc.VAR_ANGLE, _tc.VAR_SPEED])
+        self._near = None  # the new subscription came with results of its own
         self._place_ego()
 
     def _clear_start(self) -> bool:
@@ -200,10 +256,9 @@ class SumoWorld:
         when it took some out (and stepped once, in which vehicles SUMO could not insert before may come)."""
         e = self.ego
         c, s = math.cos(math.radians(e.yaw)), math.sin(math.radians(e.yaw))
-        vids, rows = self._rows(self.ls.vehicle.getContextSubscriptionResults(EGO))
         removed = False
-        for vid, (x, y, *_) in zip(vids, rows.tolist(), strict=True):
-            along, across = (x - e.x) * c + (y - e.y) * s, -(x - e.x) * s + (y - e.y) * c
+        for vid, b in zip(self._vehicles().vids, self._boxes(), strict=True):
+            along, across = (b.x - e.x) * c + (b.y - e.y) * s, -(b.x - e.x) * s + (b.y - e.y) * c
             if -START_CLEAR_M < along < EGO_SIZE[0] and abs(across) < 2.5:
                 self.ls.vehicle.remove(vid)
                 self._ids.pop(vid, None)
@@ -216,10 +271,10 @@ class SumoWorld:
 
     def _place_ego(self) -> None:
         """Put SUMO's ego where the bicycle is (SUMO's position is the front bumper's)."""
-        sx, sy = self.town.carla_to_sumo(np.array(self._front()))
+        sx, sy = self.town.carla_to_sumo(self._front())
         angle = (self.ego.yaw + 90.0) % 360.0  # CARLA's yaw as SUMO's angle
         # keepRoute 2: onto any lane (the ego leaves SUMO's idea of its route); a lane within 10 m.
-        self.ls.vehicle.moveToXY(EGO, "", -1, float(sx), float(sy), angle, 2, 10.0)
+        self.ls.vehicle.moveToXY(EGO, "", -1, sx, sy, angle, 2, 10.0)
 
     def _add_background(self, depart_pos: str = "base") -> None:
         for _ in range(20):
@@ -260,9 +315,9 @@ class SumoWorld:
     # ------------------------------------------------------------------ stepping
     def step(self, control: Control) -> StepEvents:
         """Move the ego by `control` for one tick, let SUMO move everyone else, judge what happened."""
-        ls = self.ls
         before = self._front()
         self.ego.step(control, self.dt)
+        self._ego_box = None  # it moved
         self._place_ego()
         self._place_shadow()
         arrived = self._sumo_step()
@@ -276,16 +331,19 @@ class SumoWorld:
                 self._add_background()
         ev = StepEvents()
         ego = self.ego_box()
-        # Collisions: the ego's box against the boxes of the vehicles close to it.
-        found = ls.vehicle.getContextSubscriptionResults(EGO)
-        sx, sy = self.town.carla_to_sumo(np.array([ego.x, ego.y]))
-        pos = _tc.VAR_POSITION
-        vids, rows = self._rows({v: val for v, val in found.items()
-                                 if abs(val[pos][0] - sx) < 16.0 and abs(val[pos][1] - sy) < 16.0})
-        if vids:
-            hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), rows[:, :5])
-            for i in np.flatnonzero(hit):
-                self._collide(ev, self._ids[vids[i]], semantics.CAR)
+        # Collisions: the ego's box against the boxes of the vehicles close to it. A vehicle has its box id from
+        # when it first came this close, or into a snapshot.
+        vehicles = self._vehicles()
+        sx, sy = self.town.carla_to_sumo((ego.x, ego.y))
+        close = [i for i, (x, y) in enumerate(vehicles.fronts) if abs(x - sx) < 16.0 and abs(y - sy) < 16.0]
+        for i in close:
+            self._box_id(vehicles.vids[i])
+        # Of those, only a vehicle whose front is within its reach can touch the ego's box.
+        touch = [i for i in close if math.dist(vehicles.fronts[i], (sx, sy)) < _reach(*vehicles.types[i][1:3])]
+        if touch:
+            hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), vehicles.rows[touch, :5])
+            for k in np.flatnonzero(hit):
+                self._collide(ev, self._ids[vehicles.vids[touch[k]]], semantics.CAR)
         near = [b for b in self._statics.values() if abs(b.x - ego.x) < 16.0 and abs(b.y - ego.y) < 16.0]
         if near:
             rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in near])
@@ -312,17 +370,16 @@ class SumoWorld:
                                  height=height)
         self._snap = None
         if block:
-            sx, sy = self.town.carla_to_sumo(np.array([x, y]))
-            edge, _, _ = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+            sx, sy = self.town.carla_to_sumo((x, y))
+            edge, _, _ = self.ls.simulation.convertRoad(sx, sy, False, "passenger")
             if edge and not edge.startswith(":"):
                 vid = f"block{aid}"
                 self._add_stand_in(vid, edge, f"bg{semantics.CAR}")
                 self.ls.vehicle.setLength(vid, length)
                 self.ls.vehicle.setWidth(vid, width)
                 rad = math.radians(yaw)
-                front = np.array([x + math.cos(rad) * length / 2, y + math.sin(rad) * length / 2])
-                fx, fy = self.town.carla_to_sumo(front)
-                self.ls.vehicle.moveToXY(vid, "", -1, float(fx), float(fy), (yaw + 90.0) % 360.0, 2, 10.0)
+                fx, fy = self.town.carla_to_sumo((x + math.cos(rad) * length / 2, y + math.sin(rad) * length / 2))
+                self.ls.vehicle.moveToXY(vid, "", -1, fx, fy, (yaw + 90.0) % 360.0, 2, 10.0)
                 self.ls.vehicle.setSpeed(vid, 0.0)
         return aid
 
@@ -345,9 +402,9 @@ class SumoWorld:
         """SUMO's way from a source point to a sink point (CARLA frame): (edges, source lane index, source
         position on its edge); None where SUMO has none (a point off its network, no route between)."""
         ends = []
-        for x, y in (source, sink):
-            sx, sy = self.town.carla_to_sumo(np.array([x, y]))
-            edge, pos, lane = self.ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+        for point in (source, sink):
+            sx, sy = self.town.carla_to_sumo(point)
+            edge, pos, lane = self.ls.simulation.convertRoad(sx, sy, False, "passenger")
             if not edge or edge.startswith(":"):
                 return None
             ends.append((edge, float(pos), int(lane)))
@@ -379,14 +436,15 @@ class SumoWorld:
     def box_ids(self, vids: list[str]) -> list[int]:
         """Box ids of those SUMO vehicles still driving (the ids their boxes have in frames)."""
         present = set(self.ls.vehicle.getIDList())
-        out = []
-        for vid in vids:
-            if vid in present:
-                if vid not in self._ids:
-                    self._next_id += 1
-                    self._ids[vid] = self._next_id
-                out.append(self._ids[vid])
-        return out
+        return [self._box_id(vid) for vid in vids if vid in present]
+
+    def _box_id(self, vid: str) -> int:
+        """The box id of a SUMO vehicle, given when first asked for; never reused: an id names one vehicle for
+        the whole run."""
+        if vid not in self._ids:
+            self._next_id += 1
+            self._ids[vid] = self._next_id
+        return self._ids[vid]
 
     def _place_shadow(self) -> None:
         """Keep a standing SUMO vehicle in the lane the ego reaches into or drives in against its direction
@@ -401,19 +459,19 @@ class SumoWorld:
         except self.ls.TraCIException:  # the ego is being put back
             lane = ""
         if lane and not lane.startswith(":"):
-            if _opposite(ls.lane.getAngle(lane), heading):
+            if _opposite(self._lane_angle(lane), heading):
                 edge, index = lane.rsplit("_", 1)
                 target = (edge, int(index), float(ls.vehicle.getLanePosition(EGO)))
             elif abs(lateral) + EGO_SIZE[1] / 2 - ls.lane.getWidth(lane) / 2 > 0.2:
                 rad = math.radians(e.yaw)
                 side = math.copysign(abs(lateral) + EGO_SIZE[1] / 2, lateral)  # the box's edge on that side
-                sx, sy = self.town.carla_to_sumo(np.array([e.x + math.sin(rad) * side, e.y - math.cos(rad) * side]))
-                edge, pos, index = ls.simulation.convertRoad(float(sx), float(sy), False, "passenger")
+                sx, sy = self.town.carla_to_sumo((e.x + math.sin(rad) * side, e.y - math.cos(rad) * side))
+                edge, pos, index = ls.simulation.convertRoad(sx, sy, False, "passenger")
                 if edge and not edge.startswith(":") and f"{edge}_{index}" != lane:
                     target = (edge, int(index), float(pos))
         if target is not None:
             edge, index, pos = target
-            if _opposite(ls.lane.getAngle(f"{edge}_{index}"), heading):
+            if _opposite(self._lane_angle(f"{edge}_{index}"), heading):
                 pos = max(pos - SHADOW_AHEAD_M, 0.5)  # its positions grow against the ego's heading
             sx, sy = ls.simulation.convert2D(edge, pos, index)
         if self._shadow is not None and (target is None or self._shadow[1] != f"{target[0]}_{target[1]}"):
@@ -436,11 +494,18 @@ class SumoWorld:
         except self.ls.TraCIException:  # gone meanwhile: a new one on the next tick
             self._shadow = None
 
+    def _lane_angle(self, lane: str) -> float:
+        """SUMO's angle of a lane (asked once: a lane's shape never changes)."""
+        if lane not in self._lane_angles:
+            self._lane_angles[lane] = self.ls.lane.getAngle(lane)
+        return self._lane_angles[lane]
+
     def _sumo_step(self) -> set[str]:
         """One SUMO step; the ids of the vehicles that arrived. The ego is put back where it is if SUMO took it out:
         it arrives at the end of its (one-edge) route when placed there, and standing still for --time-to-teleport
         seconds it counts as jammed and is teleported there."""
         self.ls.simulationStep()
+        self._near = None  # the context subscription's results are this step's
         arrived = set(self.ls.simulation.getArrivedIDList())
         if self._shadow is not None and self._shadow[0] in arrived:
             self._shadow = None  # it arrived at its (one-edge) route's end: placed anew on the next tick
@@ -454,9 +519,7 @@ class SumoWorld:
 
     def _judge_lights(self, a: tuple[float, float], b: tuple[float, float]) -> str | None:
         """A red light run: the ego's front crossed a stop line while the link it then took showed red."""
-        close = (np.abs(self._line_xy[:, 0] - b[0]) < 15.0) & (np.abs(self._line_xy[:, 1] - b[1]) < 15.0)
-        for k in np.flatnonzero(close):
-            line = self.stop_lines[k]
+        for line in self._lines_near(b):
             if abs(wrap_degrees(self.ego.yaw - line.yaw)) > 60.0:
                 continue
             c, s = math.cos(math.radians(line.yaw)), math.sin(math.radians(line.yaw))
@@ -474,44 +537,44 @@ class SumoWorld:
         index = min(cr.line.links, key=lambda link: math.hypot(link[1][0] - b[0], link[1][1] - b[1]))[0]
         return f"{cr.line.tls}:{index}" if cr.states[index] == "red" else None
 
-    # ------------------------------------------------------------------ state
-    def _rows(self, found: dict[str, dict[int, object]]) -> tuple[list[str], np.ndarray]:
-        """The SUMO vehicles of `found` (their subscribed values: front-bumper position in SUMO's frame, angle,
-        speed) as ids and (N, 6) rows of centre x, y, yaw, length, width, speed in CARLA's frame."""
-        vids = [v for v in found if v != EGO and v not in self._hidden]
-        for vid in vids:
-            if vid not in self._types:
-                tid = self.ls.vehicle.getTypeID(vid)
-                cls = int(tid[2:]) if tid.startswith("bg") else semantics.CAR
-                self._types[vid] = (cls, self.ls.vehicle.getLength(vid), self.ls.vehicle.getWidth(vid),
-                                    self.ls.vehicle.getHeight(vid))
-            if vid not in self._ids:  # never reused: an id names one vehicle for the whole run
-                self._next_id += 1
-                self._ids[vid] = self._next_id
-        if not vids:
-            return vids, np.zeros((0, 6))
-        front = self.town.sumo_to_carla(np.array([found[v][_tc.VAR_POSITION] for v in vids], dtype=np.float64))
-        yaw = self.town.sumo_angle_to_yaw(np.array([found[v][_tc.VAR_ANGLE] for v in vids], dtype=np.float64))
-        size = np.array([self._types[v][1:3] for v in vids], dtype=np.float64)
-        rad = np.radians(yaw)
-        centre = front - np.stack([np.cos(rad), np.sin(rad)], axis=1) * size[:, :1] / 2
-        speed = np.array([found[v][_tc.VAR_SPEED] for v in vids], dtype=np.float64)
-        return vids, np.column_stack([centre, yaw, size, speed])
+    def _lines_near(self, xy: tuple[float, float]) -> list[StopLine]:
+        """The stop lines less than LINE_NEAR_M from `xy` along x and along y, in the order of `stop_lines`."""
+        x, y = xy
+        return [line for line in self._lines_around.get(_cell(x, y), ())
+                if abs(line.x - x) < LINE_NEAR_M and abs(line.y - y) < LINE_NEAR_M]
 
-    def _boxes(self, found: dict[str, dict[int, object]]) -> list[Box]:
-        vids, rows = self._rows(found)
+    # ------------------------------------------------------------------ state
+    def _vehicles(self) -> _Near:
+        """The SUMO vehicles near the ego now (read once a SUMO step)."""
+        if self._near is None:
+            found = self.ls.vehicle.getContextSubscriptionResults(EGO)
+            vids = [v for v in found if v != EGO and v not in self._hidden]
+            for vid in vids:
+                if vid not in self._types:
+                    tid = self.ls.vehicle.getTypeID(vid)
+                    cls = int(tid[2:]) if tid.startswith("bg") else semantics.CAR
+                    self._types[vid] = (cls, self.ls.vehicle.getLength(vid), self.ls.vehicle.getWidth(vid),
+                                        self.ls.vehicle.getHeight(vid))
+            self._near = _Near(found, vids, [self._types[v] for v in vids], self.town)
+        return self._near
+
+    def _boxes(self) -> list[Box]:
+        """The boxes of `_vehicles` (box ids given in their order)."""
+        near = self._vehicles()
         out = []
-        for vid, (x, y, yaw, length, width, speed) in zip(vids, rows.tolist(), strict=True):
-            cls, _, _, height = self._types[vid]
-            out.append(Box(id=self._ids[vid], cls=cls, x=x, y=y, z=height / 2, yaw=yaw, length=length, width=width,
-                           height=height, speed=speed))
+        for vid, (cls, _, _, height), (x, y, yaw, length, width, speed) in zip(near.vids, near.types,
+                                                                              near.rows.tolist(), strict=True):
+            out.append(Box(self._box_id(vid), cls, x, y, height / 2, yaw, length, width, height, speed))
         return out
 
     def ego_box(self) -> Box:
-        length, width, height = EGO_SIZE
-        e = self.ego
-        return Box(id=0, cls=semantics.CAR, x=e.x, y=e.y, z=height / 2, yaw=e.yaw, length=length, width=width,
-                   height=height, speed=e.speed)
+        """The ego's box: the bicycle's pose and speed (made once a tick: only `step` moves the bicycle)."""
+        if self._ego_box is None:
+            length, width, height = EGO_SIZE
+            e = self.ego
+            self._ego_box = Box(id=0, cls=semantics.CAR, x=e.x, y=e.y, z=height / 2, yaw=e.yaw, length=length,
+                                width=width, height=height, speed=e.speed)
+        return self._ego_box
 
     def snapshot(self) -> Snapshot:
         """The world now: the ego (the bicycle's pose), the vehicles and signalled links near it (made once
@@ -525,11 +588,11 @@ class SumoWorld:
         near = self._line_xy[:, 0] - e.x, self._line_xy[:, 1] - e.y
         lights: list[Light] = []
         states: dict[str, str] = {}
-        for k in np.flatnonzero(np.hypot(*near) < VIEW_RADIUS_M):
+        for k in np.flatnonzero(np.hypot(*near) < VIEW_RADIUS_M).tolist():
             line = self.stop_lines[k]
             if line.tls not in states:
                 states[line.tls] = self.ls.trafficlight.getRedYellowGreenState(line.tls)
-            key = (int(k), states[line.tls])
+            key = (k, states[line.tls])
             if key not in self._light_cache:  # a line's lights change only when its signal does
                 state = states[line.tls]
                 self._light_cache[key] = [  # one light per link, on its lane's stop line
@@ -537,7 +600,7 @@ class SumoWorld:
                           state=_STATE.get(state[i], "off") if i < len(state) else "off", via=via)
                     for i, via in line.links]
             lights += self._light_cache[key]
-        actors = self._boxes(self.ls.vehicle.getContextSubscriptionResults(EGO))
+        actors = self._boxes()
         actors += [b for b in self._statics.values() if math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M]
         return Snapshot(time=self.time, ego=self.ego_box(), actors=actors, lights=lights)
 
