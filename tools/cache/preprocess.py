@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from tools.cache.kernels import lanczos_resize, lidar_counts, resize_is_pillows
+from tools.cache.kernels import label_samples, lanczos_resize, lidar_counts, resize_is_pillows
 from tools.dataset import rig as R
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_boxes
@@ -67,11 +67,8 @@ class Preprocessor:
         else:
             image = np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.LANCZOS, box=box), dtype=np.uint8)
         rows, cols = _nearest(s.image_height, top, ch), _nearest(s.image_width, left, cw)
-        return {
-            "rgb": image,
-            "semantics": _SEM_LUT[semantics[rows][:, cols]],
-            "depth": _DEPTH_M[depth_cm[rows][:, cols]],
-        }
+        labels, depth = label_samples(semantics, depth_cm, rows, cols, _SEM_LUT, _DEPTH_M.view(np.uint16))
+        return {"rgb": image, "semantics": labels, "depth": depth.view(np.float16)}
 
     def lidar_bev(self, points: np.ndarray) -> np.ndarray:
         """Points per cell of the settings' grid, below and above `lidar_split_height`, saturated at 255."""
