@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,19 +81,46 @@ def yaw_to_ego(pose: Any, yaw: float) -> float:
     return float(wrap_degrees(float(yaw) - Pose.of(pose).yaw))
 
 
+class OrientedBoxes(NamedTuple):
+    """Top-view oriented boxes as the separating-axis test (`oriented_overlap`) reads them: the centres, the
+    headings' cosine and sine and the half extents, arrays broadcast against each other (a number for what
+    all the boxes share)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    cos: np.ndarray
+    sin: np.ndarray
+    half_length: np.ndarray
+    half_width: np.ndarray
+
+    @staticmethod
+    def of(rows: np.ndarray) -> OrientedBoxes:
+        """The boxes of (..., 5) rows of (x, y, yaw in degrees, length, width)."""
+        rows = np.asarray(rows, dtype=np.float64)
+        yaw = np.radians(rows[..., 2])
+        return OrientedBoxes(rows[..., 0], rows[..., 1], np.cos(yaw), np.sin(yaw), rows[..., 3] / 2, rows[..., 4] / 2)
+
+
 def boxes_overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Whether top-view oriented boxes overlap, pairwise: `a` and `b` are (..., 5) rows of
-    (x, y, yaw in degrees, length, width), broadcast against each other. The separating-axis test on
-    the four edge directions; touching boxes overlap."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    ya, yb = np.radians(a[..., 2]), np.radians(b[..., 2])
-    ca, sa, cb, sb = np.cos(ya), np.sin(ya), np.cos(yb), np.sin(yb)
-    dx, dy = b[..., 0] - a[..., 0], b[..., 1] - a[..., 1]
-    la, wa, lb, wb = a[..., 3] / 2, a[..., 4] / 2, b[..., 3] / 2, b[..., 4] / 2
+    (x, y, yaw in degrees, length, width), broadcast against each other (`oriented_overlap`)."""
+    return oriented_overlap(OrientedBoxes.of(a), OrientedBoxes.of(b))
+
+
+def oriented_overlap(a: OrientedBoxes, b: OrientedBoxes) -> np.ndarray:
+    """Whether boxes `a` and `b` overlap, pairwise (broadcast against each other). The separating-axis
+    test on the four edge directions; touching boxes overlap."""
+    ca, sa, la, wa = a.cos, a.sin, a.half_length, a.half_width
+    cb, sb, lb, wb = b.cos, b.sin, b.half_length, b.half_width
+    dx, dy = b.x - a.x, b.y - a.y
     cos_d = np.abs(ca * cb + sa * sb)  # |cos| and |sin| of the yaw difference
     sin_d = np.abs(sa * cb - ca * sb)
     apart = np.abs(dx * ca + dy * sa) > la + lb * cos_d + wb * sin_d  # along a's length
+    if apart.all():  # every pair apart already (most often along one of a's axes): the others change nothing
+        return ~apart
     apart |= np.abs(-dx * sa + dy * ca) > wa + lb * sin_d + wb * cos_d  # along a's width
+    if apart.all():
+        return ~apart
     apart |= np.abs(dx * cb + dy * sb) > lb + la * cos_d + wa * sin_d  # along b's length
     apart |= np.abs(-dx * sb + dy * cb) > wb + la * sin_d + wa * cos_d  # along b's width
     return ~apart

@@ -52,7 +52,7 @@ def pure_pursuit(x: float, y: float, yaw_deg: float, speed: float, path: np.ndar
     dist2 = max(dx * dx + dy * dy, 1e-6)
     curvature = 2.0 * lateral / dist2
     angle = math.degrees(math.atan(WHEELBASE_M * curvature))
-    return float(np.clip(angle / MAX_STEER_DEG, -1.0, 1.0))
+    return min(max(angle / MAX_STEER_DEG, -1.0), 1.0)
 
 
 class Controller:
@@ -72,7 +72,7 @@ class Controller:
         if target_speed < 0.05 and speed < 0.5:  # hold still: full brake, no creeping
             self.integral = 0.0
             return Control(steer=steer, throttle=0.0, brake=1.0)
-        self.integral = float(np.clip(self.integral + error * self.dt, -2.0, 2.0))
+        self.integral = min(max(self.integral + error * self.dt, -2.0), 2.0)
         accel = self.KP * error + self.KI * self.integral
         if accel >= 0.0:
             return Control(steer=steer, throttle=float(min(accel / MAX_ACCEL, 1.0)), brake=0.0)

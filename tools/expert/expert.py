@@ -33,7 +33,7 @@ import numpy as np
 
 from tools.collect.planner import DenseRoute, neighbours, stop_signs
 from tools.collect.state import Box, Light, Snapshot
-from tools.dataset.geometry import boxes_overlap, wrap_degrees
+from tools.dataset.geometry import OrientedBoxes, boxes_overlap, oriented_overlap, wrap_degrees
 from tools.dataset.semantics import actor_kind
 from tools.expert.control import Control, Controller
 
@@ -120,6 +120,14 @@ def _boxes(boxes: list[Box]) -> np.ndarray:
     return np.array([[b.x, b.y, b.yaw, b.length, b.width, b.speed, b.id, b.cls] for b in boxes],
                     dtype=np.float64).reshape(-1, 8)
 
+
+def _within_reach(path: np.ndarray, points: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Which of the points (rows of x, y, ...) may lie within `reach` of a path point: those that close to the
+    path's bounding box (a metre spare for rounding). A cheap bound that spares the others the distances to
+    every path point."""
+    (lo_x, lo_y), (hi_x, hi_y), r = path.min(axis=0), path.max(axis=0), reach + 1.0
+    x, y = points[:, 0], points[:, 1]
+    return (x > lo_x - r) & (x < hi_x + r) & (y > lo_y - r) & (y < hi_y + r)
 
 
 @dataclass
@@ -257,14 +265,17 @@ class Expert:
         return xy, s, yaw
 
     @staticmethod
-    def _on_path(actors: np.ndarray, path: np.ndarray, path_yaw: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                                            np.ndarray]:
-        """For each actor: its nearest path point, its lateral distance to it, its heading relative to it."""
+    def _on_path(actors: np.ndarray, path: np.ndarray, path_yaw: np.ndarray) -> tuple[np.ndarray, ...]:
+        """For each actor: its nearest path point, its lateral distance to it, its heading relative to it, and its
+        half extents along and across the path there."""
         d = np.hypot(actors[:, None, 0] - path[None, :, 0], actors[:, None, 1] - path[None, :, 1])
         k = d.argmin(axis=1)
         lateral = d[np.arange(len(actors)), k]
         rel_yaw = np.radians(wrap_degrees(actors[:, 2] - path_yaw[k]))
-        return k, lateral, rel_yaw
+        cos, sin = np.abs(np.cos(rel_yaw)), np.abs(np.sin(rel_yaw))
+        half_along = cos * actors[:, 3] / 2 + sin * actors[:, 4] / 2
+        half_across = sin * actors[:, 3] / 2 + cos * actors[:, 4] / 2
+        return k, lateral, rel_yaw, half_along, half_across
 
     def _follow(self, ego: Box, v: float, free: float, near: np.ndarray, path: np.ndarray, path_s: np.ndarray,
                 path_yaw: np.ndarray, s_ego: float) -> tuple[float, dict | None]:
@@ -272,9 +283,7 @@ class Expert:
         accel = idm(v, free, math.inf, 0.0, IDM_MIN_GAP)
         if len(near) == 0 or len(path) < 2:
             return accel, None
-        k, lateral, rel_yaw = self._on_path(near, path, path_yaw)
-        half_across = np.abs(np.sin(rel_yaw)) * near[:, 3] / 2 + np.abs(np.cos(rel_yaw)) * near[:, 4] / 2
-        half_along = np.abs(np.cos(rel_yaw)) * near[:, 3] / 2 + np.abs(np.sin(rel_yaw)) * near[:, 4] / 2
+        k, lateral, rel_yaw, half_along, half_across = self._on_path(near, path, path_yaw)
         gap = path_s[k] - s_ego - ego.length / 2 - half_along
         inside = (lateral < ego.width / 2 + half_across + 0.2) & (path_s[k] > s_ego) & (k < len(path) - 1)
         if not inside.any():
@@ -290,13 +299,17 @@ class Expert:
         """The next light on the path ({"id", "distance", "state"}) and the gap to stop at, if it must."""
         if not lights or len(path) < 2:
             return None, None
-        pos = np.array([[lt.x, lt.y, lt.yaw] for lt in lights])
+        pos = np.array([[lt.x, lt.y, lt.yaw, lt.width] for lt in lights])
+        reach = pos[:, 3] / 2 + STOP_LINE_TOLERANCE_M  # a light's stop line this close to the path is on it
+        nearby = _within_reach(path, pos, reach)
+        if not nearby.any():
+            return None, None
+        lights, pos, reach = [lights[i] for i in np.flatnonzero(nearby)], pos[nearby], reach[nearby]
         d = np.hypot(pos[:, None, 0] - path[None, :, 0], pos[:, None, 1] - path[None, :, 1])
         k = d.argmin(axis=1)
-        width = np.array([lt.width for lt in lights])
         aligned = np.abs(wrap_degrees(pos[:, 2] - path_yaw[k])) < 45.0
         ahead = path_s[k] - s_ego - ego.length / 2  # front bumper to stop line
-        on = (d[np.arange(len(lights)), k] < width / 2 + STOP_LINE_TOLERANCE_M) & aligned & (ahead > -0.5)
+        on = (d[np.arange(len(lights)), k] < reach) & aligned & (ahead > -0.5)
         if not on.any():
             return None, None
         first = int(np.flatnonzero(on)[np.argmin(ahead[on])])
@@ -323,6 +336,8 @@ class Expert:
     def _link(lights: list[Light], same_line: list[int], path: np.ndarray, path_s: np.ndarray, s_line: float) -> int:
         """Of the links leaving one stop line, the one the path takes: its `via` point nearest the path
         beyond the line (a world that signals every link of a lane alike gives no via: the first)."""
+        if len(same_line) == 1:
+            return same_line[0]
         beyond = path[(path_s > s_line) & (path_s < s_line + 30.0)]
         best, best_d = same_line[0], math.inf
         for i in same_line:
@@ -344,11 +359,14 @@ class Expert:
         # Not the leader (car following handles it), not what the ego overlaps already (a collision in
         # progress is the world's to judge), not a car behind following the ego.
         c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-        ego_x = (near[:, 0] - ego.x) * c + (near[:, 1] - ego.y) * s
+        dx, dy = near[:, 0] - ego.x, near[:, 1] - ego.y
+        ego_x = dx * c + dy * s
         same_way = np.abs(wrap_degrees(near[:, 2] - ego.yaw)) < 45.0
         keep = ~((ego_x < -ego.length / 2) & same_way) & (near[:, 6] != (skip if skip is not None else -1))
         # Only what can reach the ego's path within the horizon (a distance bound), and not overlapping now.
-        keep &= np.hypot(near[:, 0] - ego.x, near[:, 1] - ego.y) < (near[:, 5] + v_plan) * horizon + ego.length + 10
+        keep &= np.hypot(dx, dy) < (near[:, 5] + v_plan) * horizon + ego.length + 10
+        if not keep.any():
+            return None
         keep[keep] = ~boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), near[keep, :5])
         actors = near[keep]
         if len(actors) == 0:
@@ -360,28 +378,31 @@ class Expert:
         t1 = np.minimum(times, t_reach)
         dist = v * t1 + 0.5 * rate * t1**2 + v_plan * (times - t1)
         s_at = s_ego + dist
-        xs = np.interp(s_at, path_s, path[:, 0])
-        ys = np.interp(s_at, path_s, path[:, 1])
-        yaws = np.degrees(np.interp(s_at, path_s, np.unwrap(np.radians(path_yaw))))
+        xs = np.interp(s_at, path_s, path[:, 0])[:, None]  # (times, 1): against every actor
+        ys = np.interp(s_at, path_s, path[:, 1])[:, None]
+        # The headings unwrapped where the path crosses +-180 degrees (elsewhere np.unwrap would change nothing but
+        # the sign of a zero, which no overlap below depends on).
+        heading = np.radians(path_yaw)
+        if not (np.abs(heading[1:] - heading[:-1]) < np.pi).all():
+            heading = np.unwrap(heading)
+        yaws = np.degrees(np.interp(s_at, path_s, heading))
+        rad = np.radians(yaws)[:, None]
+        cos, sin = np.cos(rad), np.sin(rad)
         # The box ahead of the centre grows by FRONT_MARGIN_M: shift the centre by half of it.
-        rad = np.radians(yaws)
-        ego_boxes = np.stack([xs + np.cos(rad) * FRONT_MARGIN_M / 2, ys + np.sin(rad) * FRONT_MARGIN_M / 2, yaws,
-                              np.full_like(xs, ego.length + FRONT_MARGIN_M),
-                              np.full_like(xs, ego.width + 2 * SIDE_MARGIN_M)], axis=-1)
+        ego_boxes = OrientedBoxes(xs + cos * FRONT_MARGIN_M / 2, ys + sin * FRONT_MARGIN_M / 2, cos, sin,
+                                  (ego.length + FRONT_MARGIN_M) / 2, (ego.width + 2 * SIDE_MARGIN_M) / 2)
         ar = np.radians(actors[:, 2])
-        fx = actors[None, :, 0] + np.cos(ar)[None] * actors[None, :, 5] * times[:, None]
-        fy = actors[None, :, 1] + np.sin(ar)[None] * actors[None, :, 5] * times[:, None]
-        forecast = np.stack([fx, fy, np.broadcast_to(actors[None, :, 2], fx.shape),
-                             np.broadcast_to(actors[None, :, 3], fx.shape),
-                             np.broadcast_to(actors[None, :, 4], fx.shape)], axis=-1)
-        hit = boxes_overlap(ego_boxes[:, None, :], forecast)  # (times, actors)
+        a_cos, a_sin = np.cos(ar), np.sin(ar)
+        forecast = OrientedBoxes(actors[:, 0] + a_cos * actors[:, 5] * times[:, None],
+                                 actors[:, 1] + a_sin * actors[:, 5] * times[:, None], a_cos, a_sin,
+                                 actors[:, 3] / 2, actors[:, 4] / 2)
+        hit = oriented_overlap(ego_boxes, forecast)  # (times, actors)
         # A standing actor conflicts only where the ego's own box (no margins) would touch it: one waiting at
         # the edge of a junction, its nose near the ego's path, yields to the ego, and the ego must go past it.
         standing = actors[:, 5] < STANDING_SPEED
         if standing.any() and hit[:, standing].any():
-            plain = np.concatenate([np.stack([xs, ys, yaws], axis=-1), np.broadcast_to([ego.length, ego.width],
-                                                                                       (len(xs), 2))], axis=-1)
-            hit[:, standing] = boxes_overlap(plain[:, None, :], forecast[:, standing])
+            plain = OrientedBoxes(xs, ys, cos, sin, ego.length / 2, ego.width / 2)
+            hit[:, standing] = oriented_overlap(plain, OrientedBoxes(*(f[..., standing] for f in forecast)))
         if not hit.any():
             return None
         t, a = np.argwhere(hit)[0]
@@ -448,9 +469,7 @@ class Expert:
         end = leader["s"] + obstacle[3] / 2
         if len(standing) == 0 or len(path) < 2:
             return (), end
-        k, lateral, rel_yaw = self._on_path(standing, path, path_yaw)
-        half_along = np.abs(np.cos(rel_yaw)) * standing[:, 3] / 2 + np.abs(np.sin(rel_yaw)) * standing[:, 4] / 2
-        half_across = np.abs(np.sin(rel_yaw)) * standing[:, 3] / 2 + np.abs(np.cos(rel_yaw)) * standing[:, 4] / 2
+        k, lateral, _, half_along, half_across = self._on_path(standing, path, path_yaw)
         inside = lateral < 1.2 + half_across  # reaching into the ego's half-lane width of 1.2 m
         # Not one that would keep the ego out of its lane into the next junction (a queue at its light).
         ahead = self.route.junction_after(leader["s"])
