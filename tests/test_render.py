@@ -268,9 +268,8 @@ def _outside(points: np.ndarray, boxes: list[Box]) -> np.ndarray:
     return worst
 
 
-def test_camera_pixels_of_vehicles_and_buildings_back_project_onto_their_boxes(world, traffic):
-    cam, snap, scene = CameraConfig(), world["traffic"], world["scene"]
-    labels, depth = traffic["semantics_front"][0], traffic["depth_front"][0]
+def _back_projected(cam: CameraConfig, ego: Box, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, columns, world points) of the camera's pixels with a depth, each put back where its depth says."""
     k = camera_intrinsics(cam)
     rows, cols = np.nonzero(depth > 0)
     d = depth[rows, cols] / 100.0
@@ -278,7 +277,14 @@ def test_camera_pixels_of_vehicles_and_buildings_back_project_onto_their_boxes(w
     yaw = math.radians(cam.yaw)
     ego_pts = np.stack([cam.x + math.cos(yaw) * d - math.sin(yaw) * right,
                         cam.y + math.sin(yaw) * d + math.cos(yaw) * right, cam.z + up], axis=1)
-    pts = ego_to_world(snap.ego, ego_pts)
+    return rows, cols, ego_to_world(ego, ego_pts)
+
+
+def test_camera_pixels_of_vehicles_and_buildings_back_project_onto_their_boxes(world, traffic):
+    cam, snap, scene = CameraConfig(), world["traffic"], world["scene"]
+    labels, depth = traffic["semantics_front"][0], traffic["depth_front"][0]
+    rows, cols, pts = _back_projected(cam, snap.ego, depth)
+    d = depth[rows, cols] / 100.0
     cls = labels[rows, cols]
     vehicles = np.isin(cls, sem.VEHICLES + sem.VULNERABLE + (sem.STATIC,))
     assert vehicles.sum() > 1000
@@ -291,6 +297,31 @@ def test_camera_pixels_of_vehicles_and_buildings_back_project_onto_their_boxes(w
     assert _outside(pts[buildings], near).max() < 0.05
     ground = np.isin(cls, GROUND)
     assert np.abs(pts[ground & (d < 60), 2]).max() < 0.02
+
+
+def test_a_box_reaching_behind_the_camera_and_one_across_the_lidars_seam_are_drawn_where_they_are(world):
+    """A car alongside the ego reaches behind the camera's near plane (its rectangle is clipped there) and a
+    car straight ahead straddles the LiDAR's azimuth 0, its first and last ray column (cast in two spans):
+    both are seen, where their boxes are."""
+    snap, cam = world["one_car"], CameraConfig()
+    e = snap.ego
+    rad = math.radians(e.yaw)
+    # 3.5 m to the ego's left (a lane over), its centre level with the camera; 12 m straight ahead.
+    alongside = Box(11, sem.CAR, e.x + 3.5 * math.sin(rad) + cam.x * math.cos(rad),
+                    e.y - 3.5 * math.cos(rad) + cam.x * math.sin(rad), 0.75, e.yaw, 4.6, 2.0, 1.5, 0.0)
+    ahead = Box(12, sem.CAR, e.x + 12.0 * math.cos(rad), e.y + 12.0 * math.sin(rad), 0.75, e.yaw, 4.6, 2.0, 1.5, 0.0)
+    snap = Snapshot(time=snap.time, ego=e, actors=[alongside, ahead], lights=snap.lights)
+    out = world["renderer"].render(snap)
+    labels, depth = out["semantics_front"][0], out["depth_front"][0]
+    rows, cols, pts = _back_projected(cam, e, depth)
+    beside = (labels[rows, cols] == sem.CAR) & (cols < cam.width // 4)
+    assert beside.sum() > 200 and cols[beside].min() == 0  # at the image's left edge, where it leaves the view
+    assert _outside(pts[beside], [alongside]).max() < 0.02
+    points, point_labels = out["lidar"][0], out["lidar_labels"][0]
+    mine = point_labels[:, 1] == ahead.id
+    azimuth = np.degrees(np.arctan2(points[mine, 1], points[mine, 0]))
+    assert mine.sum() > 50 and (azimuth > 0.5).any() and (azimuth < -0.5).any()  # both sides of the seam
+    assert _outside(ego_to_world(e, points[mine, :3].astype(np.float64)), [ahead]).max() < 0.05
 
 
 def test_camera_sees_the_red_head_over_the_ego_lane(world, one_car):
