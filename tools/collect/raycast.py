@@ -4,7 +4,10 @@ Each kernel does, pixel by pixel, what the renderer's numpy expression of the sl
 arrays, in the same float32 operations in the same order (the scalars come in as float32, as numpy's weak
 Python floats became float32 there), so the images are bit-identical to the numpy renderer's
 (tests/test_render_golden.py pins them). The numpy version made a dozen temporary arrays per box; these make
-none. numba compiles them once and caches the machine code beside this file (or in the user's cache).
+none. `camera_plan` and `lidar_plan` turn the boxes that survive the renderer's culling into the kernels'
+inputs (each box's pixel rectangle or ray spans and its slabs), the loop the renderer ran in Python, with
+Python's math.cos and the same float64 expressions. numba compiles them once and caches the machine code
+beside this file (or in the user's cache).
 
 A ray o + t*d meets the slab [-h, h] of one axis between (-h - o)/d and (h - o)/d; `lo` and `hi` below are
 -h - o and h - o, computed in float64 and rounded to float32 once, as numpy did.
