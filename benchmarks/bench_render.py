@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.collect.render import Renderer
-from tools.collect.scene import Scene
-from tools.collect.state import Box, Light, Snapshot
+from tools.collect.sensors.render import Renderer
+from tools.collect.sensors.scene import Scene
 from tools.collect.town import Town, make_town
 from tools.dataset import semantics as sem
 from tools.dataset.codec import encode_array
 from tools.dataset.rig import JPEG_QUALITY, RigConfig
+from tools.expert.state import Box, Light, Snapshot
 
 
 def lane_pose(line: np.ndarray, s: float) -> tuple[float, float, float]:

@@ -31,8 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.collect.local import find_route_files, plan  # noqa: E402
-from tools.collect.slurm import Monitor, Scheduler, SlurmOptions  # noqa: E402
+from tools.collect.runner.local import find_route_files, plan  # noqa: E402
+from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions  # noqa: E402
 from tools.dataset.layout import Layout  # noqa: E402
 from tools.dataset.manifest import update_manifest  # noqa: E402
 from tools.dataset.results import FAILED, PERFECT, RouteRecord, claim_run, write_result  # noqa: E402
@@ -83,7 +83,7 @@ class RecordingScheduler(Scheduler):
 
     def _play(self, job_ids: list[str]) -> dict[tuple[str, int], str]:
         self.calls["sacct"] += 1
-        from tools.collect.slurm import Wave
+        from tools.collect.runner.slurm import Wave
 
         budget = self.throttle
         states = {}
@@ -102,7 +102,7 @@ class RecordingScheduler(Scheduler):
         return states
 
     def _drive(self, entry: dict) -> None:
-        from tools.collect.slurm import run_key_of
+        from tools.collect.runner.slurm import run_key_of
 
         key = run_key_of(entry)
         claim = claim_run(self.layout, key)

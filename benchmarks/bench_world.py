@@ -4,7 +4,7 @@ Generates a 4x4 town and routes, drives them with `tools.collect run` in this pr
 CPU core, one thread), and prints simulated seconds per wall second and recorded frames per second.
 The wall time includes everything a route run does: SUMO, the expert, rendering, encoding and writing
 frames (the town's static scene, kept beside the town after its first use, is built before the clock
-starts); the breakdown per recorded frame (tools.collect.run.StageClock) shows where it goes. The
+starts); the breakdown per recorded frame (tools.collect.sim.drive.StageClock) shows where it goes. The
 routes are driven --repeat times (default 3, each into a fresh root); the figures are the median of
 the repeats (this machine is shared and noisy).
 
@@ -34,10 +34,10 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-    from tools.collect import run
     from tools.collect.routes import generate_routes
-    from tools.collect.run import run_route
-    from tools.collect.scene import Scene
+    from tools.collect.runner.attempt import run_route
+    from tools.collect.sensors.scene import Scene
+    from tools.collect.sim import drive
     from tools.collect.town import Town, make_town
     from tools.dataset.layout import Layout
 
@@ -47,7 +47,7 @@ def main() -> None:
         xodr = make_town(tmp / "towns" / "town.xodr", grid="4x4")
         files = generate_routes(town=str(xodr), count=args.routes, out=str(tmp / "routes"), seed=7,
                                 min_length=300, max_length=500)
-        # A town's static scene is built on its first use and kept beside it (tools.collect.scene): a
+        # A town's static scene is built on its first use and kept beside it (tools.collect.sensors.scene): a
         # collection of thousands of routes builds it once, so it is built here, before the clock starts.
         Scene(Town(tmp / "routes" / "towns" / "town.xodr"))
         figures = []
@@ -57,7 +57,7 @@ def main() -> None:
             for f in files:
                 run_route(route=str(f), root=str(root), repetition=0, towns=str(tmp / "routes" / "towns"),
                           route_id=None, attempt=None, force=False, settings={})
-                for stage, seconds in run.last_stages.items():
+                for stage, seconds in drive.last_stages.items():
                     stages[stage] = stages.get(stage, 0.0) + seconds
             layout = Layout(root)
             sim = wall = 0.0

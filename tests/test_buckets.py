@@ -18,9 +18,9 @@ import pytest
 from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
 from tools.buckets.build import DEFAULT_WEIGHTS
-from tools.buckets.rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify
 from tools.buckets.splits import SplitSettings, assign, route_of, stratified
 from tools.dataset import atomic
+from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify
 from tools.dataset.buckets import (
     COLLECTIONS,
     SPLITS,

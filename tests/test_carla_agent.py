@@ -1,4 +1,4 @@
-"""Our leaderboard agent (tools/collect/leaderboard_agent/drivekit_agent.py, tools.collect.carla_agent) against
+"""Our leaderboard agent (tools/collect/carla/leaderboard_agent/drivekit_agent.py, tools.collect.carla.agent) against
 stand-ins: no CARLA server or leaderboard runs here. The agent file is loaded the way the evaluator loads it,
 over stand-ins of the leaderboard's agent base, CarlaDataProvider and GameTime (tests/standin_leaderboard);
 the test plays the simulator with a real carla.Map of the test town, stand-in actors made of real carla
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import PYTHON, copy_root, run_tool, train
-from tools.collect.carla_agent import (
+from tools.collect.carla.agent import (
     AGENT_FILE,
     CARLA_DEPTH_FAR_M,
     ENTRY_POINT,
@@ -30,14 +30,14 @@ from tools.collect.carla_agent import (
     own_sensors,
 )
 from tools.collect.config import CollectSettings
-from tools.collect.planner import RoutePlanner
-from tools.collect.run import select_route
+from tools.collect.routes import select_route
 from tools.dataset import frames, results, semantics
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.geometry import BevGrid, Pose, world_to_ego
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.rig import RigConfig
 from tools.dataset.validate import check_frame, check_run
+from tools.expert.planner import RoutePlanner
 
 STANDINS = Path(__file__).parent / "standin_leaderboard"
 TICKS = 41  # 2 s at 20 Hz: frames at ticks 0, 5, ..., 40

@@ -1,5 +1,5 @@
 """`--world=carla`: one route run driven by the CARLA leaderboard evaluator against a CARLA server we start
-(tools/collect/carla_run.py). No CARLA server and no leaderboard run here: the tests use a stand-in server
+(tools/collect/carla/run.py). No CARLA server and no leaderboard run here: the tests use a stand-in server
 (tests/standin_carla_server.py, as CARLA_ROOT/CarlaUE4.sh) and a stand-in evaluator
 (tests/standin_leaderboard_evaluator.py, as LEADERBOARD_ROOT/leaderboard/leaderboard_evaluator.py), so the
 collector's real command lines, environment, process groups and files are what is tested; each test that uses
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
 
-from tools.collect import carla_run
-from tools.collect.carla_server import CARLA_VERSION, Ports
+from tools.collect.carla import run as carla_run
+from tools.collect.carla.server import CARLA_VERSION, Ports
 from tools.collect.config import CollectSettings
 from tools.dataset import atomic, results
 from tools.dataset.errors import ToolError

@@ -1,4 +1,4 @@
-"""The CARLA server's life (tools/collect/carla_server.py) against a stand-in server (tests/standin_carla_server.py:
+"""The CARLA server's life (tools/collect/carla/server.py) against a stand-in server (tests/standin_carla_server.py:
 no CARLA server runs here), which speaks the readiness RPC the real carla client uses and can be told to start
 slowly, hang, crash or answer with another version."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO
 
-from tools.collect.carla_server import CarlaServer, ServerError, allocate_ports, free_ports, pick_gpu
+from tools.collect.carla.server import CarlaServer, ServerError, allocate_ports, free_ports, pick_gpu
 
 STANDIN = Path(__file__).parent / "standin_carla_server.py"
 

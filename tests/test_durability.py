@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.collect.run import run_route
+from tools.collect.runner.attempt import run_route
 from tools.dataset import atomic, results
 from tools.dataset.layout import Layout
 

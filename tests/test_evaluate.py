@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from conftest import run_bin
 
-from tools.collect.planner import RoutePlanner
 from tools.collect.routes import read_routes
 from tools.collect.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import RoadOption
+from tools.expert.planner import RoutePlanner
 from tools.train import checkpoint
 
 

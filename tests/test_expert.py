@@ -1,7 +1,7 @@
 """The expert (tools/expert): on a real CARLA town in the embedded world, and alone, in a stand-in world.
 
 The stand-in world (`StandInWorld`) is a few boxes and lights moved by the test around a kinematic bicycle
-(tools.collect.vehicle): the expert reads only a WorldView, so this is all it needs to be tested on one
+(tools.collect.sim.vehicle): the expert reads only a WorldView, so this is all it needs to be tested on one
 behaviour at a time (stop for a red light, wait behind an obstacle then pass it, yield to a crossing car).
 """
 
@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
-from tools.collect.planner import RoutePlanner
-from tools.collect.state import Box, Light, Snapshot
+from tools.collect.sim.vehicle import Bicycle
 from tools.collect.town import Town, make_town
-from tools.collect.vehicle import Bicycle
 from tools.dataset import results
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import boxes_overlap
 from tools.dataset.layout import Layout
 from tools.expert.expert import Expert
+from tools.expert.planner import RoutePlanner
+from tools.expert.state import Box, Light, Snapshot
 
 
 def _route_file(path: Path, town: str, points: list[tuple[float, float]]) -> Path:
@@ -217,7 +217,7 @@ def test_the_expert_imports_nothing_of_sumo():
 def stop_sign_route(carla_towns):
     """Town10HD, a route from 20 to 30 m before a stop sign's line to 40 m past it: its carla.Map, the dense
     route, and the line's distance along it."""
-    from tools.collect.planner import STOP_SIGN, stop_signs
+    from tools.expert.planner import STOP_SIGN, stop_signs
 
     town = Town(carla_towns / "Town10HD.xodr")
     for wp in town.carla_map.generate_waypoints(5.0):
@@ -251,8 +251,8 @@ def test_expert_stands_still_at_a_stop_sign_then_goes_on(stop_sign_route):
 
 def test_the_referee_counts_a_stop_sign_run_and_not_a_stop(stop_sign_route):
     from tools.collect.config import CollectSettings
-    from tools.collect.run import Referee
-    from tools.collect.world import StepEvents
+    from tools.collect.referee import Referee
+    from tools.collect.sim.world import StepEvents
 
     town, dense, line = stop_sign_route
     for stops_there, expected in ((True, 0), (False, 1)):
@@ -270,7 +270,7 @@ def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr,
     """SUMO teleports a vehicle that stood 60 s (--time-to-teleport): the world puts its ego back at once, where
     the bicycle is, and traffic keeps seeing it."""
     from tools.collect.routes import read_routes
-    from tools.collect.world import EGO, SumoWorld
+    from tools.collect.sim.world import EGO, SumoWorld
     from tools.expert.control import Control
 
     town = Town(town_xodr)
@@ -299,7 +299,7 @@ def test_no_background_vehicle_starts_on_or_just_behind_the_ego(town_xodr, short
     """Dense traffic: whatever SUMO placed within START_CLEAR_M behind the ego is taken out before the run starts
     (it would drive into the standing ego), and the world steps on."""
     from tools.collect.routes import read_routes
-    from tools.collect.world import START_CLEAR_M, SumoWorld
+    from tools.collect.sim.world import START_CLEAR_M, SumoWorld
     from tools.expert.control import Control
 
     town = Town(town_xodr)

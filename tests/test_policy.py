@@ -118,11 +118,11 @@ def test_predict_on_a_recorded_frame_is_finite_deterministic_and_the_model_on_it
 
 
 def test_predict_on_sensors_rendered_for_a_snapshot_of_a_recorded_pose(policy, recorded, train_root):
-    from tools.collect.render import Renderer
-    from tools.collect.scene import Scene
-    from tools.collect.state import Box, Snapshot
+    from tools.collect.sensors.render import Renderer
+    from tools.collect.sensors.scene import Scene
     from tools.collect.town import Town
     from tools.dataset import semantics as sem
+    from tools.expert.state import Box, Snapshot
 
     key, _, frame = recorded
     run = json.loads(Layout(train_root).run_settings(key).read_text())

@@ -1,4 +1,4 @@
-"""The Py123D export (tools/collect/py123d_export.py, docs/py123d.md): the session's collected root (real SUMO runs)
+"""The Py123D export (tools/collect/inspect/py123d_export.py): the session's collected root (real SUMO runs)
 exported with `export-py123d` and read back with py123d's own scene reader, frame by frame against our frames;
 `collect --py123d` / `run --py123d` (local workers and a SLURM task); resumption and interrupted exports; and
 every bad input, including the py123d extra missing (hidden from the subprocess by an import hook)."""
@@ -418,7 +418,7 @@ def test_a_netconvert_town_becomes_a_map_py123d_reads_with_every_lane(town_xodr,
     from py123d.api.map.arrow.arrow_map_api import get_lru_cached_map_api
     from py123d.datatypes import MapLayer
 
-    from tools.collect.py123d_export import export_town, map_file
+    from tools.collect.inspect.py123d_export import export_town, map_file
 
     text = town_xodr.read_text()
     assert "paramPoly3" in text

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tools.collect.render import Renderer, bev_class
-from tools.collect.run import box_label
-from tools.collect.scene import SHADES, SLOT_LINE, SLOT_ROAD, SLOT_SIDEWALK, SLOT_TERRAIN, STATIC_ID0, Scene
-from tools.collect.show import show_frame
-from tools.collect.state import Box, Light, Snapshot
+from tools.collect.inspect.show import show_frame
+from tools.collect.recording import box_label
+from tools.collect.sensors.render import Renderer, bev_class
+from tools.collect.sensors.scene import SHADES, SLOT_LINE, SLOT_ROAD, SLOT_SIDEWALK, SLOT_TERRAIN, STATIC_ID0, Scene
 from tools.collect.town import Town, make_town
 from tools.dataset import semantics as sem
 from tools.dataset.errors import ToolError
@@ -21,6 +20,7 @@ from tools.dataset.frames import read_frame, write_frame
 from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, project, world_to_ego
 from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.rig import BevConfig, CameraConfig, LidarConfig, RigConfig
+from tools.expert.state import Box, Light, Snapshot
 
 GROUND = (sem.ROAD, sem.ROADLINE, sem.SIDEWALK, sem.TERRAIN)
 #: The ground slot of the scene's raster behind each ground class.
@@ -82,7 +82,7 @@ def world(tmp_path_factory):
     lead = car(1, ego_lane, s0 + 10.0)
     beside = car(2, left_lane, s0 - 8.0)
     one_car = Snapshot(time=1.0, ego=ego, actors=[lead, beside], lights=lights)
-    # Besides vehicles, what scenarios place (tools.collect.scenarios): a walker stepping off the kerb, a
+    # Besides vehicles, what scenarios place (tools.collect.sim.scenarios): a walker stepping off the kerb, a
     # cone, a cyclist.
     traffic = Snapshot(time=2.0, ego=ego, lights=lights, actors=[
         lead, beside, car(3, left_lane, s0 + 20.0), car(4, ego_lane, s0 + 25.0, sem.TRUCK), car(5, ego_lane, s0 - 9.0),
@@ -458,10 +458,10 @@ def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, sho
     """The SUMO world names its lights "<tls id>:<link index>" as the scene's heads do: the renderer finds every
     light's head by id, every head within the world's view radius is driven, and the light the expert stops for
     is one of the lights."""
-    from tools.collect.planner import RoutePlanner
     from tools.collect.routes import read_routes
-    from tools.collect.world import VIEW_RADIUS_M, SumoWorld
+    from tools.collect.sim.world import VIEW_RADIUS_M, SumoWorld
     from tools.expert.expert import Expert
+    from tools.expert.planner import RoutePlanner
 
     town = Town(town_xodr)
     route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]

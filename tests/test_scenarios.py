@@ -1,4 +1,4 @@
-"""Leaderboard 2.0 scenarios in the embedded world (tools/collect/scenarios.py): route files with scenario
+"""Leaderboard 2.0 scenarios in the embedded world (tools/collect/sim/scenarios.py): route files with scenario
 blocks, where the generator places them, and what happens on the road when the expert drives them in the
 real SUMO world: obstacles passed, a walker yielded to, a red-light runner, each labelled in every sensor."""
 
@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from conftest import PYTHON, REPO, run_bin, run_tool
 
-from tools.collect.planner import RoadOption, RoutePlanner, turn_option
 from tools.collect.routes import Route, generate_routes, read_routes, write_route
-from tools.collect.scenarios import (
+from tools.collect.scenario_types import (
     CATALOGUE,
     EXTENT_M,
     JUNCTION,
@@ -30,6 +29,7 @@ from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import Measurements
 from tools.dataset.results import SUCCESS_STATUSES
+from tools.expert.planner import RoadOption, RoutePlanner, turn_option
 
 #: Every scenario type of the leaderboard 2.0 route files (data/routes_training.xml, routes_devtest.xml) and
 #: scenario_runner's route scenarios at CARLA 0.9.16.

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
-from tools.collect.planner import RoutePlanner
 from tools.collect.routes import Route, RouteError, check_routes, read_routes, write_route
 from tools.collect.town import Town, TownError, make_town
 from tools.dataset.measurements import RoadOption
+from tools.expert.planner import RoutePlanner
 
 
 def test_town_is_opendrive_that_carla_map_and_sumo_both_load(town_xodr):

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from conftest import PYTHON, copy_root, run_bin, run_tool
 
-from tools.buckets.rules import BUCKETS, RULES
-from tools.collect.quality import EXIT_INVALID, REPORT_HTML, REPORT_JSON
+from tools.collect.inspect.quality import EXIT_INVALID, REPORT_HTML, REPORT_JSON
+from tools.dataset.bucket_rules import BUCKETS, RULES
 from tools.dataset.frames import FRAME_FORMAT, read_boxes, read_frame, read_measurements
 from tools.dataset.geometry import Pose, project
 from tools.dataset.layout import DATASET_FORMAT, REPORTS, Layout, RunKey

@@ -20,7 +20,7 @@ def build(root: str | None = None, collection: str = "all", holdout: str | None 
           val_fraction: float | None = None, test_fraction: float | None = None) -> None:
     """Index the frames of every finished route run into buckets and write the collections' bucket files.
 
-    Each frame goes to one scenario or behaviour bucket (the rules of tools/buckets/rules.py,
+    Each frame goes to one scenario or behaviour bucket (the rules of tools/dataset/bucket_rules.py,
     docs/buckets.md). pretrain holds every readable frame; posttrain the frames with a full future horizon
     (not the first 4 nor the last --horizon of a run). Both have train, val and test splits of whole routes
     (a route's repetitions together) and print a balance table (routes, runs, frames, the share of each

@@ -1,5 +1,5 @@
 """Build bucket files: put every frame of every finished route run in one bucket, scenario or behaviour (the
-rules of tools/buckets/rules.py), then write the collections (pretrain, posttrain) with train, val and test
+rules of tools/dataset/bucket_rules.py), then write the collections (pretrain, posttrain) with train, val and test
 splits (tools/buckets/splits.py), a balance table and a weight schedule per bucket.
 
     ROOT/buckets/index.json        bucket of every frame and weather, per run (reused for runs unchanged since)
@@ -28,9 +28,9 @@ from typing import Any
 from tqdm import tqdm
 
 from tools.buckets import splits as _splits
-from tools.buckets.rules import BUCKETS, RULES, classify
 from tools.buckets.splits import STRATIFIED, Assignment, SplitSettings, assign, balance, balance_lines, routes_of
 from tools.dataset import atomic, cli
+from tools.dataset.bucket_rules import BUCKETS, RULES, classify
 from tools.dataset.buckets import (
     BUCKETS_FORMAT,
     COLLECTIONS,

@@ -88,7 +88,7 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         seed: random seed of the route sampler.
         min_length: shortest route, metres (default 250).
         max_length: longest route, metres (default 700).
-        scenarios: comma-separated scenario types to place (tools.collect.scenarios.PLACEABLE).
+        scenarios: comma-separated scenario types to place (tools.collect.scenario_types.PLACEABLE).
         preset: tiny, small or full (the table above; tools/dataset/presets.py).
     """
     from tools.collect.routes import generate_routes
@@ -129,7 +129,7 @@ def run(route: str, root: str | None = None, repetition: int = 0, towns: str | N
         settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40,
             --world=carla (a CARLA server under the leaderboard evaluator instead of the embedded world).
     """
-    from tools.collect.run import run_route
+    from tools.collect.runner.attempt import run_route
 
     run_route(route=route, root=root, repetition=repetition, towns=towns, route_id=route_id,
               attempt=attempt, force=force, settings=settings, py123d=py123d)
@@ -194,8 +194,8 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         preset: tiny, small or full (the table above; tools/dataset/presets.py).
         settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla.
     """
-    from tools.collect.local import collect_local
-    from tools.collect.slurm import options_from_flags
+    from tools.collect.runner.collection import collect_routes
+    from tools.collect.runner.slurm import options_from_flags
     from tools.dataset.presets import COLLECT, check_preset, resolve
 
     preset = check_preset(preset)
@@ -206,14 +206,14 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
 
     py123d = cli.switch(py123d, "py123d")
     if py123d:  # the extra is there, before anything starts
-        from tools.collect.py123d_export import require_py123d
+        from tools.collect.inspect.py123d_export import require_py123d
 
         require_py123d("--py123d")
     options = options_from_flags(slurm=slurm, partition=partition, account=account, time=time, throttle=throttle,
                                  cpus=cpus, mem=mem, gpus=gpus, runs_per_task=runs_per_task, sbatch_args=sbatch_args,
                                  watch=watch, poll=poll, settings=settings)
-    collect_local(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
-                  max_attempts=max_attempts, settings=settings, slurm=options, py123d=py123d)
+    collect_routes(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
+                   max_attempts=max_attempts, settings=settings, slurm=options, py123d=py123d)
 
 
 def task(wave_file: str, index: int) -> None:
@@ -227,7 +227,7 @@ def task(wave_file: str, index: int) -> None:
         wave_file: ROOT/slurm/waves/wave-NNNN.json.
         index: the task's index in the wave (the array's first task + SLURM_ARRAY_TASK_ID).
     """
-    from tools.collect.slurm import run_task
+    from tools.collect.runner.slurm import run_task
 
     run_task(wave_file, index)
 
@@ -238,7 +238,7 @@ def progress(root: str | None = None) -> None:
     Args:
         root: dataset root (default: $DATA_ROOT, else ./data).
     """
-    from tools.collect.progress import print_progress
+    from tools.collect.runner.progress import print_progress
 
     print_progress(root)
 
@@ -252,7 +252,7 @@ def clean_failed(root: str | None = None, yes: bool = False) -> None:
         root: dataset root (default: $DATA_ROOT, else ./data).
         yes: actually delete (default: only list).
     """
-    from tools.collect.progress import clean_failed_runs
+    from tools.collect.runner.progress import clean_failed_runs
 
     clean_failed_runs(root, yes=yes)
 
@@ -266,7 +266,7 @@ def show(path: str, frame: int | str = 0, out: str | None = None) -> None:
             the route's scenario is nearest ahead (docs/scenarios.md).
         out: PNG to write (default: <run>/frame-<I>.png... in the current folder: frame-<I>.png).
     """
-    from tools.collect.show import show_frame
+    from tools.collect.inspect.show import show_frame
 
     show_frame(path=path, frame=frame, out=out)
 
@@ -288,7 +288,7 @@ def validate(root: str | None = None, workers: int | None = None, out: str | Non
         workers: processes reading runs in parallel (default: the CPUs this process may use).
         out: report folder (default: ROOT/reports/<date>/).
     """
-    from tools.collect.quality import validate_root
+    from tools.collect.inspect.quality import validate_root
 
     validate_root(root=root, workers=workers, out=out)
 
@@ -308,7 +308,7 @@ def info(root: str | None = None) -> None:
     Args:
         root: dataset root (default: $DATA_ROOT, else ./data).
     """
-    from tools.collect.info import print_info
+    from tools.collect.inspect.info import print_info
 
     print_info(root)
 
@@ -330,7 +330,7 @@ def export_py123d(root: str | None = None, out: str | None = None, workers: int 
             else the CPUs this process may use, at most 8; each holds about 0.4 GB).
         force: write every log and map again.
     """
-    from tools.collect.py123d_export import export_root
+    from tools.collect.inspect.py123d_export import export_root
 
     export_root(root=root, out=out, workers=workers, force=force)
 

@@ -13,6 +13,9 @@ from tools.dataset.rig import RecordingRate, RigConfig, read_rig_file
 _RATE = RecordingRate()
 #: Who can drive the ego: our privileged expert, or a trained policy (closed-loop evaluation).
 AGENTS = ("expert", "policy")
+#: The child command (module, command) that drives one route run of each agent: collection's own for the expert;
+#: a trained policy's lives with the evaluation, which needs torch (nothing under tools/collect imports it).
+ROUTE_RUN_COMMAND = {"expert": ("tools.collect", "run"), "policy": ("tools.evaluate", "route")}
 #: Where a route is driven: the embedded world, or a CARLA server under the leaderboard 2.0 evaluator.
 WORLDS = ("sim", "carla")
 #: The leaderboard evaluator ticks CARLA at a fixed rate (leaderboard_evaluator.py: LeaderboardEvaluator.frame_rate).
@@ -25,7 +28,7 @@ CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "
 @dataclass(frozen=True)
 class CollectSettings:
     world: str = "sim"  # "sim": the embedded world (SUMO + carla.Map + our renderer); "carla": a CARLA server
-    # driven by the leaderboard 2.0 evaluator (tools.collect.carla_run)
+    # driven by the leaderboard 2.0 evaluator (tools.collect.carla.run)
     vehicles: int = 40  # background vehicles kept in the town
     sim_hz: int = _RATE.sim_hz  # simulation ticks per simulated second (tools.dataset.rig.RecordingRate)
     record_every: int = _RATE.record_every  # record one frame every N ticks (20 Hz / 5 = 4 Hz)

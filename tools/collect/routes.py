@@ -23,9 +23,22 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from tools.collect.scenario_types import (
+    BEFORE_M,
+    CATALOGUE,
+    EXTENT_M,
+    JUNCTION,
+    JUNCTION_CLEARANCE_M,
+    OBSTACLE,
+    PASS_ROOM_M,
+    PLACEABLE,
+    check_params,
+)
+from tools.collect.town import Town
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import is_plain_name
+from tools.expert.planner import RoadOption, neighbours, turn_option
 
 #: Route run folder for a route without scenarios.
 NO_SCENARIO = "NoScenario"
@@ -76,8 +89,6 @@ def _plain(value: str, what: str, where: str) -> str:
 
 def read_routes(path: Path) -> list[Route]:
     """Parse a route file. Any problem is a RouteError naming the file and the reason."""
-    from tools.collect.scenarios import check_params
-
     path = Path(path)
     try:
         root = ET.parse(path).getroot()
@@ -156,7 +167,7 @@ def write_route(path: Path, route: Route) -> None:
 
 def find_towns_dir(route_file: Path, towns: str | Path | None, fallback: Path | None = None) -> Path:
     """--towns when given, else the nearest towns/ folder at or above the route file's folder, else `fallback`
-    (a CARLA run's: the towns of the CARLA install, tools.collect.carla_run.install_towns)."""
+    (a CARLA run's: the towns of the CARLA install, tools.collect.carla.run.install_towns)."""
     if towns is not None and str(towns) != "":
         d = Path(towns)
         if not d.is_dir():
@@ -181,8 +192,6 @@ def town_file(route_file: Path, route: Route, towns_dir: Path) -> Path:
 
 def check_routes(entries: list[tuple[Path, Route]], towns_dir: Path | None) -> None:
     """Every route's town exists and every waypoint lies on the town's road network."""
-    from tools.collect.town import Town
-
     maps: dict[Path, object] = {}
     for path, route in entries:
         xodr = town_file(path, route, towns_dir or find_towns_dir(path, None))
@@ -259,8 +268,6 @@ def _revisits(wps, radius: float = 5.0) -> bool:
 def _junctions(path, signalized: set[int]) -> list[dict]:
     """The junctions a walk passes, in order: {"start", "end" (walk indices inside), "turn" (LEFT, RIGHT,
     STRAIGHT), "signalized", "exit" (the waypoint after it)}."""
-    from tools.collect.planner import turn_option
-
     out = []
     i = 0
     while i < len(path):
@@ -285,7 +292,6 @@ def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> di
 
 def _junction_type(first: dict) -> str:
     """The junction scenario type of a walk's first junction (how routes without --scenarios are filed)."""
-    from tools.collect.planner import RoadOption
 
     kind = "Signalized" if first["signalized"] else "NonSignalized"
     turn = {RoadOption.LEFT: "LeftTurn", RoadOption.RIGHT: "RightTurn"}.get(first["turn"], "Straight")
@@ -300,17 +306,6 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
     """A scenario block of type `name` on a walk (2 m steps), where it makes sense; None when the walk has no
     such place. Obstacles and mid-block crossings go on straight stretches without a junction (with the
     neighbouring lane their pass needs), junction types before a junction of the right kind."""
-    from tools.collect.planner import RoadOption, neighbours
-    from tools.collect.scenarios import (
-        BEFORE_M,
-        CATALOGUE,
-        EXTENT_M,
-        JUNCTION,
-        JUNCTION_CLEARANCE_M,
-        OBSTACLE,
-        PASS_ROOM_M,
-    )
-
     stype = CATALOGUE[name]
     if stype.kind == JUNCTION or name in ("PedestrianCrossing", "VehicleTurningRoutePedestrian"):
         def fits(j: dict) -> bool:
@@ -367,10 +362,7 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
                     max_length: float = 700.0, scenarios: str | tuple | list | None = None) -> list[Path]:
     """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml. Without `scenarios` each
     route is filed under the junction type of its first junction (no actors); with a list of scenario types
-    (tools.collect.scenarios.PLACEABLE), the routes take them in turn, each placed where it makes sense."""
-    from tools.collect.scenarios import CATALOGUE, PLACEABLE
-    from tools.collect.town import Town
-
+    (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense."""
     try:
         count = int(count)
         min_length, max_length = float(min_length), float(max_length)
@@ -444,3 +436,16 @@ def _scenario_list(scenarios: str | tuple | list | None) -> list[str]:
         return []
     items = scenarios if isinstance(scenarios, (tuple, list)) else str(scenarios).split(",")
     return [str(name).strip() for name in items if str(name).strip()]
+
+
+def select_route(route_file: Path, route_id: str | None) -> Route:
+    found = read_routes(route_file)
+    if route_id is None:
+        if len(found) > 1:
+            ids = ", ".join(r.id for r in found)
+            raise ToolError(f"{route_file}: holds {len(found)} routes ({ids}); pick one with --route-id")
+        return found[0]
+    for r in found:
+        if r.id == str(route_id):
+            return r
+    raise ToolError(f"--route-id {route_id}: not in {route_file} (ids: {', '.join(r.id for r in found)})")

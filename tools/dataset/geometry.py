@@ -5,7 +5,7 @@ from +x towards +y (clockwise seen from above). The embedded world and CARLA bot
 
 Ego frame: origin on the ground under the ego box's centre, x forward, y right, z up (CARLA's vehicle
 frame). Heights are not shifted: a world point's z is its ego-frame z (the embedded world is flat at z=0;
-the CARLA agent records heights from the ground under the ego at each frame: tools.collect.carla_agent).
+the CARLA agent records heights from the ground under the ego at each frame: tools.collect.carla.agent).
 
 BEV grid (`BevGrid`): a square raster of `pixels` cells, `resolution` metres each, row 0 the farthest
 ahead, column 0 the farthest left; it covers `ahead` metres in front of the ego and `width / 2` to each

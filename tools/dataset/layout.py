@@ -2,8 +2,8 @@
 
     ROOT/
       manifest.json                              format version, who/what/when collected it
-      README.md                                  the dataset card, written from the manifest (tools.collect.info)
-      reports/<date>/report.json, report.html    quality reports of `validate` (tools.collect.quality)
+      README.md                                  the dataset card, from the manifest (tools.collect.inspect.info)
+      reports/<date>/report.json, report.html    quality reports of `validate` (tools.collect.inspect.quality)
       data/<Scenario>/<run>/                     one folder per route run (route x repetition)
           run.json                               settings of the run (seed, town, rig, attempt)
           heartbeat.json                         host, pid and time, rewritten while the run is alive
@@ -27,7 +27,7 @@ the same manifest.json, results/ and logs/, and two files of its own:
       evaluation.json                            what is evaluated: agent, checkpoint, routes, settings, argv;
                                                  written before any run, it makes ROOT an evaluation root
       result.json                                the aggregate: a leaderboard 2.0 checkpoint JSON over every
-                                                 planned run (tools.evaluate.score)
+                                                 planned run (tools.dataset.score)
 
 In an evaluation root a driving outcome is final (tools.dataset.results.run_state): `Layout.is_evaluation`.
 
@@ -195,7 +195,7 @@ class Layout:
 
     @property
     def reports(self) -> Path:
-        """ROOT/reports/: the quality reports of `validate`, one folder per day (tools.collect.quality)."""
+        """ROOT/reports/: the quality reports of `validate`, one folder per day (tools.collect.inspect.quality)."""
         return self.root / REPORTS
 
     @property
@@ -230,7 +230,7 @@ class Layout:
     @property
     def py123d(self) -> Path:
         """ROOT/py123d: the Py123D data root `collect --py123d` writes (logs/<split>/<log>/, maps/<dataset>/;
-        tools.collect.py123d_export). Read it with PY123D_DATA_ROOT=ROOT/py123d (docs/py123d.md)."""
+        tools.collect.inspect.py123d_export). Read it with PY123D_DATA_ROOT=ROOT/py123d (docs/py123d.md)."""
         return self.root / "py123d"
 
     def collection_file(self, name: str) -> Path:

@@ -17,7 +17,7 @@
 
 Every collection entry records the format version it wrote, the code (`code_version`: package version,
 git commit and whether the tree was dirty, when known) and the machine (`machine`: host, CPU, OS, Python,
-key package versions). What the caller adds (tools/collect/info.py `collection_record`: the exact settings,
+key package versions). What the caller adds (tools/collect/runner/record.py `collection_record`: the exact settings,
 rig, rates, seeds, world, expert, the route set as `route_set`) is docs/dataset-format.md's to describe.
 Entries written before these fields existed simply lack them: readers take every field as optional.
 

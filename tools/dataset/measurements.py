@@ -74,7 +74,7 @@ class Measurements:
     reason: str = ""
     reason_detail: str = ""  # with what: "light 12:3 red in 14.2 m", "vehicle 7 at 9.1 m, 0.0 m/s"
     control: dict[str, float] = field(default_factory=dict)  # {"steer", "throttle", "brake"} applied after it
-    #: The route's scenario running now (tools.collect.scenarios): {"name", "type", "kind" ("obstacle",
+    #: The route's scenario running now (tools.collect.sim.scenarios): {"name", "type", "kind" ("obstacle",
     #: "junction", "pedestrian"), "actors": [box ids], "distance": route metres from the ego to its site
     #: (negative once past)}; None while none runs.
     scenario: dict[str, Any] | None = None

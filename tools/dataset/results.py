@@ -81,6 +81,8 @@ _PENALTY = {
 
 #: A heartbeat older than this (seconds) means its writer is gone, wherever it ran.
 HEARTBEAT_STALE_S = 120.0
+#: Wall-clock seconds between a writer's heartbeats (a route run in either world, a Py123D export after one).
+HEARTBEAT_EVERY_S = 5.0
 
 
 class RunState(enum.StrEnum):
@@ -111,7 +113,7 @@ class RouteRecord:
     route_length: float = 0.0  # metres
     duration_game: float = 0.0  # seconds
     duration_system: float = 0.0  # seconds
-    #: What became of each of the route's scenario blocks (tools.collect.scenarios.Scenarios.states), in
+    #: What became of each of the route's scenario blocks (tools.collect.sim.scenarios.Scenarios.states), in
     #: meta.scenarios: a run whose scenario never ran says so.
     scenarios: dict[str, str] = field(default_factory=dict)
 

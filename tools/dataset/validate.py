@@ -1,7 +1,7 @@
 """Integrity of a recorded route run, whichever world recorded it (the embedded one or CARLA).
 
 `check_run` reads every frame of a run and lists what is wrong, changing nothing (`inspect_run` returns the
-frames' measurements with it, for the quality report of tools.collect.quality):
+frames' measurements with it, for the quality report of tools.collect.inspect.quality):
 
 - files: frames that do not decode, or of another frame format than run.json names (frames.FRAME_FORMAT);
   frame indices that are not 0, 1, 2, ... (file names and contents); ticks that do not advance by the

@@ -4,6 +4,7 @@ Commands:
   run     drive every route under a folder with a checkpoint (--checkpoint) or the expert (--agent expert),
           locally or on SLURM, then aggregate ROOT/result.json and print the scores
   score   aggregate an evaluation root again (after a SLURM evaluation ended, say) and print the scores
+  route   one route run of a trained policy (what `run`'s workers and SLURM tasks start for each route run)
 
 What is measured and how: docs/evaluation.md. `python -m tools.evaluate COMMAND --help` explains each one.
 """
@@ -67,12 +68,13 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/config.py).
     """
     from tools.collect.config import CollectSettings
-    from tools.collect.local import collect_local, find_route_files, plan
-    from tools.collect.slurm import Scheduler, options_from_flags
+    from tools.collect.runner.collection import collect_routes
+    from tools.collect.runner.jobs import find_route_files, plan
+    from tools.collect.runner.slurm import Scheduler, options_from_flags
     from tools.dataset import atomic
     from tools.dataset.layout import Layout, check_root_writable, resolve_root
     from tools.dataset.manifest import now_iso, read_manifest, tool_version, user_at_host
-    from tools.evaluate.score import score_root
+    from tools.dataset.score import score_root
 
     # Every argument is checked before anything is written.
     if root is None or isinstance(root, bool) or str(root) == "":
@@ -155,8 +157,8 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
     for note in notes:
         print(f"evaluate: {note}", file=sys.stderr)
 
-    collect_local(routes_dir=str(routes_path), root=str(layout.root), towns=towns, workers=workers,
-                  repetitions=repetitions, max_attempts=max_attempts, settings=run_settings, slurm=options)
+    collect_routes(routes_dir=str(routes_path), root=str(layout.root), towns=towns, workers=workers,
+                   repetitions=repetitions, max_attempts=max_attempts, settings=run_settings, slurm=options)
     print(score_root(Layout(layout.root)).summary(what, notes))
 
 
@@ -169,7 +171,7 @@ def score(root: str | None = None) -> None:
         root: the evaluation root (bin/evaluate ... --root ROOT).
     """
     from tools.dataset.layout import Layout, resolve_root
-    from tools.evaluate.score import score_root
+    from tools.dataset.score import score_root
 
     if root is None or isinstance(root, bool) or str(root) == "":
         raise ToolError("--root missing: give the evaluation root to aggregate (bin/evaluate ... --root ROOT)")
@@ -238,7 +240,37 @@ def unseen_towns_note(evaluation: dict[str, Any]) -> list[str]:
             f"{', '.join(sorted(unseen))} (trained on {', '.join(sorted(trained))})"]
 
 
-COMMANDS = {"run": run, "score": score}
+def route(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,
+          route_id: str | None = None, attempt: int | None = None, force: bool = False, **settings) -> None:
+    """Drive one route once with a trained policy (--agent=policy --checkpoint=DIR) in the embedded world and
+    write its result under ROOT: the child command `run` starts for each route run (local workers and SLURM
+    tasks), as `python -m tools.collect run` is the expert's. The same attempt as collection's (claim, result
+    file, crash handling: tools.collect.runner.attempt), with the policy (tools.evaluate.driver) at the wheel.
+
+    Args:
+        route: a leaderboard 2.0 route XML file.
+        root: the evaluation root.
+        repetition: repetition index K; the world is seeded from (route, K).
+        towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above the route file).
+        route_id: which route of the file (default: the only one).
+        attempt: attempt number already claimed by a caller; else claimed here.
+        force: redo a run that already finished.
+        settings: collection settings as --key=value (tools/collect/config.py); --agent=policy and
+            --checkpoint=DIR name the policy.
+    """
+    from tools.collect.config import CollectSettings
+    from tools.collect.runner.attempt import run_route
+    from tools.evaluate.driver import policy_factory
+
+    cfg = CollectSettings.from_flags(settings)
+    if cfg.agent != "policy" or not cfg.checkpoint:
+        raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP (the expert's route runs: "
+                        "python -m tools.collect run)")
+    run_route(route=route, root=root, repetition=repetition, towns=towns, route_id=route_id, attempt=attempt,
+              force=force, settings=settings, make_driver=policy_factory(cfg.checkpoint))
+
+
+COMMANDS = {"run": run, "score": score, "route": route}
 
 if __name__ == "__main__":
     cli.main("evaluate", COMMANDS, name="python -m tools.evaluate")

@@ -1,7 +1,7 @@
 """A trained checkpoint as a driving policy: one frame's sensors and measurements in, a plan out.
 
 Closed-loop evaluation renders the sensors of the policy's rig for every recorded frame
-(`tools.collect.render.Renderer(scene, policy.rig).render(snapshot)`, arrays by sensor name) and builds
+(`tools.collect.sensors.render.Renderer(scene, policy.rig).render(snapshot)`, arrays by sensor name) and builds
 the frame's `Measurements` as collection does; `Policy.predict` turns them into a `Plan` with the
 post-trained model. The input goes the way of a training sample: the cache's `Preprocessor`, the
 cache record's encoding (the model trained on JPEG-decoded images, so it sees one here too) and the

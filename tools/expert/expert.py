@@ -2,9 +2,9 @@
 
 It reads what a privileged driver may know, never the simulator behind it (nothing here imports SUMO, so
 the same expert drives in the embedded world and in CARLA):
-  - the ego's box and speed, other actors' boxes and speeds (tools.collect.state.Snapshot),
+  - the ego's box and speed, other actors' boxes and speeds (tools.expert.state.Snapshot),
   - traffic-light states at their stop lines (Snapshot.lights), the lane's speed limit,
-  - the dense route (tools.collect.planner.DenseRoute) and the lanes of the `carla.Map` (for passing).
+  - the dense route (tools.expert.planner.DenseRoute) and the lanes of the `carla.Map` (for passing).
 
 Each tick (`Expert.step`), in this order (the design follows PDM-Lite's, carla_garage / LEAD):
   1. progress: the ego's place on the route (monotonic);
@@ -31,11 +31,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tools.collect.planner import DenseRoute, neighbours, stop_signs
-from tools.collect.state import Box, Light, Snapshot
 from tools.dataset.geometry import OrientedBoxes, boxes_overlap, oriented_overlap, wrap_degrees
 from tools.dataset.semantics import actor_kind
 from tools.expert.control import Control, Controller
+from tools.expert.planner import DenseRoute, neighbours, stop_signs
+from tools.expert.state import Box, Light, Snapshot
 
 #: Plans per simulated second; the controllers run every tick on the latest plan.
 PLAN_HZ = 10.0

@@ -2,7 +2,7 @@
 
 A frame goes to the first bucket of `BUCKETS` whose rule holds on its measurements
 (tools.dataset.measurements.Measurements): first the scenario buckets (`SCENARIO_BUCKETS`, only for frames
-recorded while a route scenario runs, tools.collect.scenarios), then the behaviour buckets, which every
+recorded while a route scenario runs, tools.collect.sim.scenarios), then the behaviour buckets, which every
 frame falls through to. The thresholds are `RULES`; every bucket file records them
 under `settings.rules`, and the builder's frame index is reused only with the same rules, so changing
 a threshold means bumping `RULES["version"]`: the next build reads every frame again.

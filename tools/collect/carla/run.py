@@ -1,12 +1,12 @@
 """The CARLA attempt of one route run (`--world=carla`): a CARLA server of our own, the CARLA leaderboard 2.0
-evaluator driving the route with our agent (tools.collect.carla_agent), its result published as the run's.
+evaluator driving the route with our agent (tools.collect.carla.agent), its result published as the run's.
 
-tools.collect.run.run_route calls `check_setup` and `check_route` before it claims the run, then `drive` in place
-of the embedded world's drive; the claim, the lock, discard_run, logging and the result file stay there. One
+tools.collect.runner.attempt.run_route calls `check_setup` and `check_route` before it claims the run, then `drive`
+in place of the embedded world's drive; the claim, the lock, discard_run, logging and the result file stay there. One
 attempt:
 
   1. ports by binding; the server (CarlaUE4.sh) in its own process group, its output appended to the attempt's
-     log, polled until it answers (tools.collect.carla_server); the route's town must be one of its maps
+     log, polled until it answers (tools.collect.carla.server); the route's town must be one of its maps
   2. the agent's config (logs/.../agent-NN.json), then leaderboard/leaderboard_evaluator.py in its own process
      group, output appended to the attempt's log. Its --checkpoint is logs/.../leaderboard-NN.json, never
      ROOT/results/: the evaluator writes that file early, with no records, and in place
@@ -37,16 +37,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.collect.carla_server import (
-    CARLA_VERSION,
-    CarlaServer,
-    Ports,
-    allocate_ports,
-    end_group,
-    pick_gpu,
-    start_group,
-)
+from tools.collect.carla.agent import AGENT_FILE, AgentConfig
+from tools.collect.carla.server import CARLA_VERSION, CarlaServer, Ports, allocate_ports, pick_gpu
 from tools.collect.config import CollectSettings
+from tools.collect.processes import end_group, start_group
 from tools.collect.routes import Route
 from tools.collect.town import user_cache
 from tools.dataset import results
@@ -63,7 +57,7 @@ LEADERBOARD_URL = "https://github.com/carla-simulator/leaderboard"
 SCENARIO_RUNNER_URL = "https://github.com/carla-simulator/scenario_runner"
 #: The folder that holds the `tools` package (a checkout, or site-packages in the image): the agent file the
 #: evaluator loads imports `tools.*`.
-TOOLS_HOME = Path(__file__).resolve().parents[2]
+TOOLS_HOME = Path(__file__).resolve().parents[3]
 HOST = "127.0.0.1"
 TRACK = "SENSORS"  # the leaderboard track: our agent declares camera and LiDAR sensors
 #: The evaluator's --timeout: its client timeout, and its watchdogs on the agent's set-up and on every tick
@@ -73,7 +67,6 @@ EVALUATOR_TIMEOUT_S = 300.0
 CRASH_GRACE_S = 10.0
 CRASH_GRACE_ENV = "DRIVEKIT_CARLA_CRASH_GRACE_S"
 POLL_S = 0.2  # how often the evaluator and the server are looked at
-HEARTBEAT_EVERY_S = 5.0  # wall-clock seconds between heartbeats (results.HEARTBEAT_STALE_S declares a writer gone)
 EVALUATOR_STOP_GRACE_S = 10.0  # SIGTERM to the evaluator's group, then SIGKILL after this long
 #: The same grace when we are ended by a signal: a collector SIGKILLs its child 10 s after SIGTERM
 #: (local.TERM_GRACE_S), and both groups must have had their SIGKILL by then.
@@ -146,7 +139,7 @@ def check_setup(env: Mapping[str, str] | None = None, client_version: str | None
             client_version = "none"
     if client_version != CARLA_VERSION:
         raise ToolError(f"--world=carla: the installed carla client is {client_version}, but this collector speaks "
-                        f"CARLA {CARLA_VERSION} (tools/collect/carla_server.py CARLA_VERSION); pip install "
+                        f"CARLA {CARLA_VERSION} (tools/collect/carla/server.py CARLA_VERSION); pip install "
                         f"carla=={CARLA_VERSION}")
     installed = install_versions(carla_root)
     if installed and CARLA_VERSION not in installed:
@@ -273,8 +266,6 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
     """Drive the route in a CARLA server of our own under the leaderboard evaluator. Returns the evaluator's
     checkpoint when it holds a finished record (run_route publishes it unchanged), else the record of a
     simulation crash. ToolError when the server does not come up or lacks the route's town."""
-    from tools.collect.carla_agent import AGENT_FILE, AgentConfig
-
     started = time.time()
     attempt_log = layout.attempt_log(key, attempt)
     grace = crash_grace()
@@ -322,7 +313,7 @@ def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: f
     """Wait for the evaluator to end, keeping the run's heartbeat fresh (while the world loads, before our agent
     beats itself); a server that dies ends it after `grace` seconds (unless it ends first, having recorded the
     crash). How it ended, in words."""
-    last_beat = -HEARTBEAT_EVERY_S
+    last_beat = -results.HEARTBEAT_EVERY_S
     while True:
         code = evaluator.poll()
         if code is not None:
@@ -338,9 +329,9 @@ def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: f
             ended = (f"the evaluator exited with status {code}" if code is not None else
                      f"the evaluator was ended after {grace:g} s")
             return f"the CARLA server died mid-route (exit status {died}); {ended}"
-        if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
+        if time.monotonic() - last_beat >= results.HEARTBEAT_EVERY_S:
             last_beat = time.monotonic()
-            if _age(layout.heartbeat(key)) >= HEARTBEAT_EVERY_S:  # the agent's own beat (with its tick) stands
+            if _age(layout.heartbeat(key)) >= results.HEARTBEAT_EVERY_S:  # the agent's own beat (with its tick) stands
                 results.write_heartbeat(layout, key, 0)
         time.sleep(POLL_S)
 

@@ -3,7 +3,7 @@
 All positions are in CARLA's world frame (tools.dataset.geometry): metres, x east, y = -y(OpenDRIVE)
 (left-handed), z up; yaw in degrees, positive turning from +x towards +y (a right turn seen from above).
 A vehicle's local frame is x forward, y right, z up, as in CARLA. What a recorded frame says about
-these boxes is tools.dataset.measurements.BoxLabel (tools.collect.run.box_label).
+these boxes is tools.dataset.measurements.BoxLabel (tools.collect.runner.attempt.box_label).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Light:
 
     The links leaving one lane share its stop line. The id names the link as the world's traffic-light
     controller does, "<tls id>:<link index>" (SUMO: the index into trafficlight.getControlledLinks and the
-    network's `connection linkIndex`); the renderer finds the lane's head by it (tools.collect.render).
+    network's `connection linkIndex`); the renderer finds the lane's head by it (tools.collect.sensors.render).
     """
 
     id: str  # "<tls id>:<link index>"

@@ -10,8 +10,8 @@ is the one thing written, as ROOT/reports/<date>/report.json and report.html (or
 - runs, frames, failure rate and failure reasons per scenario type, town and weather (failed runs from their
   result files; crashed runs, which have none, as "crashed (no result)");
 - distributions over the frames of finished runs: speed, acceleration, command, distance to the leader, the
-  next light's state, and frames and stop fraction per bucket (the bucket rules of tools.buckets.rules);
-- the expert's infractions per km driven, counted as the leaderboard counts them (tools.evaluate.score);
+  next light's state, and frames and stop fraction per bucket (the bucket rules of tools.dataset.bucket_rules);
+- the expert's infractions per km driven, counted as the leaderboard counts them (tools.dataset.score);
 - the integrity errors per run, and recommendations where the numbers call for them (thresholds below).
 
 Exit status: 0 when every finished run is intact; EXIT_INVALID (1) when some run has integrity errors (listed
@@ -42,18 +42,19 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from tools.buckets.rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, classify
-from tools.collect.progress import known_runs
+from tools.collect.inspect.tables import known_runs
+from tools.collect.routes import read_routes
 from tools.dataset import atomic, cli
+from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, classify
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_measurements
 from tools.dataset.layout import Layout, RunKey, unwritable
 from tools.dataset.manifest import dataset_id, now_iso, planned_runs, read_manifest, tool_version
 from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import DRIVING_STATUSES, INFRACTION_KEYS, RunState, is_failed, read_results
+from tools.dataset.score import OUTSIDE_LANES, finite_number, km_driven, outside_lanes_km
 from tools.dataset.validate import inspect_run
 from tools.dataset.weather import weather_class
-from tools.evaluate.score import OUTSIDE_LANES, finite_number, km_driven, outside_lanes_km
 
 PROG = "validate"
 REPORT_JSON = "report.json"
@@ -156,8 +157,6 @@ def _context(layout: Layout, key: RunKey, planned: dict[str, Any]) -> tuple[str,
     except (OSError, FrameError):
         pass
     if UNKNOWN in (town, weather) and planned.get("route"):
-        from tools.collect.routes import read_routes
-
         try:
             route = next(r for r in read_routes(Path(planned["route"])) if r.id == str(planned.get("route_id")))
         except (ToolError, OSError, StopIteration, ValueError):
@@ -396,7 +395,7 @@ def _buckets(finished: list[RunSummary]) -> dict[str, dict[str, Any]]:
 
 def _infractions(summaries: Any) -> dict[str, Any]:
     """The expert's infractions over every run it drove to an outcome (finished or failed driving, not crashed),
-    per km driven as the leaderboard counts km (tools.evaluate.score): route_length x route completion."""
+    per km driven as the leaderboard counts km (tools.dataset.score): route_length x route completion."""
     records = [s.result for s in summaries if s.result and s.result.get("status") in DRIVING_STATUSES]
     km = 0.0
     counts: Counter = Counter()

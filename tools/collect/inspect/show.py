@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tools.collect.state import Box
 from tools.dataset import atomic, layout
 from tools.dataset import semantics as sem
 from tools.dataset.errors import ToolError
@@ -26,6 +25,7 @@ from tools.dataset.frames import FrameError, read_boxes, read_frame
 from tools.dataset.geometry import project, world_to_ego
 from tools.dataset.measurements import Measurements
 from tools.dataset.rig import BEV, LIDAR, LIDAR_LABELS, CameraConfig, RigConfig, camera_sensors, run_rig
+from tools.expert.state import Box
 
 _BG = (24, 24, 28)
 _TEXT = (235, 235, 235)

@@ -7,12 +7,13 @@ the same states from one listing of results/).
 from __future__ import annotations
 
 import sys
-from collections import Counter
 
+from tools.collect.inspect.tables import count_states, format_table, known_runs
+from tools.collect.runner.slurm import live_runs, load_waves, slurm_dir
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
-from tools.dataset.manifest import planned_runs, read_manifest
+from tools.dataset.manifest import read_manifest
 from tools.dataset.results import (
     FAILED_STATES,
     RunState,
@@ -22,67 +23,14 @@ from tools.dataset.results import (
     held_run_state,
     is_failed,
     read_status,
-    run_state,
     run_states,
 )
-
-COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
 
 
 def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
     """The root's layout and every run it knows: planned in the manifest or present on disk."""
     layout = cli.open_root(root)
     return layout, known_runs(layout, read_manifest(layout))
-
-
-def known_runs(layout: Layout, manifest: dict | None) -> list[RunKey]:
-    """Every route run the manifest plans or the disk holds, sorted (what progress and info count)."""
-    keys = set(layout.iter_runs())
-    for name in planned_runs(manifest):
-        scenario, _, run = name.partition("/")
-        try:
-            keys.add(RunKey(scenario, run))
-        except ValueError:
-            raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
-    return sorted(keys)
-
-
-def count_states(layout: Layout, keys: list[RunKey], states: dict[RunKey, RunState] | None = None
-                 ) -> dict[str, Counter]:
-    """Per scenario type: how many runs are in each RunState (`states`: already known ones)."""
-    table: dict[str, Counter] = {}
-    for key in keys:
-        table.setdefault(key.scenario, Counter())[states[key] if states else run_state(layout, key)] += 1
-    return table
-
-
-def state_row(name: str, states: Counter) -> list[str]:
-    """A table row: name, planned, finished, failed, running, pending, failure rate (COLUMNS)."""
-    finished = states[RunState.FINISHED]
-    failed = sum(states[s] for s in FAILED_STATES)
-    ended = finished + failed
-    rate = f"{100.0 * failed / ended:.1f}%" if ended else "-"
-    return [name, str(sum(states.values())), str(finished), str(failed), str(states[RunState.RUNNING]),
-            str(states[RunState.PENDING]), rate]
-
-
-def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """The lines of a table: the first column left-aligned, the others right-aligned, a rule above the last
-    row (the total) when there are rows besides it."""
-    everything = [header, *rows]
-    widths = [max(len(r[i]) for r in everything) for i in range(len(header))]
-    lines = []
-    for i, r in enumerate(everything):
-        if i == len(everything) - 1 and len(everything) > 2:
-            lines.append("  ".join("-" * w for w in widths))
-        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]))
-    return lines
-
-
-def format_table(table: dict[str, Counter]) -> str:
-    rows = [state_row(name, states) for name, states in sorted(table.items())]
-    rows.append(state_row("total", sum(table.values(), Counter())))
-    return "\n".join(text_table(["scenario type", *COLUMNS], rows))
 
 
 def print_progress(root: str | None) -> None:
@@ -110,10 +58,8 @@ def print_progress(root: str | None) -> None:
 def _slurm_queue(layout: Layout, strict: bool = False):
     """The SLURM tasks of a root collected with --slurm (one scheduler query), else None. `strict`: a root
     with SLURM waves whose queue cannot be read is an error (clean-failed must not guess)."""
-    if not (layout.root / "slurm").exists():  # tools.collect.slurm.SLURM_DIR: never collected on SLURM
-        return None  # (known without importing the SLURM module, a third of progress's time)
-    from tools.collect.slurm import live_runs, load_waves
-
+    if not slurm_dir(layout).exists():  # never collected on SLURM
+        return None
     try:
         queue = live_runs(layout)
     except ToolError as e:

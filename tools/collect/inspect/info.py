@@ -1,16 +1,14 @@
-"""What a dataset is: the collection record written into the manifest, `info` (bin/dataset-info), the dataset card.
+"""What a dataset is: `info` (bin/dataset-info) and the dataset card, from the manifest (whose collection
+record tools.collect.runner.record writes) and the root's contents.
 
-    collection_record   what a collection adds to its manifest entry (tools.dataset.manifest.update_manifest
-                        adds the time, user, format version, code version and machine): the exact settings,
-                        world, rate, seeds, rig, expert parameters, the route set and the towns
     print_info          the manifest with counts (route runs per scenario type and town, frames) and sizes on
                         disk; writes the dataset card
     write_card          ROOT/README.md (Layout.card), a Markdown page made from the manifest and the counts:
-                        written atomically after every collection (tools.collect.local, a lone `run`) and by
+                        written atomically after every collection (tools.collect.runner, a lone `run`) and by
                         `info`
 
 Counts ask `tools.dataset.results.run_states` (the one definition of a finished or failed route run) for every
-run the manifest plans or the disk holds (`tools.collect.progress`'s rule), count frame files with one listing
+run the manifest plans or the disk holds (`tools.collect.runner.progress`'s rule), count frame files with one listing
 per finished run (`Layout.frame_count`) and read a run's town from the head of its measurements index
 (`frames.read_run_head`, else its run.json). Sizes walk the root with a pool of threads, one directory listing
 per task: a root of thousands of route runs on a network file system is walked in parallel.
@@ -18,20 +16,18 @@ per task: a root of thousands of route runs on a network file system is walked i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tools.collect.config import CollectSettings
-from tools.collect.progress import count_states, known_runs, state_row, text_table
+from tools.collect.inspect.tables import count_states, known_runs, state_row, text_table
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_run_head
@@ -46,7 +42,7 @@ from tools.dataset.layout import (
     Layout,
     RunKey,
 )
-from tools.dataset.manifest import file_sha256, package_versions, read_manifest, route_set
+from tools.dataset.manifest import dataset_id, now_iso, read_manifest
 from tools.dataset.results import FAILED_STATES, RunState, run_states
 
 #: Where a reader learns the format (relative to the drivekit checkout).
@@ -56,70 +52,6 @@ THREADS = 8
 #: The top-level folders whose sizes `info` always names (any other folder there is named too; files at the top
 #: and the root folder itself count as "other").
 SIZE_PARTS = (DATA, RESULTS, LOGS, BUCKETS, CACHE)
-
-
-# ----------------------------------------------------------------------------- what a collection records
-
-
-def _constants(module: Any) -> dict[str, Any]:
-    """The upper-case numbers and strings of a module and of its classes (`Controller.KP`): the expert's
-    parameters."""
-    found = {}
-    for name, value in vars(module).items():
-        if name.isupper() and type(value) in (int, float, str):
-            found[name] = value
-        elif isinstance(value, type) and value.__module__ == module.__name__:
-            for attr, inner in vars(value).items():
-                if attr.isupper() and type(inner) in (int, float, str):
-                    found[f"{name}.{attr}"] = inner
-    return dict(sorted(found.items()))
-
-
-def expert_record() -> dict[str, Any]:
-    """The expert's parameters (every constant of tools/expert/expert.py and control.py) and a hash of its
-    source files, which names its exact code even in a dirty checkout."""
-    from tools.expert import control, expert
-
-    folder = Path(expert.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
-        digest.update(f"{path.name}\0{file_sha256(path)}\n".encode())
-    return {"module": "tools.expert", "sha256": digest.hexdigest(),
-            "parameters": {"expert": _constants(expert), "control": _constants(control)}}
-
-
-def world_record(settings: CollectSettings) -> dict[str, Any]:
-    """Which world drove the routes, and the versions of what makes it."""
-    if settings.world == "carla":
-        from tools.collect.carla_run import LEADERBOARD_COMMIT, SCENARIO_RUNNER_COMMIT
-
-        return {"name": "carla", "carla_client": package_versions(["carla"]).get("carla"),
-                "leaderboard_commit": LEADERBOARD_COMMIT, "scenario_runner_commit": SCENARIO_RUNNER_COMMIT}
-    sumo = package_versions(["eclipse-sumo", "libsumo"])
-    return {"name": "sim", "sumo": sumo.get("eclipse-sumo") or sumo.get("libsumo"), "vehicles": settings.vehicles}
-
-
-def collection_record(settings: CollectSettings, route_files: Iterable[Path], routes_dir: Path,
-                      town_files: Iterable[Path]) -> dict[str, Any]:
-    """What a collection adds to its manifest entry besides its command line: `settings` (every CollectSettings
-    field), `world`, `rate`, `seeds`, `rig` (the resolved rig: the default one when --rig is not given) and
-    `rig_file`, `expert`, `routes` (`tools.dataset.manifest.route_set`) and `towns` (name -> sha256 of each
-    OpenDRIVE file the routes drive on)."""
-    rate = settings.rate
-    record: dict[str, Any] = {
-        "settings": settings.to_dict(),
-        "world": world_record(settings),
-        "rate": {"sim_hz": rate.sim_hz, "record_every": rate.record_every, "frame_dt": rate.frame_dt},
-        "seeds": {"offset": settings.seed,
-                  "rule": "tools.collect.run.derive_seed(route file stem, route id, repetition, offset)"},
-        "rig": settings.load_rig().to_dict() if settings.record else None,
-        "rig_file": {"path": str(Path(settings.rig).absolute()), "sha256": file_sha256(Path(settings.rig))}
-        if settings.rig else None,
-        "expert": expert_record() if settings.agent == "expert" else None,
-        "routes": route_set(route_files, routes_dir),
-        "towns": {Path(p).stem: file_sha256(Path(p)) for p in sorted(set(map(Path, town_files)))},
-    }
-    return record
 
 
 # ----------------------------------------------------------------------------- counts
@@ -417,8 +349,6 @@ def format_version_text(manifest: dict[str, Any]) -> str:
 
 def info_text(layout: Layout, manifest: dict[str, Any], counts: Counts, sizes: dict[str, Usage]) -> str:
     """What `info` prints."""
-    from tools.dataset.manifest import dataset_id
-
     lines = [f"dataset root {layout.root}" + (" (an evaluation root)" if layout.is_evaluation else "")]
     head = [("dataset_id", dataset_id(layout)), ("format version", format_version_text(manifest)),
             ("created", f"{manifest.get('created', '?')} by {manifest.get('created_by', '?')} with "
@@ -463,8 +393,6 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def card_text(layout: Layout, manifest: dict[str, Any], counts: Counts, sizes: dict[str, Usage] | None,
               written_by: str) -> str:
     """The dataset card: Markdown, from the manifest, the counts and (from `info`) the sizes."""
-    from tools.dataset.manifest import dataset_id, now_iso
-
     ident = dataset_id(layout)
     _, planned, finished, failed, running, pending, rate = state_row("total", counts.total())
     entries = _collections(manifest)
@@ -543,7 +471,7 @@ def write_card(layout: Layout, manifest: dict[str, Any], counts: Counts, sizes: 
 
 
 def card_after_collection(layout: Layout) -> None:
-    """The card at the end of a collection (tools.collect.local, a lone `run`): not in an evaluation root; a card
+    """The card at the end of a collection (tools.collect.runner.local, a lone `run`): not in an evaluation root; a card
     that cannot be written is one warning line, never the collection's failure."""
     if layout.is_evaluation:
         return

@@ -1,7 +1,7 @@
 """The embedded world's traffic: SUMO through libsumo, in-process and seeded, around an ego it does not drive.
 
 SUMO drives every other vehicle. The ego is an external vehicle: a kinematic bicycle
-(tools.collect.vehicle) moved by its driver's control (the expert, tools.expert, or a trained policy)
+(tools.collect.sim.vehicle) moved by its driver's control (the expert, tools.expert, or a trained policy)
 and placed into SUMO each tick with `moveToXY`, so background traffic sees it and reacts to it.
 What happens to the ego is judged here from geometry, as the leaderboard's criteria judge it:
 collisions from box overlap, red lights from crossing a stop line while the link taken shows red.
@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
 
-from tools.collect.planner import DenseRoute
-from tools.collect.state import Box, Light, Snapshot
-from tools.collect.town import Town
-from tools.collect.vehicle import Bicycle
+from tools.collect.sim.vehicle import Bicycle
+from tools.collect.town import Town, sumo_binary
 from tools.dataset import semantics
 from tools.dataset.errors import ToolError
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.expert.control import Control
+from tools.expert.planner import DenseRoute
+from tools.expert.state import Box, Light, Snapshot
 
 EGO = "ego"
 #: (class, length, width, height, share) of background vehicles.
@@ -146,8 +146,6 @@ class SumoWorld:
     def __init__(self, town: Town, route: DenseRoute, seed: int, vehicles: int, sim_hz: int):
         import libsumo
 
-        from tools.collect.town import sumo_binary
-
         self.ls = libsumo
         self.town = town
         self.rng = random.Random(seed)
@@ -167,7 +165,7 @@ class SumoWorld:
         self._snap: Snapshot | None = None
         self._ego_box: Box | None = None  # since the ego last moved (`ego_box`); None: not made yet
         self._ego_adds = 0  # times the ego was put into SUMO
-        #: Boxes of the actors scenarios place and move (tools.collect.scenarios), by box id; the SUMO vehicles
+        #: Boxes of the actors scenarios place and move (tools.collect.sim.scenarios), by box id; the SUMO vehicles
         #: that stand in for the standing ones, so that SUMO's traffic stops behind them (not reported itself).
         self._statics: dict[int, Box] = {}
         self._hidden: set[str] = set()
@@ -359,7 +357,7 @@ class SumoWorld:
         self._collided.add(aid)
         ev.collisions.append((aid, _COLLISION_KIND[semantics.actor_kind(cls)]))
 
-    # ------------------------------------------------------------------ scenario actors (tools.collect.scenarios)
+    # ------------------------------------------------------------------ scenario actors (tools.collect.sim.scenarios)
     def add_static(self, cls: int, x: float, y: float, yaw: float, length: float, width: float, height: float,
                    block: bool = False) -> int:
         """A box the caller places and moves (`move_static`): a prop, a parked car, a walker. Its id. `block`:

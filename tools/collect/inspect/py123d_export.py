@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from tools.collect.processes import die_with_parent
 from tools.dataset import atomic, cli, results, semantics
 from tools.dataset.codec import decode_array, encode_array
 from tools.dataset.errors import ToolError
@@ -59,6 +60,7 @@ from tools.dataset.manifest import dataset_id, read_manifest, tool_version
 from tools.dataset.measurements import BoxLabel, Measurements
 from tools.dataset.results import RunState, run_states
 from tools.dataset.rig import JPEG_QUALITY, LIDAR, LIDAR_LABELS, RGB, CameraConfig, RigConfig, run_rig
+from tools.expert.control import WHEELBASE_M
 
 #: The py123d release this export is written against (pyproject.toml's `py123d` extra pins it).
 PY123D_VERSION = "0.7.0"
@@ -427,7 +429,6 @@ def write_log(layout: Layout, key: RunKey, tmp: Path, town: str, map_api: Any) -
     from py123d.geometry.transform import rel_to_abs_se3
     from py123d.parser.base_dataset_parser import ModalitiesSync, ParsedCamera
 
-    from tools.expert.control import WHEELBASE_M
 
     run = json.loads(layout.run_settings(key).read_text())
     rig = run_rig(run)
@@ -583,12 +584,10 @@ def remove_stale_temporaries(out: Path) -> None:
 def _heartbeat(layout: Layout, key: RunKey) -> Iterator[None]:
     """Keep the run's heartbeat fresh while its log is written (a big town's map takes minutes): a collector
     kills an attempt whose heartbeat went stale."""
-    from tools.collect.run import HEARTBEAT_EVERY_S  # as often as the run beats while it drives
-
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(HEARTBEAT_EVERY_S):
+        while not stop.wait(results.HEARTBEAT_EVERY_S):
             results.write_heartbeat(layout, key, -1)
 
     thread = threading.Thread(target=beat, name="py123d-heartbeat", daemon=True)
@@ -716,8 +715,6 @@ def _in_workers(layout: Layout, out: Path, keys: list[RunKey], force: bool, work
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from tools.collect.carla_server import die_with_parent
 
     # spawned, not forked: this process holds pyarrow's threads (the maps); a worker dies with it (as collect's)
     with ProcessPoolExecutor(min(workers, len(keys)), mp_context=multiprocessing.get_context("spawn"),

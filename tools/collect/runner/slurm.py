@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.collect.local import duration
-from tools.dataset import atomic
+from tools.collect.config import CollectSettings
+from tools.collect.routes import read_routes
+from tools.collect.runner.jobs import Job, duration
+from tools.collect.runner.workers import Collector
+from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
@@ -114,9 +117,6 @@ def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, thro
                        gpus: Any, runs_per_task: Any, sbatch_args: Any, watch: Any, poll: Any,
                        settings: dict[str, Any]) -> SlurmOptions | None:
     """The SlurmOptions of `collect --slurm ...` flags (None without --slurm), each converted and checked."""
-    from tools.collect.config import CollectSettings
-    from tools.dataset import cli
-
     if not cli.switch(slurm, "slurm"):
         return None
     world = CollectSettings.from_flags(settings).world
@@ -501,10 +501,6 @@ def live_runs(layout: Layout, scheduler: Scheduler | None = None) -> Poll | None
 def run_task(wave_file: str, index: Any) -> None:
     """One array task: the route runs of task `index` of a wave, one after the other, each claimed like a
     local collector does, its heartbeat watched; no retry here (the monitor's next wave retries)."""
-    from tools.collect.local import Collector, Job
-    from tools.collect.routes import read_routes
-    from tools.dataset import cli
-
     path = Path(cli.text(wave_file, "wave-file")).expanduser().absolute()
     wave = Wave.load(path)
     task = cli.integer(index, "index", 0, wave.n_tasks - 1)
@@ -530,7 +526,7 @@ def run_task(wave_file: str, index: Any) -> None:
 
 def collect_slurm(layout: Layout, jobs: list, options: SlurmOptions, settings: dict[str, Any], max_attempts: int,
                   scheduler: Scheduler | None = None, py123d: bool = False) -> dict[str, Any]:
-    """Plan, submit and (with options.watch) monitor the route runs `jobs` (tools.collect.local.Job); `py123d`:
+    """Plan, submit and (with options.watch) monitor the route runs `jobs` (tools.collect.runner.jobs.Job); `py123d`:
     each task's runs also write their Py123D logs (run --py123d)."""
     s = scheduler or Scheduler()
     s.require()

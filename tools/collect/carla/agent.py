@@ -2,15 +2,15 @@
 
 The CARLA leaderboard evaluator (leaderboard/leaderboard_evaluator.py) loads AGENT_FILE by path
 (`--agent=...`), takes the class `get_entry_point()` names and hands it the path of its configuration
-(`--agent-config=FILE`, an AgentConfig JSON written by tools.collect.carla_run). AGENT_FILE is a thin
+(`--agent-config=FILE`, an AgentConfig JSON written by tools.collect.carla.run). AGENT_FILE is a thin
 subclass of the leaderboard's `AutonomousAgent`; everything it does is `AgentCore` here, which needs
 neither the leaderboard nor scenario_runner (the tests drive it with stand-ins of both).
 
 Per tick the core builds the privileged state from the simulator (`CarlaWorldView`: the ego, vehicles,
-walkers, props, traffic lights at their stop lines, in the Snapshot of tools.collect.state), drives with the
-expert (tools.collect.agents, as in the embedded world) and, every `record_every` ticks, writes a frame
-through tools.dataset.frames with the embedded world's measurements and box labels (tools.collect.run) and
-its BEV (tools.collect.render). Sensors:
+walkers, props, traffic lights at their stop lines, in the Snapshot of tools.expert.state), drives with the
+expert (tools.expert.drivers, as in the embedded world) and, every `record_every` ticks, writes a frame
+through tools.dataset.frames with the embedded world's measurements and box labels (tools.collect.recording) and
+its BEV (tools.collect.sensors.render). Sensors:
 - the rig's RGB cameras are declared to the leaderboard (`sensors()`; it allows RGB cameras and vetoes
   semantic and depth cameras);
 - each camera's semantic and depth twin and the LiDAR (CARLA's semantic LiDAR, which labels every point
@@ -39,8 +39,13 @@ from typing import Any
 import numpy as np
 
 from tools.collect.config import CollectSettings
-from tools.collect.state import Box, Light, Snapshot
-from tools.dataset import atomic, frames, results, semantics
+from tools.collect.recording import RunRecorder
+from tools.collect.referee import Referee
+from tools.collect.routes import select_route
+from tools.collect.sensors.render import Renderer
+from tools.collect.sensors.scene import Scene
+from tools.collect.town import Town, user_cache
+from tools.dataset import atomic, semantics
 from tools.dataset.geometry import Pose, ego_to_world
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.rig import (
@@ -53,6 +58,9 @@ from tools.dataset.rig import (
     camera_sensors,
     lidar_intensity,
 )
+from tools.expert.drivers import make_expert
+from tools.expert.planner import RoutePlanner, stop_signs
+from tools.expert.state import Box, Light, Snapshot
 
 log = logging.getLogger("collect.carla")
 
@@ -69,8 +77,7 @@ SEMANTIC_LIDAR_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("cos
                                  ("tag", "<u4")])
 #: Seconds the agent waits for its own sensors' data of a tick before it gives up (the agent crashes).
 SENSOR_TIMEOUT_S = 20.0
-#: Wall-clock seconds between heartbeats (as tools.collect.run).
-HEARTBEAT_EVERY_S = 5.0
+#: Wall-clock seconds between heartbeats (as tools.collect.runner.attempt).
 #: Vehicle blueprints' base_type attribute -> semantic class (CARLA 0.9.16 blueprints).
 _BASE_TYPE_CLASS = {"car": semantics.CAR, "van": semantics.CAR, "truck": semantics.TRUCK, "bus": semantics.BUS,
                     "motorcycle": semantics.MOTORCYCLE, "bicycle": semantics.BICYCLE}
@@ -101,7 +108,7 @@ class AgentConfig:
             data = json.loads(Path(path).read_text())
             return cls(**data)
         except (OSError, ValueError, TypeError) as e:
-            raise ValueError(f"{path}: not an agent config of tools.collect.carla_agent ({e})") from None
+            raise ValueError(f"{path}: not an agent config of tools.collect.carla.agent ({e})") from None
 
     @property
     def key(self) -> RunKey:
@@ -362,10 +369,7 @@ class AgentCore:
         self.buffer = SensorBuffer()
         self.spawned: list[Any] = []
         self.ticks = 0
-        self.frames = 0
-        self.recorded: list[Any] = []  # the frames' measurements (tools.dataset.measurements.Measurements)
         self.t0: float | None = None
-        self.last_beat = 0.0
 
     def sensors(self, hero: Any) -> list[dict[str, Any]]:
         return declared_sensors(self.rig, mount_offset(hero))
@@ -374,23 +378,17 @@ class AgentCore:
         """At set-up (the hero exists; the leaderboard then ticks the world a few times before the route starts,
         so that sensors deliver from the first tick): plan the route on the server's map, make the expert and
         the BEV, spawn the agent's own sensors, write run.json."""
-        from tools.collect.agents import make_driver
-        from tools.collect.planner import RoutePlanner, stop_signs
-        from tools.collect.render import Renderer
-        from tools.collect.run import Referee, select_route, write_run_json
-        from tools.collect.scene import Scene
-
         cfg, s = self.config, self.settings
         route = select_route(Path(cfg.route_file), cfg.route_id)
         dense = RoutePlanner(carla_map).trace(route.waypoints)
         town = town_of_map(carla_map)
         self.view = CarlaWorldView(world, carla_map, hero)
-        self.route, self.dense, self.coarse = route, dense, dense.target_indices()
-        self.driver = make_driver(s, dense, 1.0 / s.sim_hz, carla_map)
+        self.route, self.dense = route, dense
+        self.recorder = RunRecorder(self.layout, self.key, route, dense, s)
+        self.driver = make_expert(dense, 1.0 / s.sim_hz, carla_map)
         self.referee = Referee(dense, s, stop_signs(dense, carla_map))
         self.renderer = Renderer(Scene(town, seed=0), self.rig)  # for the BEV, drawn as in the embedded world
         self.codecs = self.rig.sensor_names()
-        self.weather = route.weathers[0] if route.weathers else {}
         offset = mount_offset(hero)
         library = world.get_blueprint_library()
         import carla
@@ -406,16 +404,12 @@ class AgentCore:
             sensor.listen(self.buffer.callback(spec.name))
             self.spawned.append(sensor)
         self.own_names = [spec.name for spec in own_sensors(self.rig, offset, s.sim_hz)]
-        write_run_json(self.layout, self.key, route, route.town, town.xodr, s, self.rig, dense, self.coarse,
-                       cfg.repetition, cfg.seed, cfg.attempt)
+        self.recorder.start(town=route.town, town_file=town.xodr, rig=self.rig, repetition=cfg.repetition,
+                            seed=cfg.seed, attempt=cfg.attempt)
         self.hero_id = int(hero.id)
-        results.write_heartbeat(self.layout, self.key, 0)
-        self.last_beat = time.monotonic()
 
     def step(self, input_data: dict[str, Any], frame: int, timestamp: float) -> Any:
         """One tick: our Control (tools.expert.control) for the ego; a frame written on recording ticks."""
-        from tools.collect.run import boxes, measurements
-
         if self.t0 is None:
             self.t0 = timestamp
         view = self.view
@@ -423,21 +417,17 @@ class AgentCore:
         snap = view.snapshot()
         self.referee.track(np.array([snap.ego.x, snap.ego.y]))
         decision = self.driver.step(view, None)
-        if self.settings.record and self.ticks % self.settings.record_every == 0:
+        recorder = self.recorder
+        if self.settings.record and recorder.due(self.ticks):
             own = self.buffer.wait(self.own_names, frame)
             arrays = to_sensors(self.rig, self.codecs, input_data, own, self.hero_id)
             arrays["bev"] = self.renderer.bev(snap)
             sensors = {name: (arrays[name], codec) for name, codec in self.codecs.items()}
-            m = measurements(snap, self.dense, self.coarse, self.referee, self.frames, self.ticks,
-                             self.settings.route_ahead, self.weather, view.speed_limit(), view.lane(),
-                             view.acceleration(), None, decision)
-            frames.write_frame(self.layout.frame_path(self.key, self.frames), self.frames, m, boxes(snap), sensors)
-            self.recorded.append(m)
-            self.frames += 1
+            m = recorder.measurements(snap, self.referee, self.ticks, speed_limit=view.speed_limit(), lane=view.lane(),
+                                      accel=view.acceleration(), scenario=None, decision=decision)
+            recorder.write(recorder.encode(m, snap, sensors))
         self.ticks += 1
-        if time.monotonic() - self.last_beat > HEARTBEAT_EVERY_S:
-            results.write_heartbeat(self.layout, self.key, self.ticks)
-            self.last_beat = time.monotonic()
+        recorder.beat(self.ticks)
         return decision.control
 
     def destroy(self) -> None:
@@ -448,17 +438,15 @@ class AgentCore:
             except RuntimeError as e:  # the server may be gone already
                 log.warning("could not destroy sensor %s: %s", getattr(sensor, "id", "?"), e)
         self.spawned = []
-        if self.recorded:  # the run's measurements index, after its last frame (as the embedded world's runs)
-            frames.write_run_measurements(self.layout.run_measurements(self.key), self.route.town, self.recorded)
-        log.info("%s: %d frames recorded in %d ticks", self.key, self.frames, self.ticks)
+        if hasattr(self, "recorder"):  # set up: the run's measurements index, after its last frame
+            self.recorder.close(self.route.town)
+            log.info("%s: %d frames recorded in %d ticks", self.key, self.recorder.frames, self.ticks)
 
 
 def town_of_map(carla_map: Any) -> Any:
     """The embedded world's Town (tools.collect.town) of the server's map, from its OpenDRIVE text: the BEV's
     road raster is drawn from it. Written once per map content under the user's cache (netconvert's network
     is cached beside it)."""
-    from tools.collect.town import Town, user_cache
-
     text = carla_map.to_opendrive()
     name = str(carla_map.name).rsplit("/", 1)[-1] or "town"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]

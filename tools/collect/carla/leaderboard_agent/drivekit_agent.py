@@ -1,9 +1,9 @@
 """The file the CARLA leaderboard evaluator loads as our agent (`--agent=<this file>`).
 
 A thin `AutonomousAgent` subclass: the leaderboard calls setup(), sensors(), run_step() and destroy();
-each forwards to tools.collect.carla_agent.AgentCore with what the leaderboard and scenario_runner give
+each forwards to tools.collect.carla.agent.AgentCore with what the leaderboard and scenario_runner give
 (CarlaDataProvider's world, map and hero, GameTime's frame). This folder holds nothing else: the evaluator
-puts it first on sys.path (tools.collect.carla_agent.AGENT_FILE says why).
+puts it first on sys.path (tools.collect.carla.agent.AGENT_FILE says why).
 """
 
 import carla
@@ -11,7 +11,7 @@ from leaderboard.autoagents.autonomous_agent import AutonomousAgent, Track
 from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
 from srunner.scenariomanager.timer import GameTime
 
-from tools.collect.carla_agent import ENTRY_POINT, AgentConfig, AgentCore
+from tools.collect.carla.agent import ENTRY_POINT, AgentConfig, AgentCore
 
 
 def get_entry_point():
@@ -19,7 +19,7 @@ def get_entry_point():
 
 
 class DriveKitAgent(AutonomousAgent):
-    """Drives with the expert and records the dataset's frames (tools.collect.carla_agent)."""
+    """Drives with the expert and records the dataset's frames (tools.collect.carla.agent)."""
 
     def setup(self, path_to_conf_file):
         self.track = Track.SENSORS

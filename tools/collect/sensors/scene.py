@@ -1,6 +1,6 @@
 """The embedded world's static scene: a town's ground raster and roadside structures, built once per town.
 
-The renderer (tools.collect.render) draws every sensor from a `Scene` and the world state of a frame.
+The renderer (tools.collect.sensors.render) draws every sensor from a `Scene` and the world state of a frame.
 Everything here comes from the town's real geometry and a seed:
 
 - the ground, the plane z=0, drawn into a top-down raster of codes `slot * SHADES + shade`: the slot
@@ -10,7 +10,7 @@ Everything here comes from the town's real geometry and a seed:
   the sidewalks, street lamps on them, and at every signalled stop line a pole, a mast arm and one
   traffic-light head per lane;
 - the signals (`Scene.signals`): which head shows which traffic-light links. A link is named as the
-  world's lights are (tools.collect.state.Light.id): "<tls id>:<link index>", read from the SUMO
+  world's lights are (tools.expert.state.Light.id): "<tls id>:<link index>", read from the SUMO
   network's `connection` elements (`tl`, `linkIndex`), the same indices SUMO's
   trafficlight.getControlledLinks lists.
 
@@ -30,10 +30,10 @@ import msgpack
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect.state import Box
 from tools.collect.town import Town
 from tools.dataset import semantics as sem
 from tools.dataset.codec import decode_array, encode_array
+from tools.expert.state import Box
 
 #: Static structures' ids start here, far from actor ids (0 is the ego, actors count up from 1).
 STATIC_ID0 = 1_000_000

@@ -1,7 +1,7 @@
 """The embedded world's ego: a kinematic bicycle moved by a control (tools.expert.control.Control).
 
 SUMO does not drive the ego: each tick this model turns the driver's control into a new pose, and the
-world places the ego there (tools.collect.world). The same numbers as the controllers' (wheelbase,
+world places the ego there (tools.collect.sim.world). The same numbers as the controllers' (wheelbase,
 steer range, acceleration limits), so that a planned acceleration is the one the car makes.
 """
 

@@ -1,37 +1,23 @@
-"""Who drives the ego in a route run (the `agent` collection setting): the expert, or a trained policy.
+"""A trained policy as the ego's driver of a route run (tools.expert.drivers.Driver), for closed-loop evaluation.
 
-A driver's `step(world, inputs)` returns a tools.expert.expert.Decision (its control and why) every
-tick; `world` is a tools.expert.expert.WorldView. `inputs` is (sensors, measurements) of a frame tick
-for a driver that sees sensors (`needs_sensors`), else None. Both turn their plan into a control with
-the same controllers (tools.expert.control.Controller).
+`python -m tools.evaluate route` drives one route run with it: the embedded world's attempt and drive loop
+(tools.collect.runner.attempt, tools.collect.sim.drive) with this driver in place of the expert. Collection
+never imports it (nothing under tools/collect imports torch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from tools.collect.config import CollectSettings
-from tools.collect.planner import DenseRoute
 from tools.dataset.geometry import ego_to_world
 from tools.dataset.measurements import Measurements
-from tools.dataset.rig import RigConfig
+from tools.evaluate.policy import load_policy
 from tools.expert.control import Controller
-from tools.expert.expert import Decision, Expert, WorldView
-
-
-class ExpertDriver:
-    """The privileged expert (tools.expert.expert): it sees the world state, no sensors."""
-
-    needs_sensors = False
-    rig: RigConfig | None = None
-
-    def __init__(self, route: DenseRoute, dt: float, carla_map: Any):
-        self.expert = Expert(route, dt, carla_map)
-
-    def step(self, world: WorldView, inputs: Any = None) -> Decision:
-        return self.expert.step(world)
+from tools.expert.expert import Decision, WorldView
+from tools.expert.planner import DenseRoute
 
 
 class PolicyDriver:
@@ -41,8 +27,6 @@ class PolicyDriver:
     needs_sensors = True
 
     def __init__(self, checkpoint: str, dt: float):
-        from tools.evaluate.policy import load_policy
-
         self.policy = load_policy(checkpoint)
         self.rig = self.policy.rig
         self.controller = Controller(dt)
@@ -60,8 +44,7 @@ class PolicyDriver:
         return Decision(control=control, target_speed=self.target_speed, reason="policy", path=self.path)
 
 
-def make_driver(settings: CollectSettings, route: DenseRoute, dt: float, carla_map: Any
-                ) -> ExpertDriver | PolicyDriver:
-    if settings.agent == "policy":
-        return PolicyDriver(settings.checkpoint, dt)
-    return ExpertDriver(route, dt, carla_map)
+def policy_factory(checkpoint: str) -> Callable[[DenseRoute, float, Any], PolicyDriver]:
+    """The driver factory (tools.collect.sim.drive.DriverFactory) of a checkpoint: the policy ignores the route
+    and the map, it sees the frame's sensors and measurements."""
+    return lambda route, dt, carla_map: PolicyDriver(checkpoint, dt)

@@ -1,9 +1,8 @@
-"""Local collection: every route file under a folder times K repetitions, in N worker processes (each drives
-in the embedded world, or with --world=carla in a CARLA server of its own under the leaderboard evaluator).
-
-The parent decides and watches; each route run is a child `python -m tools.collect run` in its own
-process group, writing its stdout and stderr to the run's attempt log. All state lives on disk
-(results, heartbeats, attempt logs), so a killed collector loses nothing: run it again.
+"""Route runs in child processes: the parent decides and watches; each route run is a child
+`python -m tools.collect run` (a policy's: `python -m tools.evaluate route`) in its own process group, writing
+its stdout and stderr to the run's attempt log. All state lives on disk (results, heartbeats, attempt logs),
+so a killed collector loses nothing: run it again. A local collection runs N of them at once; a SLURM array
+task runs its share one after the other.
 
 The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
@@ -27,13 +26,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tools.collect.carla_server import die_with_parent
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
-from tools.dataset import cli
-from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
-from tools.dataset.manifest import read_manifest, update_manifest
+from tools.collect.config import ROUTE_RUN_COMMAND
+from tools.collect.processes import die_with_parent, signal_group
+from tools.collect.runner.jobs import Job
+from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (
     FAILED_SIMULATION,
     HEARTBEAT_STALE_S,
@@ -53,17 +49,6 @@ POLL_S = 0.2  # how often the parent looks at its children
 TERM_GRACE_S = 10.0  # SIGTERM to a child's process group, then SIGKILL after this long
 
 
-@dataclass(frozen=True)
-class Job:
-    """One route run to do: a route of a route file, one repetition."""
-
-    route_file: Path
-    route: Route
-    repetition: int
-    towns: Path
-    key: RunKey
-
-
 @dataclass
 class Worker:
     job: Job
@@ -73,54 +58,6 @@ class Worker:
     started: float
 
 
-# ----------------------------------------------------------------------------- arguments
-
-
-def find_route_files(routes_dir: Path) -> list[Path]:
-    """Every *.xml under a folder, recursively, sorted; hidden files and folders and towns/ are skipped."""
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(routes_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "towns")
-        found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".xml") and not f.startswith(".")]
-    return found
-
-
-def plan(route_files: list[Path], towns: str | None, repetitions: int, default_towns: Path | None = None
-         ) -> list[Job]:
-    """Parse every route file and check every route against its town; one Job per route and repetition."""
-    towns_given = None
-    if towns is not None and str(towns) != "":
-        towns_given = Path(str(towns)).expanduser().absolute()
-        if not towns_given.is_dir():
-            raise ToolError(f"--towns {towns_given}: no such folder; give the folder of OpenDRIVE towns (*.xodr)")
-    groups: dict[Path, list[tuple[Path, Route]]] = {}
-    jobs: list[Job] = []
-    owner: dict[RunKey, Path] = {}
-    for path in route_files:
-        routes = read_routes(path)
-        if not routes:
-            raise ToolError(f"{path}: no <route> in this file")
-        towns_dir = find_towns_dir(path, None if towns_given is None else str(towns_given), default_towns).absolute()
-        for route in routes:
-            groups.setdefault(towns_dir, []).append((path, route))
-            for rep in range(repetitions):
-                try:
-                    key = RunKey.for_route(route.scenario, path.stem, route.id, rep)
-                except ValueError as e:
-                    raise ToolError(f"{path}: route {route.id}: {e}") from None
-                if key in owner:
-                    other = owner[key]
-                    where = f"{path} has two routes with id {route.id}" if other == path else (
-                        f"{other} and {path} both map to the route run {key}")
-                    raise ToolError(f"{where}: route runs are named by file stem, route id and repetition "
-                                    "within a scenario type (tools.dataset.layout.RunKey.for_route); rename one "
-                                    "file or change a route id")
-                owner[key] = path
-                jobs.append(Job(path, route, rep, towns_dir, key))
-    for towns_dir, entries in groups.items():
-        check_routes(entries, towns_dir)
-    return jobs
-
 
 # ----------------------------------------------------------------------------- the collector
 
@@ -128,12 +65,6 @@ def plan(route_files: list[Path], towns: str | None, repetitions: int, default_t
 def _setting_args(settings: dict[str, Any]) -> list[str]:
     """Settings back into --key=value for the child's fire CLI (repr keeps non-strings typed)."""
     return [f"--{k}={v if isinstance(v, str) else repr(v)}" for k, v in sorted(settings.items())]
-
-
-def duration(seconds: float) -> str:
-    """H:MM:SS."""
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 class Collector:
@@ -163,8 +94,9 @@ class Collector:
 
     # --------------------------------------------------------------- one attempt
     def _command(self, job: Job, attempt: int) -> list[str]:
+        module, command = ROUTE_RUN_COMMAND[str(self.settings.get("agent", "expert"))]
         return [
-            sys.executable, "-m", "tools.collect", "run",
+            sys.executable, "-m", module, command,
             "--route", str(job.route_file), "--root", str(self.layout.root),
             "--repetition", str(job.repetition), f"--route-id={job.route.id}",
             "--towns", str(job.towns), "--attempt", str(attempt),
@@ -204,7 +136,7 @@ class Collector:
         if beat > w.started and time.time() - beat > HEARTBEAT_STALE_S:
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)
-            _signal_group(w.proc, signal.SIGKILL)
+            signal_group(w.proc, signal.SIGKILL)
 
     def _reap(self, w: Worker, rc: int, queue: deque[Job], bar: tqdm) -> None:
         key = w.job.key
@@ -312,135 +244,12 @@ class Collector:
     def _stop_children(self) -> None:
         """End our own children by their process groups: SIGTERM, then SIGKILL after a grace period."""
         for w in self.running:
-            _signal_group(w.proc, signal.SIGTERM)
+            signal_group(w.proc, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
         for w in self.running:
             while w.proc.poll() is None and time.monotonic() < deadline and len(self.signals) < 2:
                 time.sleep(0.05)
             if w.proc.poll() is None:  # too slow, or a second Ctrl-C
-                _signal_group(w.proc, signal.SIGKILL)
+                signal_group(w.proc, signal.SIGKILL)
                 w.proc.wait()
         self.running.clear()
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the process group of a child we started (its pid is the group id: start_new_session)."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-# ----------------------------------------------------------------------------- entry
-
-
-def collect_local(routes_dir: str, root: str | None, towns: str | None, workers: int, repetitions: int,
-                  max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False) -> None:
-    """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes, or, with
-    `slurm` (tools.collect.slurm.SlurmOptions), as SLURM job arrays watched by a monitor."""
-    started = time.time()
-    if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
-        raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
-    routes_path = Path(cli.text(routes_dir, "routes-dir")).expanduser().absolute()
-    workers = cli.integer(workers, "workers", 1)
-    repetitions = cli.integer(repetitions, "repetitions", 1)
-    max_attempts = cli.integer(max_attempts, "max-attempts", 1)
-    if not routes_path.exists():
-        raise ToolError(f"ROUTES_DIR {routes_path}: no such folder; give the folder that holds the route files")
-    if not routes_path.is_dir():
-        raise ToolError(f"ROUTES_DIR {routes_path}: not a folder; give the folder that holds the route files "
-                        "(for one file: python -m tools.collect run --route FILE)")
-    layout = Layout(resolve_root(cli.optional_text(root, "root")))
-    check_root_writable(layout.root)
-
-    route_files = find_route_files(routes_path)
-    if not route_files:
-        raise ToolError(f"ROUTES_DIR {routes_path}: no route files (*.xml) in it or below it; make some with "
-                        "python -m tools.collect routes --town FILE --count N --out DIR")
-    resolved = CollectSettings.from_flags(settings)  # a typo fails here, not in every worker
-    if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
-        from tools.collect.carla_run import check_route, check_setup, install_towns
-
-        default_towns = install_towns(check_setup())
-    else:
-        default_towns = None
-    jobs = plan(route_files, towns, repetitions, default_towns)
-    if resolved.world == "carla":
-        for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
-            check_route(job.route_file, job.route)
-    read_manifest(layout)  # a root of another format version is refused before anything is written
-    from tools.collect.info import card_after_collection, collection_record
-    from tools.collect.routes import town_file
-
-    # settings, world, rate, seeds, rig (a bad --rig is refused here), expert, route set, towns: for the manifest
-    record = collection_record(resolved, route_files, routes_path, {town_file(j.route_file, j.route, j.towns)
-                                                                    for j in jobs})
-    scheduler = None
-    if slurm is not None:  # no sbatch, an unknown partition: refused before anything is written
-        from tools.collect.slurm import Scheduler, check_options
-
-        check_options(slurm)
-        scheduler = Scheduler()
-        scheduler.require()
-        if slurm.partition:
-            scheduler.check_partition(slurm.partition)
-
-    # Everything checked: from here on ROOT changes.
-    try:
-        layout.root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ToolError(f"--root {layout.root}: cannot create it ({e.strerror})") from None
-    update_manifest(
-        layout,
-        collection={
-            "routes_dir": str(routes_path),
-            "repetitions": repetitions,
-            "max_attempts": max_attempts,
-            "workers": workers,
-            "slurm": None if slurm is None else {k: v for k, v in vars(slurm).items() if k != "sbatch_args"},
-            "argv": ["python", "-m", "tools.collect", *sys.argv[1:]],
-            **record,  # docs/dataset-format.md
-        },
-        runs={str(j.key): {"route": str(j.route_file.resolve()), "route_id": j.route.id,
-                           "repetition": j.repetition} for j in jobs},
-    )
-    n_routes = len({(j.route_file, j.route.id) for j in jobs})
-    where = f"{workers} workers" if slurm is None else f"SLURM job arrays of at most {slurm.throttle} tasks at once"
-    print(f"collect: {len(jobs)} route runs ({n_routes} routes x {repetitions} repetitions) "
-          f"into {layout.root}, {where}, at most {max_attempts} attempts each", file=sys.stderr)
-    if slurm is not None:
-        from tools.collect.slurm import collect_slurm, summary_line
-
-        outcome = collect_slurm(layout, jobs, slurm, settings, max_attempts, scheduler, py123d=py123d)
-        card_after_collection(layout)  # ROOT/README.md, from the manifest and the counts now
-        print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
-        return
-
-    c = Collector(layout, workers=workers, max_attempts=max_attempts, settings=settings, py123d=py123d)
-    c.run(jobs)
-    if py123d:  # finished runs without a current Py123D log: finished before, or their export was cut short
-        from tools.collect.py123d_export import export_missing
-
-        export_missing(layout)
-    card_after_collection(layout)  # ROOT/README.md, from the manifest and the counts now
-
-    parts = [f"collect: {len(c.finished)} route runs finished and {len(c.failed)} failed in this invocation"]
-    if c.retried:
-        parts.append(f" ({c.retried} failed attempts were retried)")
-    parts.append(f"; {c.skipped} skipped as already finished")
-    if c.busy:
-        parts.append(f", {len(c.busy)} skipped as running elsewhere")
-    if c.damaged:
-        parts.append(f", {len(c.damaged)} left alone with damaged result files (named above)")
-    if c.given_up:
-        parts.append(f", {len(c.given_up)} given up (failed {max_attempts} times before; bin/clean-failed "
-                     f"{layout.root} --yes starts them over)")
-    parts.append(f". {c.frames} frames recorded by the finished runs in {duration(time.time() - started)}. Data in "
-                 f"{layout.root}/data, results in {layout.root}/results, logs in {layout.root}/logs; "
-                 f"see bin/progress {layout.root}.")
-    if c.failed or c.given_up:
-        parts.append(" Some failed routes are normal (about 10%, more for hard scenario types): "
-                     "collection still exits 0.")
-    print("".join(parts), file=sys.stderr)

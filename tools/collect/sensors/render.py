@@ -1,6 +1,6 @@
 """The embedded world's sensors: pinhole cameras (RGB, semantics, depth), a LiDAR and a BEV raster.
 
-Everything is drawn from the world state (`Snapshot`) and the town's static `Scene` (tools.collect.scene:
+Everything is drawn from the world state (`Snapshot`) and the town's static `Scene` (tools.collect.sensors.scene:
 the ground raster, roadside structures, traffic-light heads), for the sensors a rig names
 (tools.dataset.rig), under the names and codecs the rig gives them. One ray-casting model serves every
 sensor, so labels match pixels by construction:
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect import raycast
-from tools.collect.scene import (
+from tools.collect.sensors import raycast
+from tools.collect.sensors.scene import (
     MARKING_WIDTH,
     SHADES,
     SLOT_LINE,
@@ -47,7 +47,6 @@ from tools.collect.scene import (
     SLOT_TERRAIN,
     Scene,
 )
-from tools.collect.state import Light, Snapshot
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, world_to_ego
 from tools.dataset.rig import (
@@ -62,6 +61,7 @@ from tools.dataset.rig import (
     camera_sensors,
     lidar_intensity,
 )
+from tools.expert.state import Light, Snapshot
 
 #: Boxes farther than this from a camera are not drawn (the ground still is, to the horizon).
 CAMERA_BOX_RANGE = 150.0
@@ -376,7 +376,7 @@ class Renderer:
         rects, params, nearest = raycast.camera_plan(
             order, idx, dmin, umin, umax, vmin, vmax, cx, cy, cz, b.xyz, b.yaw, b.half, *map(float, rays.origin),
             float(rays.f), float(rays.cx), float(rays.cy), cam.width, cam.height, _NEAR, _BOX_EDGES)
-        # The slab test per pixel (tools.collect.raycast), float32 as the rays.
+        # The slab test per pixel (tools.collect.sensors.raycast), float32 as the rays.
         raycast.camera_boxes(zb, mat, rects, params, nearest, b.faces, rays.dx, rays.dy, rays.dz)
 
     # ------------------------------------------------------------------ lidar
@@ -436,7 +436,7 @@ class Renderer:
             r0, r1 = np.where(on, 0, 1), np.ones_like(r0)
         spans, params, nearest = raycast.lidar_plan(np.argsort(dnear, kind="stable"), idx, r0, r1, k0, k1, dnear, A,
                                                     b.xyz, b.yaw, b.half, float(cfg.x), float(cfg.z))
-        # The slab test per ray (tools.collect.raycast).
+        # The slab test per ray (tools.collect.sensors.raycast).
         raycast.lidar_boxes(sbuf, hitbox, spans, params, nearest, self.l_dx, self.l_dy, self.l_dz)
 
     # ------------------------------------------------------------------ bev

@@ -1,0 +1,1 @@
+"""Collection: towns, routes, driving them in the embedded world or CARLA (docs/architecture.md)."""

@@ -1,0 +1,63 @@
+"""The route runs a root knows and the one table layout of progress, dataset-info and validate: counts of route
+runs per scenario type by state (tools.dataset.results.run_state, the one definition of a failed run)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey
+from tools.dataset.manifest import planned_runs
+from tools.dataset.results import FAILED_STATES, RunState, run_state
+
+COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
+
+
+def known_runs(layout: Layout, manifest: dict | None) -> list[RunKey]:
+    """Every route run the manifest plans or the disk holds, sorted (what progress and info count)."""
+    keys = set(layout.iter_runs())
+    for name in planned_runs(manifest):
+        scenario, _, run = name.partition("/")
+        try:
+            keys.add(RunKey(scenario, run))
+        except ValueError:
+            raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
+    return sorted(keys)
+
+
+def count_states(layout: Layout, keys: list[RunKey], states: dict[RunKey, RunState] | None = None
+                 ) -> dict[str, Counter]:
+    """Per scenario type: how many runs are in each RunState (`states`: already known ones)."""
+    table: dict[str, Counter] = {}
+    for key in keys:
+        table.setdefault(key.scenario, Counter())[states[key] if states else run_state(layout, key)] += 1
+    return table
+
+
+def state_row(name: str, states: Counter) -> list[str]:
+    """A table row: name, planned, finished, failed, running, pending, failure rate (COLUMNS)."""
+    finished = states[RunState.FINISHED]
+    failed = sum(states[s] for s in FAILED_STATES)
+    ended = finished + failed
+    rate = f"{100.0 * failed / ended:.1f}%" if ended else "-"
+    return [name, str(sum(states.values())), str(finished), str(failed), str(states[RunState.RUNNING]),
+            str(states[RunState.PENDING]), rate]
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a table: the first column left-aligned, the others right-aligned, a rule above the last
+    row (the total) when there are rows besides it."""
+    everything = [header, *rows]
+    widths = [max(len(r[i]) for r in everything) for i in range(len(header))]
+    lines = []
+    for i, r in enumerate(everything):
+        if i == len(everything) - 1 and len(everything) > 2:
+            lines.append("  ".join("-" * w for w in widths))
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]))
+    return lines
+
+
+def format_table(table: dict[str, Counter]) -> str:
+    rows = [state_row(name, states) for name, states in sorted(table.items())]
+    rows.append(state_row("total", sum(table.values(), Counter())))
+    return "\n".join(text_table(["scenario type", *COLUMNS], rows))

@@ -1,0 +1,1 @@
+"""Orchestration: one attempt of a route run, local worker processes, SLURM waves, progress, the manifest record."""

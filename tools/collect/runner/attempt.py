@@ -1,0 +1,141 @@
+"""One attempt of a route run: check every argument, claim the run, drive it in the embedded world
+(tools.collect.sim.drive) or, with --world=carla, in a CARLA server under the leaderboard evaluator
+(tools.collect.carla.run), and write its result.
+
+Order of writes, so that a run killed at any point never looks complete:
+  0. claim the run (tools.dataset.results.claim_run: its lock, then the attempt), or take over the claim
+     a collector made for us; the lock is held until the result is written
+  1. discard what an earlier failed attempt left; write run.json
+  2. per recorded frame: frames/<index>.msgpack (atomic, not fsynced); a heartbeat every few wall-clock seconds
+     (tools.collect.recording.RunRecorder)
+  3. at the end: one sync of the file system (the frames on disk), then the result file (fsynced), whose
+     existence is what makes the run finished or failed
+
+Who drives is the caller's choice (`make_driver`): `python -m tools.collect run` drives with the expert,
+`python -m tools.evaluate route` with a trained policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import traceback
+from pathlib import Path
+
+from tools.collect.carla import run as carla_run
+from tools.collect.config import CollectSettings
+from tools.collect.inspect.info import card_after_collection
+from tools.collect.inspect.py123d_export import export_after_run, require_py123d
+from tools.collect.routes import check_routes, find_towns_dir, select_route, town_file
+from tools.collect.runner.record import collection_record
+from tools.collect.sim.drive import DriverFactory, drive
+from tools.collect.town import Town
+from tools.dataset import atomic, cli, results
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
+from tools.dataset.manifest import read_manifest, update_manifest
+from tools.expert.drivers import make_expert
+
+log = logging.getLogger("collect.run")
+
+
+def derive_seed(route_stem: str, route_id: str, repetition: int, offset: int) -> int:
+    """The world's seed, from (route, repetition): identical runs for identical inputs."""
+    digest = hashlib.sha256(f"{route_stem}/{route_id}/{repetition}/{offset}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def run_route(route: str, root: str | None, repetition: int, towns: str | None, route_id: str | None,
+              attempt: int | None, force: bool, settings: dict, py123d: bool = False,
+              make_driver: DriverFactory = make_expert) -> RunKey:
+    """Check every argument, claim an attempt, drive, write the result (and with `py123d`, once finished, the
+    run's Py123D log: tools.collect.inspect.py123d_export). See `python -m tools.collect run`."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    cfg = CollectSettings.from_flags(settings)
+    if cfg.agent == "policy" and make_driver is make_expert:
+        raise ToolError("--agent=policy: a trained policy's route run is driven by python -m tools.evaluate route "
+                        "(the same flags and --checkpoint), or bin/evaluate --checkpoint RUN for a whole route folder")
+    route_path = Path(cli.text(route, "route"))
+    if not route_path.is_file():
+        raise ToolError(f"--route {route}: no such route file")
+    repetition = cli.integer(repetition, "repetition", 0)
+    force = cli.switch(force, "force")
+    py123d = cli.switch(py123d, "py123d")
+    if py123d:  # the extra is there, before anything is claimed
+        require_py123d("--py123d")
+    r = select_route(route_path, cli.optional_text(route_id, "route-id"))
+    carla_setup = default_towns = None
+    if cfg.world == "carla":  # the CARLA install, leaderboard, scenario_runner, client: before anything is claimed
+        carla_setup = carla_run.check_setup()
+        carla_run.check_route(route_path, r)
+        default_towns = carla_run.install_towns(carla_setup)
+    towns_dir = find_towns_dir(route_path, towns, default_towns)
+    xodr = town_file(route_path, r, towns_dir)
+    check_routes([(route_path, r)], towns_dir)
+    layout = Layout(resolve_root(cli.optional_text(root, "root")))
+    check_root_writable(layout.root)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
+    lone = attempt is None
+    if lone:  # run alone: record it in the manifest (collect has done so for its runs)
+        routes = [route_path.absolute()]
+        update_manifest(layout, {"command": "run", "argv": sys.argv[1:], "repetition": repetition,
+                                 **collection_record(cfg, routes, routes[0].parent, [xodr])},
+                        {str(key): {"route": str(route_path.absolute()), "route_id": r.id, "repetition": repetition}})
+    else:
+        read_manifest(layout)  # refuses a root of another format version
+
+    if attempt is None:  # claim the run: its lock, then the attempt (tools.dataset.results.claim_run)
+        claim = results.claim_run(layout, key, redo=force)
+        if claim is results.RunState.FINISHED:
+            print(f"{key}: already finished; --force redoes it", file=sys.stderr)
+            if py123d:  # its Py123D log, unless there is a current one
+                export_after_run(layout, key)
+            return key
+        if claim is results.RunState.RUNNING:
+            raise ToolError(f"{key}: running in another process (its lock {layout.run_lock(key)} is held); "
+                            "not touching it")
+        if claim is results.RunState.DAMAGED:
+            raise ToolError(f"{key}: its result file {layout.result_path(key)} is damaged; look at it, then "
+                            "--force redoes the run")
+        handler = logging.FileHandler(claim.log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    else:  # a collector claimed it and handed us the lock
+        claim = results.inherited_claim(layout, key, int(attempt))
+    attempt = claim.attempt
+    results.discard_run(layout, key)
+
+    seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
+    log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
+    try:  # the claim (the run's lock) is held until the result is written
+        try:
+            if carla_setup is not None:
+                record = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
+                                         carla_setup)
+            else:
+                record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt), make_driver)
+        except ToolError as e:  # the attempt could not drive (a CARLA server that never came up, a town it lacks)
+            log.error("%s: the attempt ends as %s (%s)", key, results.FAILED_SIMULATION, type(e).__name__)
+            results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+            raise
+        except Exception:
+            log.error("%s: crashed\n%s", key, traceback.format_exc())
+            results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+            raise SystemExit(1) from None
+        if layout.frames_dir(key).is_dir():  # frames are written without fsync: durable before the result says so
+            atomic.sync_filesystem(layout.frames_dir(key))
+        if isinstance(record, Path):  # the CARLA leaderboard evaluator's own result, published unchanged
+            if results.publish_checkpoint(layout, key, record) is None:
+                results.write_result(layout, key, results.RouteRecord(route_id=r.id,
+                                                                      status=results.FAILED_SIMULATION))
+        else:
+            results.write_result(layout, key, record)
+        if py123d:  # a finished run's Py123D log, while the claim keeps others from redoing the run
+            export_after_run(layout, key, heartbeat=True)
+    finally:
+        claim.release()
+    if lone:  # a collector writes the dataset card when it ends
+        card_after_collection(layout)
+    return key

@@ -1,0 +1,101 @@
+"""A collection: check everything (routes against their towns, settings, the CARLA setup, SLURM options), record
+it in the root's manifest, then drive the route runs with local workers (tools.collect.runner.local) or as SLURM
+job arrays (tools.collect.runner.slurm), and write the dataset card. `python -m tools.collect collect` and the
+evaluation (`python -m tools.evaluate run`) both start here."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tools.collect.carla.run import check_route, check_setup, install_towns
+from tools.collect.config import CollectSettings
+from tools.collect.inspect.info import card_after_collection
+from tools.collect.routes import town_file
+from tools.collect.runner.jobs import find_route_files, plan
+from tools.collect.runner.local import run_local
+from tools.collect.runner.record import collection_record
+from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, summary_line
+from tools.dataset import cli
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, check_root_writable, resolve_root
+from tools.dataset.manifest import read_manifest, update_manifest
+
+
+def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers: int, repetitions: int,
+                   max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False) -> None:
+    """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes
+    (tools.collect.runner.local), or, with `slurm` (tools.collect.runner.slurm.SlurmOptions), as SLURM job arrays
+    watched by a monitor (tools.collect.runner.slurm)."""
+    started = time.time()
+    if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
+        raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
+    routes_path = Path(cli.text(routes_dir, "routes-dir")).expanduser().absolute()
+    workers = cli.integer(workers, "workers", 1)
+    repetitions = cli.integer(repetitions, "repetitions", 1)
+    max_attempts = cli.integer(max_attempts, "max-attempts", 1)
+    if not routes_path.exists():
+        raise ToolError(f"ROUTES_DIR {routes_path}: no such folder; give the folder that holds the route files")
+    if not routes_path.is_dir():
+        raise ToolError(f"ROUTES_DIR {routes_path}: not a folder; give the folder that holds the route files "
+                        "(for one file: python -m tools.collect run --route FILE)")
+    layout = Layout(resolve_root(cli.optional_text(root, "root")))
+    check_root_writable(layout.root)
+
+    route_files = find_route_files(routes_path)
+    if not route_files:
+        raise ToolError(f"ROUTES_DIR {routes_path}: no route files (*.xml) in it or below it; make some with "
+                        "python -m tools.collect routes --town FILE --count N --out DIR")
+    resolved = CollectSettings.from_flags(settings)  # a typo fails here, not in every worker
+    if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
+        default_towns = install_towns(check_setup())
+    else:
+        default_towns = None
+    jobs = plan(route_files, towns, repetitions, default_towns)
+    if resolved.world == "carla":
+        for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
+            check_route(job.route_file, job.route)
+    read_manifest(layout)  # a root of another format version is refused before anything is written
+    # settings, world, rate, seeds, rig (a bad --rig is refused here), expert, route set, towns: for the manifest
+    record = collection_record(resolved, route_files, routes_path, {town_file(j.route_file, j.route, j.towns)
+                                                                    for j in jobs})
+    scheduler = None
+    if slurm is not None:  # no sbatch, an unknown partition: refused before anything is written
+        check_options(slurm)
+        scheduler = Scheduler()
+        scheduler.require()
+        if slurm.partition:
+            scheduler.check_partition(slurm.partition)
+
+    # Everything checked: from here on ROOT changes.
+    try:
+        layout.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ToolError(f"--root {layout.root}: cannot create it ({e.strerror})") from None
+    update_manifest(
+        layout,
+        collection={
+            "routes_dir": str(routes_path),
+            "repetitions": repetitions,
+            "max_attempts": max_attempts,
+            "workers": workers,
+            "slurm": None if slurm is None else {k: v for k, v in vars(slurm).items() if k != "sbatch_args"},
+            "argv": ["python", "-m", "tools.collect", *sys.argv[1:]],
+            **record,  # docs/dataset-format.md
+        },
+        runs={str(j.key): {"route": str(j.route_file.resolve()), "route_id": j.route.id,
+                           "repetition": j.repetition} for j in jobs},
+    )
+    n_routes = len({(j.route_file, j.route.id) for j in jobs})
+    where = f"{workers} workers" if slurm is None else f"SLURM job arrays of at most {slurm.throttle} tasks at once"
+    print(f"collect: {len(jobs)} route runs ({n_routes} routes x {repetitions} repetitions) "
+          f"into {layout.root}, {where}, at most {max_attempts} attempts each", file=sys.stderr)
+    if slurm is not None:
+        outcome = collect_slurm(layout, jobs, slurm, settings, max_attempts, scheduler, py123d=py123d)
+        card_after_collection(layout)  # ROOT/README.md, from the manifest and the counts now
+        print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
+        return
+
+    run_local(layout, jobs, workers, max_attempts, settings, py123d, started)

@@ -1,0 +1,128 @@
+"""The embedded world's drive loop: one route driven once in SUMO's traffic, judged by the referee, recorded
+frame by frame (tools.collect.recording). tools.collect.runner.attempt calls `drive` once it holds the run's
+claim, and writes the result it returns."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tools.collect.config import CollectSettings
+from tools.collect.recording import RunRecorder
+from tools.collect.referee import Referee
+from tools.collect.routes import Route
+from tools.collect.sensors.render import Renderer
+from tools.collect.sensors.scene import Scene
+from tools.collect.sim.scenarios import Scenarios
+from tools.collect.sim.world import SumoWorld
+from tools.collect.town import Town
+from tools.dataset import results
+from tools.dataset.layout import Layout, RunKey
+from tools.expert.drivers import Driver
+from tools.expert.planner import DenseRoute, RoutePlanner, stop_signs
+
+log = logging.getLogger("collect.run")
+
+#: Makes the ego's driver of a run: (dense route, seconds per tick, carla.Map) -> Driver. The expert's is
+#: tools.expert.drivers.make_expert; a trained policy's is tools.evaluate's (python -m tools.evaluate route).
+DriverFactory = Callable[[DenseRoute, float, Any], Driver]
+
+
+class StageClock:
+    """Wall seconds spent in each stage of a route run's loop (the world, the driver, each sensor, encoding,
+    writing): the run's log ends with them per recorded frame, and benchmarks/bench_world.py prints them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        """Charge the time since the last lap to `stage`."""
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
+        self._last = now
+
+    def add(self, parts: dict[str, float]) -> None:
+        """Charge a renderer's timings (Renderer.render) to its sensors, and restart the lap."""
+        for stage, seconds in parts.items():
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        self._last = time.perf_counter()
+
+    def per(self, frames: int) -> str:
+        """"stage 1.2 ms, ..." per recorded frame, largest first."""
+        return ", ".join(f"{stage} {1000 * t / frames:.1f} ms"
+                         for stage, t in sorted(self.seconds.items(), key=lambda kv: -kv[1]))
+
+
+#: The stage seconds of the last route run driven in this process (StageClock.seconds, plus "frames"): read by
+#: benchmarks/bench_world.py.
+last_stages: dict[str, float] = {}
+
+
+def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
+          seed: int, attempt: int, make_driver: DriverFactory) -> results.RouteRecord:
+    """Drive the route with the driver `make_driver` makes; record frames (unless settings.record is off).
+    Returns the record for the result file."""
+    started = time.time()
+    dense = RoutePlanner(town.carla_map).trace(route.waypoints)
+    driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
+    rig = driver.rig or settings.load_rig()
+    renderer = Renderer(Scene(town, seed=0), rig) if settings.record or driver.needs_sensors else None
+    recorder = RunRecorder(layout, key, route, dense, settings)
+    recorder.start(town=town.name, town_file=town.xodr, rig=rig, repetition=repetition, seed=seed, attempt=attempt)
+    world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
+    referee = Referee(dense, settings, stop_signs(dense, town.carla_map))
+    scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
+    clock = StageClock()
+    parts: dict[str, float] = {}
+    try:
+        while referee.status is None and not referee.arrived:
+            s_ego = float(dense.s[referee.index])
+            scenarios.update(world, s_ego)
+            due = recorder.due(world.tick) and renderer is not None
+            clock.lap("scenarios")
+            if due:  # a frame tick: the sensors, and the measurements but for what the driver decides
+                snap = world.snapshot()
+                clock.lap("snapshot")
+                sensors = renderer.render(snap, parts)
+                clock.add(parts)
+                frame = functools.partial(recorder.measurements, snap, referee, world.tick,
+                                          speed_limit=world.speed_limit(), lane=world.lane(), accel=world.ego.accel,
+                                          scenario=scenarios.active(world, s_ego))
+            # A policy sees the frame's sensors and measurements (its inputs) before it decides.
+            decision = driver.step(world, (sensors, frame(decision=None)) if due and driver.needs_sensors else None)
+            clock.lap("driver")
+            if due and settings.record:
+                data = recorder.encode(frame(decision=decision), snap, sensors)
+                clock.lap("encoding")
+                recorder.write(data)
+                clock.lap("writing")
+            events = world.step(decision.control)
+            clock.lap("world (SUMO)")
+            ego = world.ego_box()
+            referee.update(world.time, np.array([ego.x, ego.y]), ego.speed, events)
+            recorder.beat(world.tick)
+            clock.lap("referee")
+    finally:
+        world.close()
+    recorder.close(town.name)
+    n_frames = recorder.frames
+    global last_stages
+    last_stages = dict(clock.seconds, frames=n_frames)
+    if referee.arrived and referee.status is None:
+        referee.index = len(dense.s) - 1
+    record = results.RouteRecord(route_id=route.id, status=referee.final_status(), infractions=referee.infractions,
+                                 route_completion=referee.completion, route_length=dense.length,
+                                 duration_game=world.time, duration_system=time.time() - started,
+                                 scenarios=scenarios.states())
+    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall)%s", key, record.status, n_frames,
+             record.route_completion, dense.length, world.time, record.duration_system,
+             f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
+    if n_frames:
+        log.info("%s: wall time per recorded frame: %s", key, clock.per(n_frames))
+    return record
