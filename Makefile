@@ -13,7 +13,9 @@ APPTAINER_FLAGS ?=
 IMAGES ?= containers/carla.sif containers/train.sif
 
 PY := $(VENV)/bin/python
+# The base package (make install, make demo), and the test tools with the py123d extra on top (make test, make lint).
 STAMP := $(VENV)/.stamp
+TEST_STAMP := $(VENV)/.stamp-test
 # CARLA's real towns (OpenDRIVE from the py123d wheel on PyPI): the tests drive the expert on them.
 CARLA_TOWNS_DIR ?= .cache/carla-towns
 TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp
@@ -33,9 +35,14 @@ SLURM_PACKAGES ?= slurm-wlm munge slurmdbd mariadb-server
 
 install: $(STAMP)
 
-# The virtualenv is rebuilt when pyproject.toml changes.
+# The virtualenv is rebuilt when pyproject.toml changes. The base package is what the pipeline needs; the
+# py123d extra (ray, jupyterlab, geopandas, ...: 1.5 GB more) only Py123D export and the tests do.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) -e .
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev,py123d]'
 	touch $@
 
@@ -48,7 +55,7 @@ $(TOWNS_STAMP): | $(STAMP)
 # Where test-deps can install them (root with apt-get: CI), the SLURM tests must run, not skip.
 DRIVEKIT_REQUIRE_SLURM ?= $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo 1 || echo 0)
 
-test: $(STAMP) $(TOWNS_STAMP) test-deps
+test: $(TEST_STAMP) $(TOWNS_STAMP) test-deps
 	DRIVEKIT_REQUIRE_SLURM=$(DRIVEKIT_REQUIRE_SLURM) DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) \
 	  $(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -73,9 +80,10 @@ test-deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -q && apt-get install -y -q --no-install-recommends $$missing
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/shellcheck -o all $(SHELL_SCRIPTS)
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	@set -e; for bench in $(wildcard benchmarks/bench_*.py); do \

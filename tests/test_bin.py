@@ -112,6 +112,25 @@ def test_runs_inside_the_image_when_it_exists_stub_apptainer(tmp_path):
                     str(root), "--workers", "2"]
 
 
+@pytest.mark.parametrize(("args", "image"), [
+    (["--checkpoint", "RUN"], "train.sif"), (["--checkpoint=RUN"], "train.sif"), (["--agent", "expert"], "carla.sif")])
+def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_carla_image_stub_apptainer(
+        tmp_path, args, image):
+    """The CARLA image has no torch: a checkpoint's evaluation must run in the training image (torch, SUMO and the
+    CARLA client), the expert's in the CARLA image. Apptainer cannot run here: a stub records the command line."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("carla.sif", "train.sif"):
+        (images / name).write_bytes(b"")
+    stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
+    env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}
+    proc = run_bin("evaluate", *args, "routes", "--root", "eval", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.splitlines()
+    tail = argv[argv.index(str(images / image)):]
+    assert tail == [str(images / image), "python", "-m", "tools.evaluate", "run", *args, "routes", "--root", "eval"]
+
+
 def test_a_path_whose_nearest_existing_folder_is_slash_is_not_bound_and_the_wrapper_runs_stub_apptainer(tmp_path):
     """`--root /new/data` where /new does not exist: only / exists above it, which is not bound. The wrapper
     used to end there with exit 1 and no message (a failed `[[ ]] &&` as the last command of a function)."""
