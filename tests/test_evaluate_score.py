@@ -268,7 +268,7 @@ def test_score_aggregates_an_evaluation_root_again_and_prints_the_table(evaluate
 
 def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_failed_one(tmp_path, short_routes):
     """The resume of `bin/evaluate`: runs that drove to an outcome are final; nothing is started again."""
-    from tools.collect.runner.local import find_route_files, plan
+    from tools.collect.runner.jobs import find_route_files, plan
 
     keys = [job.key for job in plan(find_route_files(short_routes), None, 1)]
     layout = make_root(tmp_path / "out", keys)

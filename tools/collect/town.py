@@ -244,6 +244,12 @@ class Town:
         yaw = np.where(yaw > 180.0, yaw - 360.0, yaw)
         return float(yaw) if yaw.ndim == 0 else yaw
 
+    @staticmethod
+    def yaw_to_sumo_angle(yaw: float) -> float:
+        """CARLA yaw (degrees) to SUMO heading (degrees clockwise from north, in [0, 360)): sumo_angle_to_yaw's
+        inverse."""
+        return (yaw + 90.0) % 360.0
+
     # ------------------------------------------------------------------ parts
     @cached_property
     def carla_map(self):

@@ -270,7 +270,7 @@ class SumoWorld:
     def _place_ego(self) -> None:
         """Put SUMO's ego where the bicycle is (SUMO's position is the front bumper's)."""
         sx, sy = self.town.carla_to_sumo(self._front())
-        angle = (self.ego.yaw + 90.0) % 360.0  # CARLA's yaw as SUMO's angle
+        angle = Town.yaw_to_sumo_angle(self.ego.yaw)
         # keepRoute 2: onto any lane (the ego leaves SUMO's idea of its route); a lane within 10 m.
         self.ls.vehicle.moveToXY(EGO, "", -1, sx, sy, angle, 2, 10.0)
 
@@ -377,7 +377,7 @@ class SumoWorld:
                 self.ls.vehicle.setWidth(vid, width)
                 rad = math.radians(yaw)
                 fx, fy = self.town.carla_to_sumo((x + math.cos(rad) * length / 2, y + math.sin(rad) * length / 2))
-                self.ls.vehicle.moveToXY(vid, "", -1, fx, fy, (yaw + 90.0) % 360.0, 2, 10.0)
+                self.ls.vehicle.moveToXY(vid, "", -1, fx, fy, Town.yaw_to_sumo_angle(yaw), 2, 10.0)
                 self.ls.vehicle.setSpeed(vid, 0.0)
         return aid
 
@@ -451,7 +451,7 @@ class SumoWorld:
         oncoming lane SHADOW_AHEAD_M ahead, so that oncoming traffic stops where the ego can still get back."""
         ls, e = self.ls, self.ego
         target = None  # (edge, lane index, lane position of the ego there)
-        heading = (e.yaw + 90.0) % 360.0  # SUMO's angle
+        heading = Town.yaw_to_sumo_angle(e.yaw)
         try:
             lane, lateral = ls.vehicle.getLaneID(EGO), ls.vehicle.getLateralLanePosition(EGO)  # left positive
         except self.ls.TraCIException:  # the ego is being put back
