@@ -50,7 +50,7 @@ from tools.dataset.results import (
 )
 from tools.dataset.slurm import SlurmCommands
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
 SLURM_DIR = "slurm"
 WAVES = "waves"
