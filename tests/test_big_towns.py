@@ -34,3 +34,17 @@ def test_town13_route_scene_peaks_under_bound():
     assert re.search(r"Scene region", proc.stdout), proc.stdout  # Town13 is large: built round the route
     peak = float(re.search(r"peak\s+(\d+) MB", lines[-1]).group(1))
     assert peak < PEAK_BOUND_MB, proc.stdout
+
+
+def test_scene_over_memory_budget_is_one_clear_line(tmp_path, monkeypatch):
+    from tools.collect.sensors.scene import Scene
+    from tools.collect.town import Town, TownError, make_town
+
+    town = Town(make_town(tmp_path / "town.xodr", grid="2x2"))
+    monkeypatch.setenv("DRIVEKIT_MEMORY_BUDGET_GB", "0.001")
+    with pytest.raises(TownError, match=r"town .*town\.xodr too large for the memory budget of 0\.001 GB") as e:
+        Scene(town)
+    assert "\n" not in str(e.value)
+    monkeypatch.setenv("DRIVEKIT_MEMORY_BUDGET_GB", "lots")
+    with pytest.raises(TownError, match="DRIVEKIT_MEMORY_BUDGET_GB='lots'"):
+        Scene(town)

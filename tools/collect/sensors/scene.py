@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ import msgpack
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect.town import Town
+from tools.collect.town import Town, TownError
 from tools.dataset import semantics as sem
 from tools.dataset.codec import decode_array, encode_array
 from tools.expert.state import Box
@@ -53,6 +54,8 @@ _RASTER_MAX_PIXELS = 8192  # per side: beyond ~800 m the raster is coarser than 
 LARGE_TOWN_EXTENT = 2000.0
 #: Metres around a route that a regional scene covers: the sensors' reach (cameras draw boxes to 150 m).
 REGION_MARGIN = 160.0
+#: Bytes a raster cell costs while it is drawn (the PIL image, slots, codes, texture and its resized blotches).
+_DRAW_BYTES_PER_CELL = 6
 _REGION_GRID = 50.0  # regions are rounded out to this grid (metres), so nearby routes share derived files
 #: Scenes and rasters kept on disk (Town.derived_file) are made again whenever this file changes.
 _SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
@@ -183,6 +186,20 @@ class Scene:
         x0, y0 = xmin - _RASTER_MARGIN, ymin - _RASTER_MARGIN
         w = int(math.ceil((xmax - xmin + 2 * _RASTER_MARGIN) / resolution))
         h = int(math.ceil((ymax - ymin + 2 * _RASTER_MARGIN) / resolution))
+        budget = memory_budget_gb()
+        need = w * h * _DRAW_BYTES_PER_CELL / 1024 ** 3
+        if need > budget:
+            raise TownError(f"town {self.town.xodr} too large for the memory budget of {budget:g} GB "
+                            f"(DRIVEKIT_MEMORY_BUDGET_GB): its {w}x{h} ground raster at {resolution:g} m would take "
+                            f"{need:.1f} GB; build the scene round a route (Scene's region)")
+        try:
+            return self._draw_raster(x0, y0, w, h, resolution, marking_width, texture)
+        except MemoryError:
+            raise TownError(f"town {self.town.xodr}: out of memory drawing its {w}x{h} ground raster "
+                            f"(memory budget {budget:g} GB, DRIVEKIT_MEMORY_BUDGET_GB)") from None
+
+    def _draw_raster(self, x0: float, y0: float, w: int, h: int, resolution: float, marking_width: float,
+                     texture: bool) -> dict:
         img = Image.new("L", (w, h), SLOT_TERRAIN)
         draw = ImageDraw.Draw(img)
 
@@ -362,6 +379,18 @@ def _parse_net(town: Town) -> tuple[list[np.ndarray], list[tuple[str, int, str]]
         if el.tag != "edge":  # an edge's lanes are read through Town.lanes; free the rest as we go
             el.clear()
     return junctions, tls
+
+
+def memory_budget_gb() -> float:
+    """The memory a scene's rasters may take, in GB: DRIVEKIT_MEMORY_BUDGET_GB, default 3."""
+    raw = os.environ.get("DRIVEKIT_MEMORY_BUDGET_GB", "3")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise TownError(f"DRIVEKIT_MEMORY_BUDGET_GB={raw!r}: expected a positive number of GB")
+    return value
 
 
 def _clip_region(region: tuple[float, float, float, float],
