@@ -387,7 +387,8 @@ class AgentCore:
         self.recorder = RunRecorder(self.layout, self.key, route, dense, s)
         self.driver = make_expert(dense, 1.0 / s.sim_hz, carla_map)
         self.referee = Referee(dense, s, stop_signs(dense, carla_map))
-        self.renderer = Renderer(Scene(town, seed=0), self.rig)  # for the BEV, drawn as in the embedded world
+        # The BEV, drawn as in the embedded world; on a large town, the scene round the route only.
+        self.renderer = Renderer(Scene(town, seed=0, region=Scene.route_region(dense.xy)), self.rig)
         self.codecs = self.rig.sensor_names()
         offset = mount_offset(hero)
         library = world.get_blueprint_library()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ import msgpack
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect.town import Town
+from tools.collect.town import Town, TownError
 from tools.dataset import semantics as sem
 from tools.dataset.codec import decode_array, encode_array
 from tools.expert.state import Box
@@ -47,6 +48,15 @@ _SIDEWALK_WIDTH = 2.0
 _DASH, _GAP = 3.0, 5.0
 _RASTER_MARGIN = 40.0  # metres of terrain around the town's lanes
 _RASTER_MAX_PIXELS = 8192  # per side: beyond ~800 m the raster is coarser than 0.1 m per pixel
+#: A town wider or taller than this (metres) is large (Town11 to Town15): a Scene given a region builds only the
+#: region, and every raster of a large town is kept under _RASTER_MAX_PIXELS a side (its whole-town BEV raster
+#: at 0.125 m would be 8 GB on Town13). Smaller towns are built whole, whatever the region.
+LARGE_TOWN_EXTENT = 2000.0
+#: Metres around a route that a regional scene covers: the sensors' reach (cameras draw boxes to 150 m).
+REGION_MARGIN = 160.0
+#: Bytes a raster cell costs while it is drawn (the PIL image, slots, codes, texture and its resized blotches).
+_DRAW_BYTES_PER_CELL = 6
+_REGION_GRID = 50.0  # regions are rounded out to this grid (metres), so nearby routes share derived files
 #: Scenes and rasters kept on disk (Town.derived_file) are made again whenever this file changes.
 _SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
@@ -83,30 +93,54 @@ class Scene:
     SUMO network a pole with a mast arm and one traffic-light head per lane.
     """
 
-    def __init__(self, town: Town, seed: int = 0, resolution: float = 0.1):
+    def __init__(self, town: Town, seed: int = 0, resolution: float = 0.1,
+                 region: tuple[float, float, float, float] | None = None):
+        """`region` (xmin, ymin, xmax, ymax, CARLA's frame; e.g. Scene.route_region): on a large town
+        (LARGE_TOWN_EXTENT) build the ground and structures of that rectangle only, so that memory follows the
+        route, not the town. Ignored on smaller towns, which are always built whole."""
         self.town = town
         self.seed = int(seed)
         self._rasters: dict[tuple[float, float, bool], GroundRaster] = {}
-        # Built once per town, seed and resolution and kept beside the town (Town.derived_file): building
-        # takes half a second, reading it back 30 ms, the same arrays bit for bit.
+        xmin, ymin, xmax, ymax = town.bounds
+        self.large = max(xmax - xmin, ymax - ymin) > LARGE_TOWN_EXTENT
+        self.region = _clip_region(region, town.bounds) if region is not None and self.large else None
+        #: The rectangle the rasters cover (less their margin): the region, else the town's lanes.
+        self.bounds = self.region or town.bounds
+        tag = "" if self.region is None else "-x{:g}_{:g}_{:g}_{:g}".format(*self.region)
+        self._tag = tag
+        # Built once per town, seed, resolution (and region) and kept beside the town (Town.derived_file):
+        # building takes half a second, reading it back 30 ms, the same arrays bit for bit.
         self._version = f"{_SOURCE_DIGEST} {town.net.name}"  # this code and the SUMO network it reads
-        path = town.derived_file(f"scene-s{self.seed}-r{resolution:g}.msgpack", self._version,
+        path = town.derived_file(f"scene-s{self.seed}-r{resolution:g}{tag}.msgpack", self._version,
                                  lambda tmp: self._build(resolution, tmp))
         self._read_structures(path)
         self.ground = self.raster(self.resolution, MARKING_WIDTH, texture=True)
         self._static_arrays()
 
+    @staticmethod
+    def route_region(points: np.ndarray, margin: float = REGION_MARGIN) -> tuple[float, float, float, float]:
+        """The rectangle (xmin, ymin, xmax, ymax) around route points (N, 2), CARLA's frame, grown by `margin`."""
+        p = np.asarray(points, dtype=np.float64).reshape(-1, 2)[:, :2]
+        return (float(p[:, 0].min() - margin), float(p[:, 1].min() - margin),
+                float(p[:, 0].max() + margin), float(p[:, 1].max() + margin))
+
     @functools.cached_property
     def lanes(self) -> list:
-        return sorted(self.town.lanes, key=lambda lane: lane.id)
+        lanes = sorted(self.town.lanes, key=lambda lane: lane.id)
+        if self.region is not None:
+            lanes = [lane for lane in lanes if _touches(lane.centerline, self.region, _RASTER_MARGIN)]
+        return lanes
 
     @functools.cached_property
     def _net(self) -> tuple[list[np.ndarray], list[tuple[str, int, str]]]:
-        return _parse_net(self.town)
+        junctions, tls = _parse_net(self.town)
+        if self.region is not None:
+            junctions = [j for j in junctions if _touches(j, self.region, _RASTER_MARGIN)]
+        return junctions, tls
 
     def _build(self, resolution: float, out: Path) -> None:
         """Place the structures and write them (with the raster resolution) to `out`."""
-        xmin, ymin, xmax, ymax = self.town.bounds
+        xmin, ymin, xmax, ymax = self.bounds
         extent = max(xmax - xmin, ymax - ymin) + 2 * _RASTER_MARGIN
         self.resolution = float(max(float(resolution), extent / _RASTER_MAX_PIXELS))
         self.ground = self.raster(self.resolution, MARKING_WIDTH, texture=True)
@@ -135,7 +169,7 @@ class Scene:
         slot * SHADES + texture shade (0 untextured)."""
         key = (round(resolution, 6), round(marking_width, 6), texture)
         if key not in self._rasters:
-            kind = f"ground-s{self.seed}-r{key[0]:g}-m{key[1]:g}{'-t' if texture else ''}.msgpack"
+            kind = f"ground-s{self.seed}-r{key[0]:g}-m{key[1]:g}{'-t' if texture else ''}{self._tag}.msgpack"
             path = self.town.derived_file(kind, self._version, lambda tmp: tmp.write_bytes(
                 msgpack.packb(self._draw(*key))))
             data = msgpack.unpackb(path.read_bytes())
@@ -145,10 +179,27 @@ class Scene:
 
     def _draw(self, resolution: float, marking_width: float, texture: bool) -> dict:
         """The ground raster drawn from the lanes and junctions, as a msgpack-ready map."""
-        xmin, ymin, xmax, ymax = self.town.bounds
+        xmin, ymin, xmax, ymax = self.bounds
+        if self.large:  # never a raster of more than _RASTER_MAX_PIXELS a side on a large town
+            extent = max(xmax - xmin, ymax - ymin) + 2 * _RASTER_MARGIN
+            resolution = max(resolution, extent / _RASTER_MAX_PIXELS)
         x0, y0 = xmin - _RASTER_MARGIN, ymin - _RASTER_MARGIN
         w = int(math.ceil((xmax - xmin + 2 * _RASTER_MARGIN) / resolution))
         h = int(math.ceil((ymax - ymin + 2 * _RASTER_MARGIN) / resolution))
+        budget = memory_budget_gb()
+        need = w * h * _DRAW_BYTES_PER_CELL / 1024 ** 3
+        if need > budget:
+            raise TownError(f"town {self.town.xodr} too large for the memory budget of {budget:g} GB "
+                            f"(DRIVEKIT_MEMORY_BUDGET_GB): its {w}x{h} ground raster at {resolution:g} m would take "
+                            f"{need:.1f} GB; build the scene round a route (Scene's region)")
+        try:
+            return self._draw_raster(x0, y0, w, h, resolution, marking_width, texture)
+        except MemoryError:
+            raise TownError(f"town {self.town.xodr}: out of memory drawing its {w}x{h} ground raster "
+                            f"(memory budget {budget:g} GB, DRIVEKIT_MEMORY_BUDGET_GB)") from None
+
+    def _draw_raster(self, x0: float, y0: float, w: int, h: int, resolution: float, marking_width: float,
+                     texture: bool) -> dict:
         img = Image.new("L", (w, h), SLOT_TERRAIN)
         draw = ImageDraw.Draw(img)
 
@@ -278,7 +329,8 @@ class Scene:
                 k = int(np.searchsorted(s, a))
                 x, y = pts[k]
                 r, c = int((y - g.y0) / g.res), int((x - g.x0) / g.res)
-                if g.codes[r, c] // SHADES == SLOT_SIDEWALK:
+                inside = 0 <= r < g.codes.shape[0] and 0 <= c < g.codes.shape[1]
+                if inside and g.codes[r, c] // SHADES == SLOT_SIDEWALK:
                     self._add(sem.POLE, float(x), float(y), 3.75, _yaw_of(pts[k - 1], pts[k]), 0.22, 0.22, 7.5)
             base = _offset(line, lane.width / 2 + _SIDEWALK_WIDTH + 1.5)
             pts, s = _resample(base, 0.5)
@@ -327,6 +379,44 @@ def _parse_net(town: Town) -> tuple[list[np.ndarray], list[tuple[str, int, str]]
         if el.tag != "edge":  # an edge's lanes are read through Town.lanes; free the rest as we go
             el.clear()
     return junctions, tls
+
+
+def memory_budget_gb() -> float:
+    """The memory a scene's rasters may take, in GB: DRIVEKIT_MEMORY_BUDGET_GB, default 3."""
+    raw = os.environ.get("DRIVEKIT_MEMORY_BUDGET_GB", "3")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise TownError(f"DRIVEKIT_MEMORY_BUDGET_GB={raw!r}: expected a positive number of GB")
+    return value
+
+
+def _clip_region(region: tuple[float, float, float, float],
+                 bounds: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+    """`region` rounded out to _REGION_GRID and cut to the town's `bounds` (grown by the raster margin)."""
+    xmin, ymin, xmax, ymax = map(float, region)
+    if not (xmin < xmax and ymin < ymax) or not all(map(math.isfinite, (xmin, ymin, xmax, ymax))):
+        raise ValueError(f"scene region {region}: expected (xmin, ymin, xmax, ymax) with xmin < xmax, ymin < ymax")
+    g = _REGION_GRID
+    out = (max(math.floor(xmin / g) * g, bounds[0] - _RASTER_MARGIN),
+           max(math.floor(ymin / g) * g, bounds[1] - _RASTER_MARGIN),
+           min(math.ceil(xmax / g) * g, bounds[2] + _RASTER_MARGIN),
+           min(math.ceil(ymax / g) * g, bounds[3] + _RASTER_MARGIN))
+    if not (out[0] < out[2] and out[1] < out[3]):
+        raise ValueError(f"scene region {region}: outside the town's lanes {bounds}")
+    return out
+
+
+def _touches(points: np.ndarray, region: tuple[float, float, float, float], margin: float) -> bool:
+    """Whether the bounding box of `points` (N, 2) meets `region` grown by `margin`."""
+    p = np.asarray(points)
+    if not len(p):
+        return False
+    lo, hi = p[:, :2].min(0), p[:, :2].max(0)
+    return bool(lo[0] <= region[2] + margin and hi[0] >= region[0] - margin
+                and lo[1] <= region[3] + margin and hi[1] >= region[1] - margin)
 
 
 def _texture(shape: tuple[int, int], seed: int) -> np.ndarray:

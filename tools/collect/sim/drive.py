@@ -72,7 +72,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     dense = RoutePlanner(town.carla_map).trace(route.waypoints)
     driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
     rig = driver.rig or settings.load_rig()
-    renderer = Renderer(Scene(town, seed=0), rig) if settings.record or driver.needs_sensors else None
+    needs_renderer = settings.record or driver.needs_sensors
+    # On a large town the scene covers the route and the sensors' reach only (Scene's region).
+    renderer = Renderer(Scene(town, seed=0, region=Scene.route_region(dense.xy)), rig) if needs_renderer else None
     recorder = RunRecorder(layout, key, route, dense, settings)
     recorder.start(town=town.name, town_file=town.xodr, rig=rig, repetition=repetition, seed=seed, attempt=attempt)
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
