@@ -37,7 +37,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from tools.dataset import atomic
-from tools.dataset.cache import read_frame_dt
+from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
+from tools.dataset.cache import SessionCache, read_frame_dt
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, run_key
 from tools.dataset.rig import RigConfig, run_rig
@@ -104,12 +105,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
-def bucket_record(layout: Layout, collection: Any) -> dict[str, Any]:
+def bucket_record(layout: Layout, collection: Collection) -> dict[str, Any]:
     """The bucket file a run reads, as a checkpoint names it: its path relative to ROOT, the sha256 of its bytes,
     the fingerprint of the dataset state it was built from (`built_from`), its route runs and frames per split.
     ToolError when the file on disk is no longer the one loaded (another process rebuilt it meanwhile)."""
-    from tools.dataset.buckets import TRAINING_SPLITS, collection_path
-
     path = collection_path(layout, collection.name)
     try:
         raw = path.read_bytes()
@@ -124,7 +123,7 @@ def bucket_record(layout: Layout, collection: Any) -> dict[str, Any]:
             "frames": {split: len(collection.frames(split)) for split in TRAINING_SPLITS}}
 
 
-def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collection: Any) -> dict[str, Any]:
+def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collection: Collection) -> dict[str, Any]:
     """What a checkpoint records about its training data. To name it: the dataset_id of the root, the bucket
     file (`bucket_record`, by collection name) and the cache key (the cache folder's name). To drive the model
     later: the cache's preprocessing settings, the rig of the training runs (the one most of them were recorded
@@ -194,8 +193,6 @@ def train(cfg: TrainConfig) -> int:
         cfg = dataclasses.replace(cfg, model=start["config"].get("model", cfg.model))
 
     # --- data: the cache (its settings and how far apart its frames are) and the collection's bucket files
-    from tools.dataset.buckets import TRAINING_SPLITS, load_collection
-
     layout = Layout(Path(cfg.root))
     cache_root, settings = data.find_cache(layout)
     frame_dt = read_frame_dt(cache_root)  # the waypoints' time step: from the data, never assumed
@@ -217,8 +214,6 @@ def train(cfg: TrainConfig) -> int:
         rt.barrier()
     session = None
     if cfg.session_cache:
-        from tools.dataset.cache import SessionCache
-
         # "auto": SessionCache picks $SLURM_TMPDIR, else $TMPDIR (node-local disk)
         folder = None if cfg.session_cache == "auto" else Path(cfg.session_cache).expanduser().absolute()
         session = SessionCache(cache_root.name, int(cfg.session_cache_gb * 2**30), folder)
