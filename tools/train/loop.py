@@ -1,11 +1,13 @@
-"""The training loop: read top to bottom. Setup, init or resume, one `while` loop, a summary.
+"""The training loop: `train` reads top to bottom. Setup, init or resume, one `while` loop, a summary.
 
-    setup      process group (torchrun), device, precision, signals
+    setup      process group (torchrun), device, precision, signals (runtime.py)
     model      resume from LOGDIR's newest complete checkpoint, else (posttrain) the pre-training
-               checkpoint plus a new planner, else a fresh model
+               checkpoint plus a new planner, else a fresh model (starting_point, build_model)
     data       the cache (its settings and the time between its frames) and the collection's bucket
-               files: epoch order, position in the epoch
-    loop       lr, forward/backward, skip a non-finite step, clip, step, log, images, eval, save
+               files (open_source): epoch order, position in the epoch
+    step       train_step: forward/backward under autocast, skip a non-finite step, clip, optimizer,
+               scaler and scheduler step
+    loop       step, log, images, eval and save when due (log_train, save)
     end        validation, summary.json, predictions.png (validation and pictures: validate.py)
 
 The loop's state is a small dict (`loop`): step, epoch, samples consumed in the epoch and counters.
@@ -22,26 +24,26 @@ TensorBoard run too (text tag "data").
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
-import os
 import signal
-import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from tools.dataset import atomic
-from tools.dataset.cache import read_frame_dt
+from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
+from tools.dataset.cache import SessionCache, read_frame_dt
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, run_key
 from tools.dataset.rig import RigConfig, run_rig
@@ -49,92 +51,14 @@ from tools.dataset.samples import CacheSettings
 from tools.train import checkpoint, data
 from tools.train.config import TrainConfig, loss_names
 from tools.train.model import ModelConfig, TransFuser, compute_losses, count_parameters, model_config
+from tools.train.runtime import Runtime, StopFlag, log, setup
 from tools.train.validate import train_images, validate, write_predictions
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 #: What must be the same in a checkpoint's model and the cache it trains on (besides frame_dt).
 CACHE_SHAPED = ("image_size", "bev_pixels", "horizon", "route_points")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------- setup
-
-
-@dataclass
-class Runtime:
-    rank: int
-    local_rank: int
-    world: int
-    device: torch.device
-    precision: str  # fp32 | bf16 | fp16
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def autocast(self):
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
-
-    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
-        if self.world > 1:
-            t = t.to(self.device)
-            dist.all_reduce(t)
-        return t.cpu()
-
-    def all_sum_named(self, values: dict[str, float]) -> dict[str, float]:
-        """Each named value summed over all ranks, in one all-reduce."""
-        total = self.all_sum(torch.tensor(list(values.values()), dtype=torch.float64))
-        return dict(zip(values, total.tolist(), strict=True))
-
-
-def setup(cfg: TrainConfig) -> Runtime:
-    """The process group under torchrun (RANK / WORLD_SIZE set), the device, and the precision."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if cfg.device == "auto":
-        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(cfg.device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ToolError(f"device={cfg.device}: CUDA is not available here; use device=auto or device=cpu")
-    if device.type == "cuda":
-        if device.index is None:
-            device = torch.device(f"cuda:{local_rank}")
-        torch.cuda.set_device(device)
-    # bf16 where the device supports it (asked of the device, not of a list of GPU names); else fp16 with a
-    # grad scaler on CUDA; fp32 on CPU, where autocast buys nothing for convolutions.
-    precision = cfg.precision
-    if precision == "auto":
-        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if device.type == "cuda" else "fp32"
-    if precision != "fp32" and device.type != "cuda":
-        raise ToolError(f"precision={precision}: mixed precision needs a CUDA device; use precision=auto or fp32")
-    if world > 1:
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return Runtime(rank, local_rank, world, device, precision)
-
-
-class StopFlag:
-    """SIGTERM / SIGUSR1 set a flag; the loop finishes the step, checkpoints and exits 128 + signal."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-        for s in SIGNALS:
-            signal.signal(s, self._handle)
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        self.signum = signum
 
 
 # ----------------------------------------------------------------------------- model source
@@ -189,12 +113,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
-def bucket_record(layout: Layout, collection: Any) -> dict[str, Any]:
+def bucket_record(layout: Layout, collection: Collection) -> dict[str, Any]:
     """The bucket file a run reads, as a checkpoint names it: its path relative to ROOT, the sha256 of its bytes,
     the fingerprint of the dataset state it was built from (`built_from`), its route runs and frames per split.
     ToolError when the file on disk is no longer the one loaded (another process rebuilt it meanwhile)."""
-    from tools.dataset.buckets import TRAINING_SPLITS, collection_path
-
     path = collection_path(layout, collection.name)
     try:
         raw = path.read_bytes()
@@ -209,7 +131,7 @@ def bucket_record(layout: Layout, collection: Any) -> dict[str, Any]:
             "frames": {split: len(collection.frames(split)) for split in TRAINING_SPLITS}}
 
 
-def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collection: Any) -> dict[str, Any]:
+def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collection: Collection) -> dict[str, Any]:
     """What a checkpoint records about its training data. To name it: the dataset_id of the root, the bucket
     file (`bucket_record`, by collection name) and the cache key (the cache folder's name). To drive the model
     later: the cache's preprocessing settings, the rig of the training runs (the one most of them were recorded
@@ -251,21 +173,15 @@ def data_text(recorded: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- training
+# ----------------------------------------------------------------------------- init or resume
 
 
-def train(cfg: TrainConfig) -> int:
-    """Train (or resume) per `cfg`; returns the exit status: 0, or 128 + the signal that stopped it."""
-    cfg = cfg.resolved()
-    rt = setup(cfg)
-    stop = StopFlag()
-    logdir = Path(cfg.logdir)
-    t_start = time.time()
-
-    # --- where the weights come from: our own newest checkpoint, else the pre-training one, else fresh.
-    # The model preset is the checkpoint's: the config is settled here, before anything uses it.
+def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | None, dict | None]:
+    """Where the weights come from: (cfg, ckpt, start). `ckpt`: LOGDIR's newest complete checkpoint, to resume
+    (checkpoint.load); else for posttrain `start`: the pre-training checkpoint (checkpoint.load_model_only); else
+    neither: a fresh model. The model preset is the checkpoint's: the config is settled here, before anything
+    uses it."""
     resume = checkpoint.latest(logdir)
-    ckpt, start = None, None
     if resume is not None:
         ckpt = checkpoint.load(resume)
         if ckpt["config"].get("phase") != cfg.phase:
@@ -274,22 +190,44 @@ def train(cfg: TrainConfig) -> int:
         if ckpt["config"].get("model") != cfg.model:
             data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
             cfg = dataclasses.replace(cfg, model=ckpt["config"]["model"])
-    elif cfg.phase == "posttrain":
+        return cfg, ckpt, None
+    if cfg.phase == "posttrain":
         start = checkpoint.load_model_only(find_pretrain(cfg))
-        cfg = dataclasses.replace(cfg, model=start["config"].get("model", cfg.model))
+        return dataclasses.replace(cfg, model=start["config"].get("model", cfg.model)), None, start
+    return cfg, None, None
 
-    # --- data: the cache (its settings and how far apart its frames are) and the collection's bucket files
-    from tools.dataset.buckets import TRAINING_SPLITS, load_collection
 
+@dataclass
+class Source:
+    """What a run reads: the cache (its folder, its settings, the seconds between its frames), the collection's
+    train and held-out frames, the session cache if any, and what every checkpoint records about the data
+    (`recorded`, `trained_on()`: rank 0 only, which saves; {} on the other ranks)."""
+
+    layout: Layout
+    cache_root: Path
+    settings: CacheSettings
+    frame_dt: float
+    collection: Collection
+    val_frames: list[data.Item]
+    recorded: dict[str, Any]
+    session: SessionCache | None
+
+    def dataset(self, items: list[data.Item]) -> data.RecordDataset:
+        """The cache records of `items`: training batches, validation, the picture."""
+        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session)
+
+
+def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, start: dict[str, Any] | None) -> Source:
+    """The cache (its settings and how far apart its frames are) and the collection's bucket files: train and
+    val only, so the test split is not even read and no test frame can reach a batch or a validation."""
     layout = Layout(Path(cfg.root))
     cache_root, settings = data.find_cache(layout)
     frame_dt = read_frame_dt(cache_root)  # the waypoints' time step: from the data, never assumed
     if not rt.main:
         rt.barrier()  # rank 0 first: it may rebuild stale bucket files
-    # train and val only: the test split is not even read, so no test frame can reach a batch or a validation
     collection = load_collection(layout, cfg.collection, horizon=settings.horizon, splits=TRAINING_SPLITS)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
-    recorded = {}  # what every checkpoint's config.json records under trained_on (rank 0 saves)
+    recorded = {}
     if rt.main:
         data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
         recorded = trained_on(layout, cache_root, settings, collection)
@@ -302,22 +240,22 @@ def train(cfg: TrainConfig) -> int:
         rt.barrier()
     session = None
     if cfg.session_cache:
-        from tools.dataset.cache import SessionCache
-
         # "auto": SessionCache picks $SLURM_TMPDIR, else $TMPDIR (node-local disk)
         folder = None if cfg.session_cache == "auto" else Path(cfg.session_cache).expanduser().absolute()
         session = SessionCache(cache_root.name, int(cfg.session_cache_gb * 2**30), folder)
+    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session)
 
-    def make_dataset(items):
-        return data.RecordDataset(items, layout.root, cache_root, settings, session)
 
-    # --- model: the checkpoint's architecture (which must fit the cache), else the preset for this cache
-    mcfg = model_config(cfg.model, settings, frame_dt)
+def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any] | None,
+                start: dict[str, Any] | None) -> TransFuser:
+    """The checkpoint's architecture (which must fit the cache), else the preset for this cache; with the
+    checkpoint's weights, or the pre-training weights and a new planner, or fresh ones (seeded), on the device."""
+    mcfg = model_config(cfg.model, src.settings, src.frame_dt)
     if ckpt is not None:
-        mcfg = stored_model_config(ckpt["state"]["model_config"], resume, mcfg, cache_root,
+        mcfg = stored_model_config(ckpt["state"]["model_config"], ckpt["path"], mcfg, src.cache_root,
                                    "train from scratch in a new logdir=, or on the cache this run was trained on")
     elif start is not None:
-        mcfg = stored_model_config(start["model_config"], start["path"], mcfg, cache_root,
+        mcfg = stored_model_config(start["model_config"], start["path"], mcfg, src.cache_root,
                                    "pre-train on this cache first (bin/train pretrain), or pass load= of a "
                                    "checkpoint pre-trained on it")
     torch.manual_seed(cfg.seed)
@@ -330,183 +268,151 @@ def train(cfg: TrainConfig) -> int:
             raise ToolError(f"{start['path']} does not hold weights of this model (missing {len(missing)}, "
                             f"unexpected {len(unexpected)} tensors): pass load= of a drivekit pre-training checkpoint")
     model.to(rt.device)
-    optimizer = make_optimizer(model, cfg, rt.device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    scaler = torch.amp.GradScaler("cuda") if rt.precision == "fp16" else None
+    return model
+
+
+@dataclass
+class Optimization:
+    """What a step changes besides the weights, and a checkpoint holds with them: AdamW, its learning-rate
+    schedule (`lr_lambda`) and, with fp16, the grad scaler."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None
+
+    @classmethod
+    def make(cls, model: torch.nn.Module, cfg: TrainConfig, rt: Runtime) -> Optimization:
+        optimizer = make_optimizer(model, cfg, rt.device)
+        return cls(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg)),
+                   torch.amp.GradScaler("cuda") if rt.precision == "fp16" else None)
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+
+def init_loop(cfg: TrainConfig, rt: Runtime, opt: Optimization, ckpt: dict[str, Any] | None) -> dict[str, Any]:
+    """The loop's state: step, epoch, samples consumed in the epoch, counters; from the checkpoint when resuming,
+    which also restores the optimizer, scheduler, scaler and RNG states."""
     loop = {"step": 0, "epoch": 0, "consumed": 0, "skipped": 0, "rebuilt": 0, "replaced": 0, "samples": 0,
             "world": rt.world, "batch_size": cfg.batch_size}
     if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["state"]["scheduler"])
-        if scaler is not None and ckpt["state"].get("scaler"):
-            scaler.load_state_dict(ckpt["state"]["scaler"])
+        opt.optimizer.load_state_dict(ckpt["optimizer"])
+        opt.scheduler.load_state_dict(ckpt["state"]["scheduler"])
+        if opt.scaler is not None and ckpt["state"].get("scaler"):
+            opt.scaler.load_state_dict(ckpt["state"]["scaler"])
         checkpoint.set_rng_state(ckpt["state"]["rng"])
         old = ckpt["state"]["loop"]
         for name, now in (("batch_size", cfg.batch_size), ("world", rt.world)):
             if old.get(name) != now:
-                data.warn(f"{name} changed from {old.get(name)} to {now} since {resume.name}: the sample order "
+                data.warn(f"{name} changed from {old.get(name)} to {now} since {ckpt['path'].name}: the sample order "
                           "continues from the same position but the loss curve will not match exactly")
         loop.update({k: v for k, v in old.items() if k in loop})
         loop.update(world=rt.world, batch_size=cfg.batch_size)
-    ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None) \
-        if rt.world > 1 else model
-    batches = data.TrainBatches(lambda e: collection.epoch_samples("train", e, cfg.seed), make_dataset,
-                                cfg.batch_size, rt.rank, rt.world, cfg.num_workers, loop["epoch"], loop["consumed"])
+    return loop
 
-    writer = None
+
+def open_run_folder(logdir: Path, cfg: TrainConfig, rt: Runtime, model: TransFuser, src: Source,
+                    loop: dict[str, Any], ckpt: dict[str, Any] | None, start: dict[str, Any] | None) -> SummaryWriter:
+    """Rank 0: the run folder's config.json, the TensorBoard writer with the text naming the data, and the line
+    saying what starts."""
+    from torch.utils.tensorboard import SummaryWriter  # rank 0 only: the other ranks never load tensorboard
+
+    logdir.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": model.cfg.to_dict(),
+                                               "trained_on": src.recorded})
+    # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
+    writer = SummaryWriter(str(logdir), purge_step=loop["step"] + 1 if loop["step"] else None)
+    writer.add_text("data", data_text(src.recorded), loop["step"])  # what this (re)start read: a checkpoint names it
+    how = f"resuming {ckpt['path']}" if ckpt else (f"starting from {start['path']}" if start else "from scratch")
+    log(f"train {cfg.phase}: {cfg.model} model, {count_parameters(model):,} parameters, {how}; "
+        f"step {loop['step']}/{cfg.max_steps}, epoch {loop['epoch']}; {rt.world} process(es) on {rt.device} "
+        f"({rt.precision}); collection {cfg.collection}: {len(src.collection.frames('train'))} train / "
+        f"{len(src.val_frames)} val frames; cache {src.cache_root} (frames {model.cfg.frame_dt:g} s apart); "
+        f"logdir {logdir}")
+    return writer
+
+
+# ----------------------------------------------------------------------------- one step
+
+
+def train_step(model: TransFuser, ddp: torch.nn.Module, opt: Optimization, batch: dict[str, torch.Tensor],
+               rt: Runtime, cfg: TrainConfig, step: int, stop: StopFlag,
+               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
+    """Optimisation step `step` on `batch`: forward and losses under autocast; unless the loss is not finite on
+    some rank, backward, clip and the optimizer step (through the scaler with fp16), which a non-finite gradient
+    skips too; then the scheduler steps and the gradients are cleared either way.
+
+    Returns the model's outputs, its losses and what all ranks agreed on in one all-reduce: `skipped`,
+    `stopping` (some rank got a signal), and the `rebuilt` and `replaced` records of the global batch."""
+    with rt.autocast():
+        out = ddp(batch)
+        losses = compute_losses(out, batch, cfg.loss_weights())
+    loss = losses["loss"]
+    if step in cfg.debug_nan_steps:
+        loss = loss * float("nan")
+    # All ranks agree on skipping (a backward on some ranks only would hang DDP) and on stopping.
+    agreed = rt.all_sum_named({"nonfinite": float(not torch.isfinite(loss)), "stopping": float(stop.signum != 0),
+                               "rebuilt": float(batch["rebuilt"]), "replaced": float(batch["replaced"])})
+    skip = agreed["nonfinite"] > 0
+    if not skip:
+        (opt.scaler.scale(loss) if opt.scaler else loss).backward()
+        if opt.scaler:
+            opt.scaler.unscale_(opt.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
+        if opt.scaler:
+            opt.scaler.step(opt.optimizer)  # skips the update itself on inf/NaN gradients
+            opt.scaler.update()
+        elif torch.isfinite(norm):
+            opt.optimizer.step()
+        else:
+            skip = True
+    opt.optimizer.zero_grad(set_to_none=True)
+    opt.scheduler.step()
+    return out, losses, {"skipped": skip, "stopping": agreed["stopping"] > 0, "rebuilt": int(agreed["rebuilt"]),
+                         "replaced": int(agreed["replaced"])}
+
+
+# ----------------------------------------------------------------------------- log, save, summary
+
+
+def new_window(names: Sequence[str]) -> dict[str, Any]:
+    """What the next log line averages: steps taken since `t`, the finite ones and their sums of the losses."""
+    return {"t": time.time(), "steps": 0, "finite": 0, "sums": dict.fromkeys(names, 0.0)}
+
+
+def log_train(writer: SummaryWriter, window: dict[str, Any], step: int, cfg: TrainConfig, rt: Runtime, lr: float,
+              loop: dict[str, Any], epoch: int) -> dict[str, float]:
+    """Rank 0: the window's mean losses, the learning rate, the rate, skipped steps and the epoch to TensorBoard
+    (train/<name>) and as one line; returns the mean losses ({} when no step of the window was finite)."""
+    losses = {name: total / window["finite"] for name, total in window["sums"].items()} if window["finite"] else {}
+    rate = window["steps"] * cfg.batch_size * rt.world / max(time.time() - window["t"], 1e-9)
+    for name, value in losses.items():
+        writer.add_scalar(f"train/{name}", value, step)
+    writer.add_scalar("train/lr", lr, step)
+    writer.add_scalar("train/samples_per_s", rate, step)
+    writer.add_scalar("train/skipped_steps", loop["skipped"], step)
+    writer.add_scalar("train/epoch", epoch, step)
+    heads = " ".join(f"{name} {value:.4f}" for name, value in losses.items() if name != "loss")
+    log(f"step {step}/{cfg.max_steps} | epoch {epoch} | loss {losses.get('loss', math.nan):.6f}"
+        f" | {heads} | lr {lr:.2e} | {rate:.1f} samples/s"
+        + (f" | skipped {loop['skipped']}" if loop["skipped"] else ""))
+    return losses
+
+
+def save(logdir: Path, cfg: TrainConfig, rt: Runtime, src: Source, model: TransFuser, opt: Optimization,
+         loop: dict[str, Any], batches: data.TrainBatches) -> Path | None:
+    """Rank 0 writes the checkpoint of step loop["step"] (the loop's state with the batches' position) and
+    returns its folder; every rank waits for it."""
+    path = None
     if rt.main:
-        from torch.utils.tensorboard import SummaryWriter
-
-        logdir.mkdir(parents=True, exist_ok=True)
-        atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": mcfg.to_dict(),
-                                                   "trained_on": recorded})
-        # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
-        writer = SummaryWriter(str(logdir), purge_step=loop["step"] + 1 if loop["step"] else None)
-        writer.add_text("data", data_text(recorded), loop["step"])  # what this (re)start read: a checkpoint names it
-        how = f"resuming {resume}" if ckpt else (f"starting from {start['path']}" if start else "from scratch")
-        log(f"train {cfg.phase}: {cfg.model} model, {count_parameters(model):,} parameters, {how}; "
-            f"step {loop['step']}/{cfg.max_steps}, epoch {loop['epoch']}; {rt.world} process(es) on {rt.device} "
-            f"({rt.precision}); collection {cfg.collection}: {len(collection.frames('train'))} train / "
-            f"{len(val_frames)} val frames; cache {cache_root} (frames {mcfg.frame_dt:g} s apart); logdir {logdir}")
-
-    def save() -> Path | None:
-        path = None
-        if rt.main:
-            loop.update(batches.state())
-            state = {"scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler else {},
-                     "rng": checkpoint.rng_state(), "loop": dict(loop), "model_config": mcfg.to_dict()}
-            path = checkpoint.save(logdir, loop["step"], model.state_dict(), optimizer.state_dict(), state,
-                                   {**cfg.to_dict(), "trained_on": recorded}, cfg.keep)
-        rt.barrier()
-        return path
-
-    weights = cfg.loss_weights()
-    logged = ("loss", *loss_names(model.planner is not None))  # train/<name>, in this order
-
-    def new_window() -> dict[str, Any]:  # what the next log line averages
-        return {"t": time.time(), "steps": 0, "finite": 0, "sums": dict.fromkeys(logged, 0.0)}
-
-    window = new_window()
-    last_losses: dict[str, float] = {}
-    val_metrics: dict[str, float] = {}
-    stopped_by = 0
-    saved_at = loop["step"] if ckpt is not None else -1
-
-    # --- the loop
-    while loop["step"] < cfg.max_steps and not (cfg.epochs and batches.epoch >= cfg.epochs):
-        step = loop["step"] + 1  # the number of the step being taken (the checkpoint after it is step-<step>)
-        batch = data.to_device(batches.next(), rt.device)
-        with rt.autocast():
-            out = ddp(batch)
-            losses = compute_losses(out, batch, weights)
-        loss = losses["loss"]
-        if step in cfg.debug_nan_steps:
-            loss = loss * float("nan")
-        # All ranks agree on skipping (a backward on some ranks only would hang DDP) and on stopping.
-        agreed = rt.all_sum_named({"nonfinite": float(not torch.isfinite(loss)), "stopping": float(stop.signum != 0),
-                                   "rebuilt": float(batch["rebuilt"]), "replaced": float(batch["replaced"])})
-        skip = agreed["nonfinite"] > 0
-        if not skip:
-            (scaler.scale(loss) if scaler else loss).backward()
-            if scaler:
-                scaler.unscale_(optimizer)
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
-            if scaler:
-                scaler.step(optimizer)  # skips the update itself on inf/NaN gradients
-                scaler.update()
-            elif torch.isfinite(norm):
-                optimizer.step()
-            else:
-                skip = True
-        if skip:
-            loop["skipped"] += 1
-            if rt.main:
-                data.warn(f"step {step}: non-finite loss or gradient, step skipped ({loop['skipped']} so far)")
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-        loop["step"] = step
-        loop["samples"] += cfg.batch_size * rt.world
-        loop["rebuilt"] += int(agreed["rebuilt"])
-        loop["replaced"] += int(agreed["replaced"])
-
-        # --- log
-        window["steps"] += 1
-        if not skip:
-            for name in logged:
-                window["sums"][name] += float(losses[name].detach())
-            window["finite"] += 1
-        if rt.main and (step % cfg.log_every == 0 or step == cfg.max_steps):
-            last_losses = {name: total / window["finite"] for name, total in window["sums"].items()} \
-                if window["finite"] else {}
-            rate = window["steps"] * cfg.batch_size * rt.world / max(time.time() - window["t"], 1e-9)
-            for name, value in last_losses.items():
-                writer.add_scalar(f"train/{name}", value, step)
-            writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
-            writer.add_scalar("train/samples_per_s", rate, step)
-            writer.add_scalar("train/skipped_steps", loop["skipped"], step)
-            writer.add_scalar("train/epoch", batches.epoch, step)
-            heads = " ".join(f"{name} {value:.4f}" for name, value in last_losses.items() if name != "loss")
-            log(f"step {step}/{cfg.max_steps} | epoch {batches.epoch} | loss {last_losses.get('loss', math.nan):.6f}"
-                f" | {heads} | lr {scheduler.get_last_lr()[0]:.2e} | {rate:.1f} samples/s"
-                + (f" | skipped {loop['skipped']}" if loop["skipped"] else ""))
-            window = new_window()
-        if rt.main and cfg.image_every and step % cfg.image_every == 0:
-            for tag, image in train_images(out, batch, settings, mcfg.frame_dt).items():
-                writer.add_image(f"images/{tag}", image, step, dataformats="HWC")
-
-        # --- eval and save when due; on a signal: save and leave
-        stopping = agreed["stopping"] > 0
-        if cfg.val_every and step % cfg.val_every == 0 and step < cfg.max_steps and not stopping and val_frames:
-            val_metrics = validate(model, val_frames, rt, cfg, make_dataset)
-            if rt.main:
-                for name, value in val_metrics.items():
-                    writer.add_scalar(f"val/{name}", value, step)
-                log(f"val @ {step}: " + ", ".join(f"{name} {value:.4g}" for name, value in val_metrics.items()))
-        if step % cfg.save_every == 0 or stopping:
-            path = save()
-            saved_at = step
-            if rt.main:
-                log(f"checkpoint {path}")
-        if stopping:
-            stopped_by = stop.signum or int(signal.SIGTERM)  # another rank got the signal
-            break
-
-    if stopped_by:
-        if rt.main:
-            writer.close()
-            log(f"train {cfg.phase}: stopped by signal {signal.Signals(stopped_by).name} at step {loop['step']}; "
-                f"checkpoint written; rerun the same command to resume")
-        if rt.world > 1:
-            dist.destroy_process_group()
-        return 128 + stopped_by
-
-    # --- the end: a final checkpoint, validation, summary, picture
-    if saved_at != loop["step"]:
-        save()
-    if val_frames:
-        val_metrics = validate(model, val_frames, rt, cfg, make_dataset)
-    else:
-        data.warn(f"collection {cfg.collection} has no held-out (val) frames: no validation metrics")
-    if rt.main:
-        for name, value in val_metrics.items():
-            writer.add_scalar(f"val/{name}", value, loop["step"])
-        picture = write_predictions(logdir / "predictions.png", model, val_frames, rt, settings, make_dataset) \
-            if val_frames else None
-        writer.close()
-        summary = {
-            "phase": cfg.phase, "model": cfg.model, "parameters": count_parameters(model), "steps": loop["step"],
-            "epoch": batches.epoch, "samples": loop["samples"], "seconds": round(time.time() - t_start, 1),
-            "skipped_steps": loop["skipped"], "rebuilt_records": loop["rebuilt"],
-            "replaced_samples": loop["replaced"], "world_size": rt.world, "device": str(rt.device),
-            "precision": rt.precision, "frame_dt": mcfg.frame_dt, "final_train_losses": last_losses,
-            "val": val_metrics, "checkpoints": str(logdir / checkpoint.CHECKPOINTS), "events": str(logdir),
-            "predictions": str(picture) if picture else None,
-        }
-        atomic.write_json(logdir / "summary.json", summary)
-        log(summary_text(summary))
-    if rt.world > 1:
-        dist.destroy_process_group()
-    return 0
+        loop.update(batches.state())
+        state = {"scheduler": opt.scheduler.state_dict(), "scaler": opt.scaler.state_dict() if opt.scaler else {},
+                 "rng": checkpoint.rng_state(), "loop": dict(loop), "model_config": model.cfg.to_dict()}
+        path = checkpoint.save(logdir, loop["step"], model.state_dict(), opt.optimizer.state_dict(), state,
+                               {**cfg.to_dict(), "trained_on": src.recorded}, cfg.keep)
+    rt.barrier()
+    return path
 
 
 def summary_text(s: dict[str, Any]) -> str:
@@ -527,3 +433,117 @@ def summary_text(s: dict[str, Any]) -> str:
     lines.append(f"checkpoints {s['checkpoints']}; TensorBoard events in {s['events']}"
                  + (f"; picture {s['predictions']}" if s["predictions"] else ""))
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train(cfg: TrainConfig) -> int:
+    """Train (or resume) per `cfg`; returns the exit status: 0, or 128 + the signal that stopped it."""
+    # --- config and runtime
+    cfg = cfg.resolved()
+    rt = setup(cfg)
+    stop = StopFlag()
+    logdir = Path(cfg.logdir)
+    t_start = time.time()
+
+    # --- init or resume: where the weights come from (it settles the config), the data, the model, the optimizer
+    # and the loop's state, the batches from the loop's position, the run folder
+    cfg, ckpt, start = starting_point(cfg, logdir)
+    src = open_source(cfg, rt, ckpt, start)
+    model = build_model(cfg, rt, src, ckpt, start)
+    opt = Optimization.make(model, cfg, rt)
+    loop = init_loop(cfg, rt, opt, ckpt)
+    ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None) \
+        if rt.world > 1 else model
+    batches = data.TrainBatches(functools.partial(src.collection.epoch_samples, "train", seed=cfg.seed), src.dataset,
+                                cfg.batch_size, rt.rank, rt.world, cfg.num_workers, loop["epoch"], loop["consumed"])
+    writer = open_run_folder(logdir, cfg, rt, model, src, loop, ckpt, start) if rt.main else None
+
+    logged = ("loss", *loss_names(model.planner is not None))  # train/<name>, in this order
+    window = new_window(logged)
+    last_losses: dict[str, float] = {}
+    val_metrics: dict[str, float] = {}
+    stopped_by = 0
+    saved_at = loop["step"] if ckpt is not None else -1
+
+    # --- the loop
+    while loop["step"] < cfg.max_steps and not (cfg.epochs and batches.epoch >= cfg.epochs):
+        step = loop["step"] + 1  # the number of the step being taken (the checkpoint after it is step-<step>)
+        batch = data.to_device(batches.next(), rt.device)
+        out, losses, agreed = train_step(model, ddp, opt, batch, rt, cfg, step, stop)
+        if agreed["skipped"]:
+            loop["skipped"] += 1
+            if rt.main:
+                data.warn(f"step {step}: non-finite loss or gradient, step skipped ({loop['skipped']} so far)")
+        loop["step"] = step
+        loop["samples"] += cfg.batch_size * rt.world
+        loop["rebuilt"] += agreed["rebuilt"]
+        loop["replaced"] += agreed["replaced"]
+
+        # --- log, images
+        window["steps"] += 1
+        if not agreed["skipped"]:
+            for name in logged:
+                window["sums"][name] += float(losses[name].detach())
+            window["finite"] += 1
+        if rt.main and (step % cfg.log_every == 0 or step == cfg.max_steps):
+            last_losses = log_train(writer, window, step, cfg, rt, opt.lr, loop, batches.epoch)
+            window = new_window(logged)
+        if rt.main and cfg.image_every and step % cfg.image_every == 0:
+            for tag, image in train_images(out, batch, src.settings, model.cfg.frame_dt).items():
+                writer.add_image(f"images/{tag}", image, step, dataformats="HWC")
+
+        # --- eval and save when due; on a signal: save and leave
+        stopping = agreed["stopping"]
+        if cfg.val_every and step % cfg.val_every == 0 and step < cfg.max_steps and not stopping and src.val_frames:
+            val_metrics = validate(model, src.val_frames, rt, cfg, src.dataset)
+            if rt.main:
+                for name, value in val_metrics.items():
+                    writer.add_scalar(f"val/{name}", value, step)
+                log(f"val @ {step}: " + ", ".join(f"{name} {value:.4g}" for name, value in val_metrics.items()))
+        if step % cfg.save_every == 0 or stopping:
+            path = save(logdir, cfg, rt, src, model, opt, loop, batches)
+            saved_at = step
+            if rt.main:
+                log(f"checkpoint {path}")
+        if stopping:
+            stopped_by = stop.signum or int(signal.SIGTERM)  # another rank got the signal
+            break
+
+    if stopped_by:
+        if rt.main:
+            writer.close()
+            log(f"train {cfg.phase}: stopped by signal {signal.Signals(stopped_by).name} at step {loop['step']}; "
+                f"checkpoint written; rerun the same command to resume")
+        if rt.world > 1:
+            dist.destroy_process_group()
+        return 128 + stopped_by
+
+    # --- the end: a final checkpoint, validation, summary, picture
+    if saved_at != loop["step"]:
+        save(logdir, cfg, rt, src, model, opt, loop, batches)
+    if src.val_frames:
+        val_metrics = validate(model, src.val_frames, rt, cfg, src.dataset)
+    else:
+        data.warn(f"collection {cfg.collection} has no held-out (val) frames: no validation metrics")
+    if rt.main:
+        for name, value in val_metrics.items():
+            writer.add_scalar(f"val/{name}", value, loop["step"])
+        picture = write_predictions(logdir / "predictions.png", model, src.val_frames, rt, src.settings,
+                                    src.dataset) if src.val_frames else None
+        writer.close()
+        summary = {
+            "phase": cfg.phase, "model": cfg.model, "parameters": count_parameters(model), "steps": loop["step"],
+            "epoch": batches.epoch, "samples": loop["samples"], "seconds": round(time.time() - t_start, 1),
+            "skipped_steps": loop["skipped"], "rebuilt_records": loop["rebuilt"],
+            "replaced_samples": loop["replaced"], "world_size": rt.world, "device": str(rt.device),
+            "precision": rt.precision, "frame_dt": model.cfg.frame_dt, "final_train_losses": last_losses,
+            "val": val_metrics, "checkpoints": str(logdir / checkpoint.CHECKPOINTS), "events": str(logdir),
+            "predictions": str(picture) if picture else None,
+        }
+        atomic.write_json(logdir / "summary.json", summary)
+        log(summary_text(summary))
+    if rt.world > 1:
+        dist.destroy_process_group()
+    return 0

@@ -25,11 +25,10 @@ from tools.dataset.samples import CacheSettings
 from tools.train import data, pictures
 from tools.train.config import TrainConfig, loss_names
 from tools.train.model import DEPTH_UNIT, TransFuser, compute_losses
+from tools.train.runtime import Runtime
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
-
-    from tools.train.loop import Runtime
 
 #: Held-out frames among which predictions.png shows the one that turns most.
 PICTURE_CANDIDATES = 32
