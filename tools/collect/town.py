@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -152,6 +153,17 @@ def carla_towns(out: Path, names: tuple[str, ...] = CARLA_TOWNS, wheel: Path | N
     return wanted
 
 
+#: The Town whose carla_map each carla.Map is, by the map's id (the Town holds its map, so while the entry lives
+#: the id is the map's; town_of_map checks that it still is).
+_TOWN_OF_MAP: weakref.WeakValueDictionary[int, Town] = weakref.WeakValueDictionary()
+
+
+def town_of_map(cmap) -> Town | None:
+    """The Town whose carla_map `cmap` is; None for any other map (a CARLA server's, one built elsewhere)."""
+    town = _TOWN_OF_MAP.get(id(cmap))
+    return town if town is not None and town.__dict__.get("carla_map") is cmap else None
+
+
 @dataclass(frozen=True)
 class Lane:
     """A SUMO lane in CARLA's frame, for the renderer and the world."""
@@ -251,7 +263,22 @@ class Town:
 
         # libcarla warns on stderr about the missing georeference of SUMO's export; it is harmless.
         with _quiet_stderr():
-            return carla.Map(self.name, self.text)
+            cmap = carla.Map(self.name, self.text)
+        _TOWN_OF_MAP[id(cmap)] = self
+        return cmap
+
+    @cached_property
+    def lane_graph(self):
+        """The route planner's lane graph of this town (tools.collect.planner.LaneGraph): walked once from
+        carla_map (seconds on Town12 and Town13), kept beside the town, read back in milliseconds.
+        RoutePlanner(town.carla_map) finds it (town_of_map)."""
+        from importlib.metadata import version
+
+        from tools.collect.planner import LANE_GRAPH_VERSION, LaneGraph
+
+        path = self.derived_file("lanes.npz", f"{LANE_GRAPH_VERSION} carla {version('carla')}",
+                                 lambda tmp: LaneGraph.build(self.carla_map).save(tmp))
+        return LaneGraph.load(path)
 
     @cached_property
     def lanes(self) -> list[Lane]:
