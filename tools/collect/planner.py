@@ -572,11 +572,14 @@ class RoutePlanner:
     second's, then along that segment; each segment is followed from its sample nearest to where the route is;
     a lane change lands LANE_CHANGE_AHEAD samples ahead on the new lane. Not the same: the path ends at the
     sample nearest to the waypoint (GlobalRoutePlanner stops within two samples of it, and its next path starts
-    there again), never steps back to a sample it has passed, and a lane change is a ramp of samples rather than
-    a jump. A waypoint in a junction or off its lane's centre may lie on another lane (MATCH_RADIUS): that lane
-    is taken where it makes the route more than MATCH_PENALTY metres shorter (a waypoint at a corner, nearer to
-    the crossing lane of the other direction than to its own). A path far longer than the straight line between
-    its waypoints (DETOUR_FACTOR, DETOUR_SLACK) is refused: NoRoute names the waypoints.
+    there again) and never steps back to a sample it has passed; a lane change is a ramp of LANE_CHANGE_AHEAD
+    samples that ends where GlobalRoutePlanner lands, or at the waypoint where that comes first (it jumps, then
+    steps back to the waypoint). Where GlobalRoutePlanner would loop: a waypoint in a junction or off its lane's
+    centre may lie on another lane (MATCH_RADIUS), taken where it makes the route more than MATCH_PENALTY metres
+    shorter (a waypoint at a corner, nearer to the crossing lane of the other direction than to its own); a
+    waypoint on the lane beside the last one's across a line that forbids the change is reached by changing
+    lanes anyway (_change_over). A path still far longer than the straight line between its waypoints
+    (DETOUR_FACTOR, DETOUR_SLACK) is refused: NoRoute names the waypoints.
 
     `graph`: the map's LaneGraph if the caller has it; else the one kept beside the map's town (lane_graph)."""
 
