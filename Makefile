@@ -13,12 +13,16 @@ APPTAINER_FLAGS ?=
 IMAGES ?= containers/carla.sif containers/train.sif
 
 PY := $(VENV)/bin/python
+comma := ,
 # The base package (make install, make demo), and the test tools with the py123d extra on top (make test, make lint).
 STAMP := $(VENV)/.stamp
 TEST_STAMP := $(VENV)/.stamp-test
-# CARLA's real towns (OpenDRIVE from the py123d wheel on PyPI): the tests drive the expert on them.
+# CARLA's real towns (OpenDRIVE from the py123d wheel on PyPI): the tests drive the expert on them and walk
+# every town's lane graph (tests/test_planner_towns.py), the leaderboard 2.0 towns Town11 to Town15 included.
 CARLA_TOWNS_DIR ?= .cache/carla-towns
-TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp-town13
+CARLA_TOWN_NAMES ?= Town01,Town02,Town03,Town04,Town05,Town06,Town07,Town10HD,Town11,Town12,Town13,Town15
+# Named after the list, so that a folder extracted with fewer towns gets the missing ones.
+TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp-$(subst $(comma),-,$(CARLA_TOWN_NAMES))
 # Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/ (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
 SHELL_SCRIPTS = $(filter-out bin/lib slurm/lib,$(wildcard bin/* bin/lib/* .ci/* slurm/* slurm/lib/*))
 # The code version baked into the images (the manifest's `code` where no git checkout is: docs/dataset-format.md).
@@ -49,8 +53,7 @@ $(TEST_STAMP): $(STAMP)
 towns: $(TOWNS_STAMP)
 
 $(TOWNS_STAMP): | $(STAMP)
-	$(PY) -m tools.collect carla-towns --out $(CARLA_TOWNS_DIR)
-	$(PY) -m tools.collect carla-towns --out $(CARLA_TOWNS_DIR) --towns Town13  # tests/test_big_towns.py
+	$(PY) -m tools.collect carla-towns --out $(CARLA_TOWNS_DIR) --towns $(CARLA_TOWN_NAMES)
 	touch $@
 
 # Where test-deps can install them (root with apt-get: CI), the SLURM tests must run, not skip.

@@ -71,7 +71,7 @@ def town_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def carla_towns() -> Path:
-    """CARLA's real towns (Town01 .. Town07, Town10HD as OpenDRIVE): `make towns` extracts them from the py123d
+    """CARLA's real towns (all twelve, Town01 .. Town15, as OpenDRIVE): `make towns` extracts them from the py123d
     wheel into .cache/carla-towns; make test passes the folder as DRIVEKIT_CARLA_TOWNS."""
     folder = Path(os.environ.get("DRIVEKIT_CARLA_TOWNS") or REPO / ".cache" / "carla-towns")
     if not (folder / "Town10HD.xodr").is_file():

@@ -123,8 +123,7 @@ def test_lane_segments_of_a_real_town_never_double_back(carla_towns):
     segment's exit: a route through such a segment used to jump back up to 28 m (the expert then lost its place)."""
     town = Town(carla_towns / "Town06.xodr")
     planner = RoutePlanner(town.carla_map)
-    for seg in planner.segments:
-        pts = np.array([[w.transform.location.x, w.transform.location.y] for w in seg])
+    for pts in planner.segments:  # (n, 2) samples of each lane segment
         steps = np.diff(pts, axis=0)
         assert (np.linalg.norm(steps, axis=1) < 3.0).all()
         assert ((steps[1:] * steps[:-1]).sum(axis=1) >= 0).all()

@@ -21,11 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
+from tools.expert.planner import LANE_GRAPH_VERSION, LaneGraph, keep_graph
 
 #: Bump when the netconvert options below change, so cached networks are rebuilt.
 _NET_OPTIONS = ["--offset.disable-normalization", "true", "--no-turnarounds", "true"]
@@ -257,7 +259,25 @@ class Town:
 
         # libcarla warns on stderr about the missing georeference of SUMO's export; it is harmless.
         with _quiet_stderr():
-            return carla.Map(self.name, self.text)
+            cmap = carla.Map(self.name, self.text)
+        keep_graph(cmap, self)  # RoutePlanner(cmap) reads this town's kept lane graph (lane_graph)
+        return cmap
+
+    @cached_property
+    def lane_graph(self) -> LaneGraph:
+        """The route planner's lane graph of this town (tools.expert.planner.LaneGraph): walked once from
+        carla_map (seconds on Town12 and Town13), kept beside the town, read back in milliseconds.
+        RoutePlanner(town.carla_map) finds it (tools.expert.planner.keep_graph)."""
+        return self.kept_lane_graph(lambda: self.carla_map)
+
+    def kept_lane_graph(self, carla_map: Callable[[], Any]) -> LaneGraph:
+        """The lane graph kept beside the town; walked on `carla_map()` when there is none yet: this town's own map,
+        or a CARLA server's map of the same OpenDRIVE (our CARLA agent's)."""
+        from importlib.metadata import version
+
+        path = self.derived_file("lanes.npz", f"{LANE_GRAPH_VERSION} carla {version('carla')}",
+                                 lambda tmp: LaneGraph.build(carla_map()).save(tmp))
+        return LaneGraph.load(path)
 
     @cached_property
     def lanes(self) -> list[Lane]:
