@@ -5,6 +5,10 @@ SUMO drives every other vehicle. The ego is an external vehicle: a kinematic bic
 and placed into SUMO each tick with `moveToXY`, so background traffic sees it and reacts to it.
 What happens to the ego is judged here from geometry, as the leaderboard's criteria judge it:
 collisions from box overlap, red lights from crossing a stop line while the link taken shows red.
+On a large town (LARGE_TOWN_EXTENT) the background lives around the ego, as the leaderboard's background
+activity does: the settings' `vehicles` enter within REGION_RADIUS_M of it (during the run beyond the view),
+drive random walks, and are taken out beyond the region, so that SUMO's cost follows the traffic near the ego,
+not the town's size. Smaller towns keep their traffic over the whole town.
 This module converts SUMO's frame (network coordinates, angles clockwise from north, front-bumper
 positions) into CARLA's frame once, so everything downstream speaks CARLA.
 """
@@ -20,6 +24,7 @@ from typing import Any
 import numpy as np
 import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
 
+from tools.collect.sensors.scene import LARGE_TOWN_EXTENT
 from tools.collect.sim.vehicle import Bicycle
 from tools.collect.town import Town, sumo_binary
 from tools.dataset import semantics
@@ -51,6 +56,23 @@ LINE_NEAR_M = 15.0
 #: Side of the squares by which stop lines are looked up, metres: larger than LINE_NEAR_M, so that the lines near
 #: a point lie in its square or in the eight around it.
 _LINE_CELL_M = 20.0
+
+
+#: Background traffic on a large town (its SUMO network wider or taller than LARGE_TOWN_EXTENT, the limit the
+#: static scene uses): the settings' `vehicles` live within this distance of the ego, metres, as the leaderboard's
+#: background activity keeps traffic around the hero. Its disk is about a small town's area (Town03), so the
+#: density near the ego is a small town's. Smaller towns keep their traffic over the whole town.
+REGION_RADIUS_M = 250.0
+#: A background vehicle farther than REGION_RADIUS_M + this from the ego is taken out (and replaced), metres.
+REGION_HYSTERESIS_M = 50.0
+#: Regional traffic is checked (vehicles taken out and replaced) every this many ticks.
+REGION_CHECK_TICKS = 20
+#: Spacing of the places (along each edge's lanes) where regional traffic may enter, metres.
+_SPAWN_SPACING_M = 20.0
+#: Length of a regional vehicle's route (a random walk from where it enters), metres.
+_WALK_M = 3 * REGION_RADIUS_M
+#: A regional vehicle SUMO could not insert for this many seconds is given up (and replaced elsewhere).
+_PENDING_GIVE_UP_S = 3.0
 
 
 #: The leaderboard's collision kind (collisions_<kind>) of each actor kind (semantics.actor_kind).
@@ -143,7 +165,10 @@ class SumoWorld:
     """One SUMO simulation (libsumo allows one per process): background traffic, and the ego at the start
     of its route, moved by `step(control)`."""
 
-    def __init__(self, town: Town, route: DenseRoute, seed: int, vehicles: int, sim_hz: int):
+    def __init__(self, town: Town, route: DenseRoute, seed: int, vehicles: int, sim_hz: int,
+                 regional: bool | None = None):
+        """`regional`: keep the background traffic within REGION_RADIUS_M of the ego (True) or over the whole town
+        (False); None (the default): regional on a large town only (LARGE_TOWN_EXTENT)."""
         import libsumo
 
         self.ls = libsumo
@@ -183,6 +208,12 @@ class SumoWorld:
         ])
         try:
             self._edges = [e for e in libsumo.edge.getIDList() if not e.startswith(":")]
+            (bx0, by0), (bx1, by1) = libsumo.simulation.getNetBoundary()
+            #: True: the background lives around the ego (REGION_RADIUS_M), not over the whole town.
+            self.regional = max(bx1 - bx0, by1 - by0) > LARGE_TOWN_EXTENT if regional is None else bool(regional)
+            self._bg: dict[str, float] = {}  # regional: the background vehicles' ids, and when each was added
+            if self.regional:
+                self._setup_spawn_places()
             self._setup_types()
             # The ego starts with its rear on the route's first point, heading along the route.
             s0 = min(EGO_SIZE[0] / 2, route.length / 2)
@@ -193,7 +224,10 @@ class SumoWorld:
             if EGO not in self.ls.vehicle.getIDList():
                 raise WorldError("SUMO could not place the ego at the start of the route")
             for _ in range(vehicles):
-                self._add_background(depart_pos="random_free")
+                if self.regional:
+                    self._add_regional(0.0, REGION_RADIUS_M)
+                else:
+                    self._add_background(depart_pos="random_free")
             self.stop_lines = self._stop_lines()
             self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
             #: The stop lines in each _LINE_CELL_M square or in the eight around it, in the order of stop_lines.
@@ -261,6 +295,7 @@ class SumoWorld:
                 self.ls.vehicle.remove(vid)
                 self._ids.pop(vid, None)
                 self._types.pop(vid, None)
+                self._bg.pop(vid, None)
                 removed = True
         if removed:  # one more step: the subscription's results still name the removed vehicles
             self._place_ego()
@@ -289,6 +324,128 @@ class SumoWorld:
         self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{cls}", depart="now", departPos=depart_pos,
                             departLane="best", departSpeed="avg")
         self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
+
+    # ------------------------------------------------------------------ regional traffic (large towns)
+    def _setup_spawn_places(self) -> None:
+        """The places where regional traffic may enter: every _SPAWN_SPACING_M along each edge that cars may
+        use (on its rightmost lane's shape), as SUMO-frame points with their edge and position on it."""
+        ls = self.ls
+        xy, edges, pos = [], [], []
+        self._edge_length: dict[str, float] = {}  # the edges cars may use, and their lengths
+        self._successors: dict[str, list[str]] = {}  # _next_edges, by edge
+        for k, edge in enumerate(self._edges):
+            lane = f"{edge}_0"
+            if not any(self._car_lane(f"{edge}_{i}") for i in range(ls.edge.getLaneNumber(edge))):
+                continue
+            shape = np.array(ls.lane.getShape(lane), dtype=np.float64)[:, :2]
+            length = float(ls.lane.getLength(lane))
+            self._edge_length[edge] = length
+            if len(shape) < 2 or length < 1.0:
+                continue
+            seg = np.hypot(*np.diff(shape, axis=0).T)
+            along = np.concatenate([[0.0], np.cumsum(seg)])
+            at = np.arange(min(_SPAWN_SPACING_M / 2, length / 2), along[-1], _SPAWN_SPACING_M)
+            xy.append(np.column_stack([np.interp(at, along, shape[:, 0]), np.interp(at, along, shape[:, 1])]))
+            edges.append(np.full(len(at), k))
+            pos.append(np.minimum(at * length / max(along[-1], 1e-6), length - 0.5))
+        self._spawn_xy = np.concatenate(xy) if xy else np.zeros((0, 2))
+        self._spawn_edge = np.concatenate(edges) if edges else np.zeros(0, dtype=int)
+        self._spawn_pos = np.concatenate(pos) if pos else np.zeros(0)
+
+    def _entry_band(self) -> tuple[float, float]:
+        """Distances from the ego where regional traffic enters during the run: beyond the view (the sensors and
+        the expert do not see vehicles appear), within the region."""
+        return min(VIEW_RADIUS_M, REGION_RADIUS_M / 2), REGION_RADIUS_M
+
+    def _add_regional(self, near: float, far: float) -> None:
+        """One background vehicle entering at a place between `near` and `far` metres from the ego, on a random
+        walk through the network (_random_walk: no route search over a large town)."""
+        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
+        d = np.hypot(self._spawn_xy[:, 0] - sx, self._spawn_xy[:, 1] - sy)
+        entries = np.flatnonzero((d >= near) & (d <= far))
+        if not len(entries):
+            return
+        for _ in range(20):
+            k = int(entries[self.rng.randrange(len(entries))])
+            edges = self._random_walk(self._edges[self._spawn_edge[k]])
+            if len(edges) >= 2:
+                break
+        else:
+            return
+        cls = self.rng.choices([t[0] for t in VEHICLE_TYPES], weights=[t[-1] for t in VEHICLE_TYPES])[0]
+        vid = f"bg{self._next_bg}"
+        self._next_bg += 1
+        self.ls.route.add(f"r_{vid}", edges)
+        self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{cls}", depart="now", departPos=f"{self._spawn_pos[k]:.2f}",
+                            departLane="free", departSpeed="avg")
+        self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
+        self._bg[vid] = self.time
+
+    def _random_walk(self, edge: str) -> list[str]:
+        """A route from `edge` turning at random (self.rng) at each junction, _WALK_M long (or to a dead end):
+        longer than the region's diameter, so that its vehicles leave the region before they arrive."""
+        route, length = [edge], 0.0
+        while length < _WALK_M and len(route) < 200:
+            nexts = self._next_edges(route[-1])
+            if not nexts:
+                break
+            route.append(nexts[self.rng.randrange(len(nexts))])
+            length += self._edge_length[route[-1]]
+        return route
+
+    def _next_edges(self, edge: str) -> list[str]:
+        """The edges cars may take after `edge` (from any of its lanes), sorted; asked once per edge."""
+        if edge not in self._successors:
+            lanes = [f"{edge}_{i}" for i in range(self.ls.edge.getLaneNumber(edge))]
+            found = {link[0].rsplit("_", 1)[0] for lane in lanes if self._car_lane(lane)
+                     for link in self.ls.lane.getLinks(lane) if self._car_lane(link[0])}
+            self._successors[edge] = sorted(found & self._edge_length.keys())
+        return self._successors[edge]
+
+    def _car_lane(self, lane: str) -> bool:
+        """Cars may drive on this lane."""
+        allowed = self.ls.lane.getAllowed(lane)
+        return not allowed or "passenger" in allowed
+
+    def _keep_region(self) -> None:
+        """Take out the background vehicles beyond the region (and its hysteresis) and those SUMO could not
+        insert for a while; bring the count back to the target with vehicles entering in the entry band."""
+        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
+        pending = set(self.ls.simulation.getPendingVehicles())
+        out = []
+        for vid, added in self._bg.items():
+            if vid in pending:
+                if self.time - added > _PENDING_GIVE_UP_S:
+                    out.append(vid)
+                continue
+            try:
+                x, y = self.ls.vehicle.getPosition(vid)
+            except self.ls.TraCIException:  # gone (teleported away, taken out by SUMO)
+                out.append(vid)
+                continue
+            if math.hypot(x - sx, y - sy) > REGION_RADIUS_M + REGION_HYSTERESIS_M:
+                out.append(vid)
+        for vid in out:
+            try:
+                self.ls.vehicle.remove(vid)
+            except self.ls.TraCIException:
+                pass
+            self._bg.pop(vid)
+            self._ids.pop(vid, None)
+            self._types.pop(vid, None)
+        band = self._entry_band()
+        for _ in range(self.target_vehicles - len(self._bg)):
+            self._add_regional(*band)
+
+    def background_positions(self) -> dict[str, tuple[float, float]]:
+        """Every background vehicle SUMO drives now (inserted, not the scenarios'), CARLA frame: for tests and
+        benchmarks."""
+        out = {}
+        for vid in self.ls.vehicle.getIDList():
+            if vid.startswith("bg"):
+                x, y = self.town.sumo_to_carla(np.array(self.ls.vehicle.getPosition(vid)))
+                out[vid] = (float(x), float(y))
+        return out
 
     def _stop_lines(self) -> list[StopLine]:
         """Every signal's stop lines in CARLA's frame, with each link's via point: the middle of the link's
@@ -326,7 +483,13 @@ class SumoWorld:
             self._ids.pop(vid, None)
             self._types.pop(vid, None)
             if vid.startswith("bg"):
-                self._add_background()
+                if self.regional:
+                    self._bg.pop(vid, None)
+                    self._add_regional(*self._entry_band())
+                else:
+                    self._add_background()
+        if self.regional and self.tick % REGION_CHECK_TICKS == 0:
+            self._keep_region()
         ev = StepEvents()
         ego = self.ego_box()
         # Collisions: the ego's box against the boxes of the vehicles close to it. A vehicle has its box id from

@@ -1,0 +1,98 @@
+"""Traffic where the ego is (issue 22): on a large town the background vehicles live in a region around the ego
+(tools.collect.sim.world.REGION_RADIUS_M), their count kept at the settings' `vehicles`, seeded; a town that is
+not large keeps its traffic over the whole town."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tools.collect.town import Town, make_town
+from tools.expert.control import Controller
+from tools.expert.planner import DenseRoute
+
+
+def _straight_route(town: Town, length: float) -> DenseRoute:
+    """A straight route along the grid's middle avenue (driving towards +x), `length` metres from its start."""
+    xmin, ymin, xmax, ymax = town.bounds
+    mid = (ymin + ymax) / 2
+    lanes = [lane for lane in town.lanes if not lane.internal and len(lane.centerline) >= 2
+             and lane.centerline[-1, 0] - lane.centerline[0, 0] > 50.0
+             and abs(lane.centerline[-1, 1] - lane.centerline[0, 1]) < 1.0]
+    lane = min(lanes, key=lambda la: (abs(la.centerline[0, 1] - mid) // 5, la.centerline[0, 0]))
+    x0, y0 = lane.centerline[0]
+    s = np.arange(0.0, length, 1.0)
+    return DenseRoute(xy=np.column_stack([x0 + s, np.full(len(s), y0)]), yaw=np.zeros(len(s)),
+                      option=np.full(len(s), 4), s=s, junction=np.zeros(len(s), dtype=bool))
+
+
+@pytest.fixture(scope="module")
+def long_town(tmp_path_factory) -> Town:
+    """A generated town 2.1 km long (22 x 3 junctions, 100 m blocks): large (LARGE_TOWN_EXTENT)."""
+    return Town(make_town(tmp_path_factory.mktemp("long") / "long.xodr", grid="22x3"))
+
+
+def _drive(world, route: DenseRoute, ticks: int, every: int, speed: float = 8.0):
+    """Drive the ego along the route by pure pursuit; every `every` ticks yield (ego x, y, background positions)."""
+    controller = Controller(world.dt)
+    index = 0
+    for tick in range(1, ticks + 1):
+        e = world.ego
+        index, _ = route.advance(index, e.x, e.y, 20.0)
+        world.step(controller(e.x, e.y, e.yaw, e.speed, route.xy[index:index + 40], speed))
+        if tick % every == 0:
+            yield world.ego.x, world.ego.y, world.background_positions()
+
+
+def test_on_a_large_town_the_background_stays_around_the_ego_and_keeps_its_count(long_town):
+    from tools.collect.sim.world import REGION_CHECK_TICKS, REGION_HYSTERESIS_M, REGION_RADIUS_M, SumoWorld
+
+    target = 30
+    route = _straight_route(long_town, 1500.0)
+    world = SumoWorld(long_town, route, seed=4, vehicles=target, sim_hz=20)
+    try:
+        assert world.regional
+        start = (world.ego.x, world.ego.y)
+        counts = []
+        for x, y, bg in _drive(world, route, ticks=60 * 20, every=REGION_CHECK_TICKS):
+            # Right after a check every vehicle SUMO drives is within the region and its hysteresis.
+            far = max((math.hypot(bx - x, by - y) for bx, by in bg.values()), default=0.0)
+            assert far <= REGION_RADIUS_M + REGION_HYSTERESIS_M, far
+            assert len(world._bg) == target  # those driving and those waiting to enter: the settings' count
+            counts.append(sum(math.hypot(bx - x, by - y) <= REGION_RADIUS_M for bx, by in bg.values()))
+        moved = math.hypot(world.ego.x - start[0], world.ego.y - start[1])
+        assert moved > REGION_RADIUS_M  # the region moved with the ego: the start's traffic is gone
+        later = counts[len(counts) // 4:]  # after the first entries came in
+        assert np.mean(later) >= 0.6 * target, counts
+        assert min(later) >= 0.4 * target, counts
+    finally:
+        world.close()
+
+
+def test_regional_traffic_is_deterministic_from_the_seed(long_town):
+    from tools.collect.sim.world import SumoWorld
+
+    route = _straight_route(long_town, 1500.0)
+    runs = []
+    for _ in range(2):
+        world = SumoWorld(long_town, route, seed=9, vehicles=20, sim_hz=20)
+        try:
+            runs.append(list(_drive(world, route, ticks=15 * 20, every=100)))
+        finally:
+            world.close()
+    assert runs[0] == runs[1]
+    assert runs[0][-1][2]  # with traffic
+
+
+def test_a_small_town_keeps_its_traffic_over_the_whole_town(tmp_path):
+    from tools.collect.sim.world import SumoWorld
+
+    town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
+    world = SumoWorld(town, _straight_route(town, 200.0), seed=1, vehicles=10, sim_hz=20)
+    try:
+        assert not world.regional
+        assert not world._bg
+    finally:
+        world.close()
