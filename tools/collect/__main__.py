@@ -69,14 +69,17 @@ def carla_towns(out: str, towns: str = "", wheel: str | None = None) -> None:
 @with_table("routes")
 def routes(town: str, count: int | None = None, out: str | None = None, seed: int = 0,
            min_length: float | None = None, max_length: float | None = None, scenarios: str | None = None,
-           preset: str | None = None) -> None:
+           preset: str | None = None, spacing: float = 2.0) -> None:
     """Write `count` leaderboard 2.0 route files for a town, one route per file, in folders by scenario type.
 
-    The town is copied to OUT/towns/, where `run` and `collect` look for it by default. Without
-    --scenarios, a route is filed under the junction type of its first junction and runs no actors;
-    with --scenarios=Accident,DynamicObjectCrossing the routes take the types in turn, each placed
-    where it makes sense (obstacles on straight stretches with a lane to pass in, junction types
-    before a junction of the right kind); docs/scenarios.md lists what each type does.
+    Routes have the shape of the leaderboard 2.0 training and benchmark routes: one route per file, 150 to
+    700 m by default, dense waypoints (one every --spacing metres; none inside a junction, where lanes
+    overlap) and exactly one <scenario> block. The town is copied to OUT/towns/, where `run` and `collect`
+    look for it by default. Without --scenarios, a route is filed under the junction type of its first
+    junction and runs no actors; with --scenarios=Accident,DynamicObjectCrossing the routes take the types
+    in turn, one per route, each placed where it makes sense (obstacles on straight stretches with a lane
+    to pass in, junction types before a junction of the right kind); docs/scenarios.md lists what each
+    type does. A town file that is not OpenDRIVE text is refused before anything is written.
 
     --preset sets the count and lengths (a flag given explicitly wins; full: the defaults):
       {presets}
@@ -86,10 +89,11 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         count: number of routes (required without --preset).
         out: folder to write OUT/<ScenarioType>/<town>_<NNNN>.xml into.
         seed: random seed of the route sampler.
-        min_length: shortest route, metres (default 250).
+        min_length: shortest route, metres (default 150).
         max_length: longest route, metres (default 700).
-        scenarios: comma-separated scenario types to place (tools.collect.scenario_types.PLACEABLE).
+        scenarios: comma-separated scenario types to place, one per route (tools.collect.scenario_types.PLACEABLE).
         preset: tiny, small or full (the table above; tools/dataset/presets.py).
+        spacing: metres between two route waypoints (2 to 50; default 2, as leaderboard 2.0's route files).
     """
     from tools.collect.routes import generate_routes
     from tools.dataset.presets import ROUTES, check_preset, resolve
@@ -99,7 +103,9 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         raise ToolError("--count missing: give --count N, or --preset tiny|small (4 or 24 routes)")
     if out is None:
         raise ToolError("--out missing: give the folder to write the route files into")
-    generate_routes(town=town, out=out, seed=seed, scenarios=scenarios, **chosen)
+    town = cli.text(town, "town")
+    generate_routes(town=town, out=out, seed=cli.integer(seed, "seed"), scenarios=scenarios,
+                    spacing=cli.number(spacing, "spacing", 2.0, 50.0), **chosen)
 
 
 def run(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,

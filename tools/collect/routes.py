@@ -34,11 +34,11 @@ from tools.collect.scenario_types import (
     PLACEABLE,
     check_params,
 )
-from tools.collect.town import Town
+from tools.collect.town import Town, opendrive_map
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import is_plain_name
-from tools.expert.planner import RoadOption, neighbours, turn_option
+from tools.expert.planner import NoRoute, RoadOption, RoutePlanner, neighbours, turn_option
 
 #: Route run folder for a route without scenarios.
 NO_SCENARIO = "NoScenario"
@@ -196,7 +196,7 @@ def check_routes(entries: list[tuple[Path, Route]], towns_dir: Path | None) -> N
     for path, route in entries:
         xodr = town_file(path, route, towns_dir or find_towns_dir(path, None))
         if xodr not in maps:
-            maps[xodr] = Town(xodr).carla_map
+            maps[xodr] = opendrive_map(xodr)  # no SUMO network: nothing is written beside the town
         off = _off_road(maps[xodr], route.waypoints)
         if off is not None:
             i, d = off
@@ -358,20 +358,62 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
     return None
 
 
-def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 250.0,
-                    max_length: float = 700.0, scenarios: str | tuple | list | None = None) -> list[Path]:
-    """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml. Without `scenarios` each
-    route is filed under the junction type of its first junction (no actors); with a list of scenario types
+#: Metres between two written route waypoints (leaderboard 2.0's route files: dense waypoints, about 2 m).
+WAYPOINT_SPACING_M = 2.0
+#: A pair of written waypoints whose traced path is longer than the walk between them by this factor (plus
+#: _SLACK_M) would send the planner round a block: the second one is left out.
+_DETOUR = 1.1
+_SLACK_M = 3.0
+
+
+def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray | None:
+    """The route waypoints of a walk (2 m steps): one every `spacing` metres outside junctions (as written, to
+    0.1 m), and none inside one: a point inside a junction lies on several of its overlapping lanes, and the
+    planner (and the leaderboard's GlobalRoutePlanner) would take the wrong one. A waypoint whose pair with the
+    last one kept would be traced round a detour (a lane renumbered within a road) is left out; None when the
+    walk cannot be written so."""
+    step = max(1, int(round(spacing / 2.0)))
+    candidates = [i for i in range(0, len(walk), step) if not walk[i].is_junction]
+    if candidates[-1] != len(walk) - 1:
+        candidates.append(len(walk) - 1)
+    xy = np.round([[walk[i].transform.location.x, walk[i].transform.location.y] for i in candidates], 1)
+    kept = [0]
+    for k in range(1, len(candidates)):
+        a = kept[-1]
+        walked = 2.0 * (candidates[k] - candidates[a])
+        if walked < 1.0:
+            continue
+        try:
+            traced = planner.trace(xy[[a, k]]).length
+        except NoRoute:
+            traced = math.inf
+        if traced <= walked * _DETOUR + _SLACK_M:
+            kept.append(k)
+        elif k == len(candidates) - 1:
+            return None
+    out = np.zeros((len(kept), 3))
+    out[:, :2] = xy[kept]
+    return out
+
+
+def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 150.0,
+                    max_length: float = 700.0, scenarios: str | tuple | list | None = None,
+                    spacing: float = WAYPOINT_SPACING_M) -> list[Path]:
+    """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
+    <scenario> block, waypoints every `spacing` metres outside junctions. Without `scenarios` each route is
+    filed under the junction type of its first junction (no actors); with a list of scenario types
     (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense."""
     try:
         count = int(count)
-        min_length, max_length = float(min_length), float(max_length)
+        min_length, max_length, spacing = float(min_length), float(max_length), float(spacing)
     except (TypeError, ValueError):
-        raise RouteError("--count, --min-length and --max-length must be numbers") from None
+        raise RouteError("--count, --min-length, --max-length and --spacing must be numbers") from None
     if count < 1:
         raise RouteError(f"--count {count}: must be at least 1")
-    if not 20.0 <= min_length <= max_length:
-        raise RouteError(f"--min-length {min_length} / --max-length {max_length}: need 20 <= min <= max")
+    if not (math.isfinite(min_length) and math.isfinite(max_length) and 20.0 <= min_length <= max_length):
+        raise RouteError(f"--min-length {min_length:g} / --max-length {max_length:g}: need 20 <= min <= max")
+    if not 2.0 <= spacing <= 50.0:
+        raise RouteError(f"--spacing {spacing:g}: expected 2 to 50 metres between route waypoints")
     types = _scenario_list(scenarios)
     for name in types:
         if name not in PLACEABLE:
@@ -386,6 +428,7 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     if target.resolve() != t.xodr.resolve():
         shutil.copyfile(t.xodr, target)
     rng = random.Random(int(seed))
+    planner = RoutePlanner(t.carla_map)
     starts = [w for w in t.carla_map.generate_waypoints(5.0) if not w.is_junction]
     signalized = _signalized_junctions(t)
     written = []
@@ -412,11 +455,10 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
             pts = [walk[0]] + [j["exit"] for j in junctions] + [walk[-1]]
             if walk[-1].is_junction or _revisits(pts):
                 continue
-            waypoints = np.array([[w.transform.location.x, w.transform.location.y, 0.0] for w in pts])
-            keep = np.concatenate([[True], np.linalg.norm(np.diff(waypoints, axis=0), axis=1) > 1.0])
-            if _off_road(t.carla_map, waypoints[keep]) is not None:  # what `run` would refuse
+            waypoints = _dense_waypoints(planner, walk, spacing)
+            if waypoints is None or _off_road(t.carla_map, waypoints) is not None:  # what `run` would refuse
                 continue
-            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints[keep], scenarios=[scenario],
+            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints, scenarios=[scenario],
                           weathers=[rng.choice(_WEATHERS)])
             path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
             write_route(path, route)

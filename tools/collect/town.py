@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -154,6 +155,82 @@ def carla_towns(out: Path, names: tuple[str, ...] = CARLA_TOWNS, wheel: Path | N
     return wanted
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def read_opendrive(path: Path) -> str:
+    """The text of an OpenDRIVE town file, checked before netconvert or carla.Map ever see it (carla.Map on
+    arbitrary bytes may take the process down): a TownError of one line naming the file otherwise. Cheap even
+    for the 89 MB towns: the root element is parsed from the head, the rest checked by its end tag."""
+    path = Path(path)
+    what = f"town file {path}"
+    if path.is_dir():
+        raise TownError(f"{what} is a folder, not an OpenDRIVE file (*.xodr)")
+    if not path.is_file():
+        raise TownError(f"{what} does not exist")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TownError(f"{what}: cannot read ({e.strerror})") from None
+    if not data.strip():
+        raise TownError(f"{what} is empty, not OpenDRIVE")
+    if data.startswith(_GZIP_MAGIC):
+        raise TownError(f"{what} is gzip-compressed, not OpenDRIVE text: decompress it first (gunzip -c)")
+    if data.startswith(_ZIP_MAGIC):
+        raise TownError(f"{what} is a zip archive, not OpenDRIVE text: extract the .xodr from it first")
+    if b"\x00" in data[:65536]:
+        raise TownError(f"{what} is a binary file, not OpenDRIVE text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")  # OpenDRIVE may declare another encoding; the checks below are ASCII
+    root = _root_element(text)
+    if root is None:
+        raise TownError(f"{what} is not OpenDRIVE: not XML (no element found)")
+    if isinstance(root, Exception):
+        raise TownError(f"{what} is not OpenDRIVE: not XML ({root})")
+    if root != "OpenDRIVE":
+        raise TownError(f"{what} is not OpenDRIVE: its root element is <{root}>, expected <OpenDRIVE>")
+    if not text.rstrip().endswith("</OpenDRIVE>"):
+        raise TownError(f"{what} is cut short: it does not end with </OpenDRIVE> (an interrupted copy?)")
+    if "<road " not in text and "<road>" not in text:
+        raise TownError(f"{what} has no <road>: an OpenDRIVE file without a road network")
+    return text
+
+
+def opendrive_map(xodr: Path, text: str | None = None):
+    """The carla.Map of a town file (its text checked first: read_opendrive), without its SUMO network: what
+    checking routes against their town needs. A TownError naming the file when carla.Map cannot read it."""
+    import carla
+
+    xodr = Path(xodr)
+    text = read_opendrive(xodr) if text is None else text
+    # libcarla warns on stderr about the missing georeference of SUMO's export; it is harmless.
+    with _quiet_stderr():
+        try:
+            cmap = carla.Map(xodr.stem, text)
+        except RuntimeError as e:
+            raise TownError(f"town file {xodr}: carla.Map cannot read it ({e})") from None
+    if not cmap.get_topology():
+        raise TownError(f"town file {xodr}: carla.Map finds no lane in it (no driving road)")
+    return cmap
+
+
+def _root_element(text: str) -> str | Exception | None:
+    """The tag of the first element of an XML text, read from its head; the parse error when the head is not
+    XML; None when no element starts there."""
+    parser = ET.XMLPullParser(events=("start",))
+    try:
+        for start in range(0, min(len(text), 1 << 20), 4096):
+            parser.feed(text[start:start + 4096])
+            for _, el in parser.read_events():
+                return el.tag
+    except ET.ParseError as e:
+        return e
+    return None
+
+
 @dataclass(frozen=True)
 class Lane:
     """A SUMO lane in CARLA's frame, for the renderer and the world."""
@@ -172,11 +249,7 @@ class Town:
 
     def __init__(self, xodr: Path):
         self.xodr = Path(xodr)
-        if not self.xodr.is_file():
-            raise TownError(f"town file {self.xodr} does not exist")
-        self.text = self.xodr.read_text(errors="replace")
-        if "<OpenDRIVE" not in self.text[:5000]:
-            raise TownError(f"town file {self.xodr} is not OpenDRIVE (no <OpenDRIVE> element)")
+        self.text = read_opendrive(self.xodr)
         self.name = self.xodr.stem
         self.net = self._sumo_net()
         self.offset = self._net_offset()
@@ -255,11 +328,7 @@ class Town:
     # ------------------------------------------------------------------ parts
     @cached_property
     def carla_map(self):
-        import carla
-
-        # libcarla warns on stderr about the missing georeference of SUMO's export; it is harmless.
-        with _quiet_stderr():
-            cmap = carla.Map(self.name, self.text)
+        cmap = opendrive_map(self.xodr, self.text)
         keep_graph(cmap, self)  # RoutePlanner(cmap) reads this town's kept lane graph (lane_graph)
         return cmap
 

@@ -24,7 +24,7 @@ PRESETS = ("tiny", "small", "full")
 #: routes: python -m tools.collect routes (count has no default: full sets none).
 ROUTES: dict[str, tuple[Any, Any, Any]] = {
     "count": (4, 24, None),
-    "min_length": (120.0, 150.0, 250.0),
+    "min_length": (120.0, 150.0, 150.0),
     "max_length": (200.0, 350.0, 700.0),
 }
 #: collect: bin/collect, python -m tools.collect collect (vehicles: the embedded world's background traffic; a
