@@ -119,6 +119,11 @@ def make_town(out: Path, grid: str = "4x4", seed: int = 0, lanes: int = 2, block
 
 #: CARLA's towns ship gzipped in the py123d wheel (PyPI), folder py123d/parser/opendrive/carla_maps/.
 PY123D_WHEEL = "py123d==0.7.0"
+#: A town wider or taller than this (metres) is large (Town11 to Town15): its Scene is built round the route only,
+#: every raster kept under a size bound (its whole-town BEV raster at 0.125 m would be 8 GB on Town13:
+#: tools.collect.sensors.scene), and its background traffic lives around the ego (tools.collect.sim.world).
+#: Smaller towns are built and simulated whole.
+LARGE_TOWN_EXTENT = 2000.0
 CARLA_MAPS_IN_WHEEL = "py123d/parser/opendrive/carla_maps/"
 #: The towns `carla_towns` extracts by default: the small and middle ones (Town11 to Town15 are 2 to 10 MB).
 CARLA_TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD")

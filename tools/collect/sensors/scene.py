@@ -31,7 +31,7 @@ import msgpack
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect.town import Town, TownError
+from tools.collect.town import LARGE_TOWN_EXTENT, Town, TownError
 from tools.dataset import semantics as sem
 from tools.dataset.codec import decode_array, encode_array
 from tools.expert.state import Box
@@ -48,10 +48,6 @@ _SIDEWALK_WIDTH = 2.0
 _DASH, _GAP = 3.0, 5.0
 _RASTER_MARGIN = 40.0  # metres of terrain around the town's lanes
 _RASTER_MAX_PIXELS = 8192  # per side: beyond ~800 m the raster is coarser than 0.1 m per pixel
-#: A town wider or taller than this (metres) is large (Town11 to Town15): a Scene given a region builds only the
-#: region, and every raster of a large town is kept under _RASTER_MAX_PIXELS a side (its whole-town BEV raster
-#: at 0.125 m would be 8 GB on Town13). Smaller towns are built whole, whatever the region.
-LARGE_TOWN_EXTENT = 2000.0
 #: Metres around a route that a regional scene covers: the sensors' reach (cameras draw boxes to 150 m).
 REGION_MARGIN = 160.0
 #: Bytes a raster cell costs while it is drawn (the PIL image, slots, codes, texture and its resized blotches).

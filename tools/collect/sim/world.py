@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
 
-from tools.collect.sensors.scene import LARGE_TOWN_EXTENT
 from tools.collect.sim.vehicle import Bicycle
-from tools.collect.town import Town, sumo_binary
+from tools.collect.town import LARGE_TOWN_EXTENT, Town, sumo_binary
 from tools.dataset import semantics
 from tools.dataset.errors import ToolError
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
@@ -58,9 +57,9 @@ LINE_NEAR_M = 15.0
 _LINE_CELL_M = 20.0
 
 
-#: Background traffic on a large town (its SUMO network wider or taller than LARGE_TOWN_EXTENT, the limit the
-#: static scene uses): the settings' `vehicles` live within this distance of the ego, metres, as the leaderboard's
-#: background activity keeps traffic around the hero. Its disk is about a small town's area (Town03), so the
+#: Background traffic on a large town (its SUMO network wider or taller than LARGE_TOWN_EXTENT): the settings'
+#: `vehicles` live within this distance of the ego, metres, as the leaderboard's background activity keeps traffic
+#: around the hero. Its disk is about a small town's area (Town03), so the
 #: density near the ego is a small town's. Smaller towns keep their traffic over the whole town.
 REGION_RADIUS_M = 250.0
 #: A background vehicle farther than REGION_RADIUS_M + this from the ego is taken out (and replaced), metres.
