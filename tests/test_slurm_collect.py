@@ -272,8 +272,10 @@ def test_a_task_past_its_time_limit_is_recorded_resubmitted_and_reported_as_time
     assert first.returncode == 0, first.stderr
     (job,) = array_ids(root)
     slurm.wait_done(job, timeout=180)
+    # The resubmission is held in the queue: a task that started at once would redo the crashed run (discarding its
+    # result) while this test reads the root.
     again = collect(slurm, routes, root, "--time", "1", "--repetitions", "40", "--runs-per-task", "40",
-                    "--no-watch")
+                    "--no-watch", "--sbatch-args=--hold")
     assert again.returncode == 0, again.stderr
     assert "1 TIMEOUT" in again.stderr
     layout = Layout(root)
