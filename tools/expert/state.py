@@ -3,7 +3,7 @@
 All positions are in CARLA's world frame (tools.dataset.geometry): metres, x east, y = -y(OpenDRIVE)
 (left-handed), z up; yaw in degrees, positive turning from +x towards +y (a right turn seen from above).
 A vehicle's local frame is x forward, y right, z up, as in CARLA. What a recorded frame says about
-these boxes is tools.dataset.measurements.BoxLabel (tools.collect.runner.attempt.box_label).
+these boxes is tools.dataset.measurements.BoxLabel (tools.collect.recording.box_label).
 """
 
 from __future__ import annotations

@@ -77,7 +77,6 @@ SEMANTIC_LIDAR_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("cos
                                  ("tag", "<u4")])
 #: Seconds the agent waits for its own sensors' data of a tick before it gives up (the agent crashes).
 SENSOR_TIMEOUT_S = 20.0
-#: Wall-clock seconds between heartbeats (as tools.collect.runner.attempt).
 #: Vehicle blueprints' base_type attribute -> semantic class (CARLA 0.9.16 blueprints).
 _BASE_TYPE_CLASS = {"car": semantics.CAR, "van": semantics.CAR, "truck": semantics.TRUCK, "bus": semantics.BUS,
                     "motorcycle": semantics.MOTORCYCLE, "bicycle": semantics.BICYCLE}
