@@ -300,7 +300,7 @@ class Layout:
         return self.log_dir(key) / EVALUATOR_LIVE.format(attempt=attempt)
 
     def agent_config(self, key: RunKey, attempt: int) -> Path:
-        """A CARLA attempt's agent configuration (the evaluator's --agent-config; tools.collect.carla.agent.AgentConfig)."""
+        """A CARLA attempt's agent configuration (the evaluator's --agent-config; carla.agent.AgentConfig)."""
         return self.log_dir(key) / AGENT_CONFIG.format(attempt=attempt)
 
     def run_lock(self, key: RunKey) -> Path:
