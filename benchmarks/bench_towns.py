@@ -5,8 +5,9 @@ For each town (OpenDRIVE from `make towns`, .cache/carla-towns/ or --towns-dir) 
 the other, each as its own `python -m tools.collect run` (the unit a worker or a SLURM task runs), with the default
 rig, recording frames. Per town it prints:
 
-  - set-up seconds of the first route run (the town's derived files made: SUMO network, lane graph, scene) and the
-    median of the later ones (a route run's wall time less the wall time of its drive loop, from the run's log);
+  - set-up seconds of the first route run (the town's derived files made: SUMO network, lane graph, scene, unless an
+    earlier run left them in the user cache) and the median of the later ones: a route run's wall time until its
+    first tick (the child's wall time less its drive loop's, as its log says);
   - the peak resident memory of any route run (the child's own ru_maxrss);
   - simulated seconds per wall second, with set-up (the child's whole wall time) and of the drive loop alone;
   - the expert's finish rate (Perfect or Completed) and the statuses.
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,13 +38,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tools.collect.scenario_types import PLACEABLE  # noqa: E402
-from tools.dataset.results import SUCCESS_STATUSES  # noqa: E402
+from tools.dataset.layout import Layout  # noqa: E402
+from tools.dataset.results import SUCCESS_STATUSES, read_status  # noqa: E402
 
 TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD", "Town11", "Town12",
          "Town13", "Town15")
-#: "<key>: <status>, N frames, P% of L m in S s simulated (W s wall)" (tools.collect.sim.drive's closing line).
-DRIVE_LINE = re.compile(r": (?P<status>[^,]+), \d+ frames, .* in (?P<sim>[\d.]+) s simulated "
-                        r"\((?P<wall>[\d.]+) s wall\)")
+#: "<key>: <status>, N frames, P% of L m in S s simulated (W s wall, T s of it set-up)" (tools.collect.sim.drive's
+#: closing line).
+DRIVE_LINE = re.compile(r", \d+ frames, .* in (?P<sim>[\d.]+) s simulated "
+                        r"\((?P<wall>[\d.]+) s wall, (?P<setup>[\d.]+) s of it set-up\)")
 
 
 @dataclass
@@ -50,7 +54,7 @@ class Run:
     route: Path
     status: str
     wall: float  # the child's whole wall time
-    drive_wall: float  # its drive loop's
+    drive_wall: float  # its drive loop's (from its first tick)
     simulated: float
     peak_mb: float
 
@@ -67,25 +71,36 @@ def drive(route: Path, root: Path, log: Path) -> Run:
                                  "--root", str(root)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
         _, _, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
-    text = log.read_text(errors="replace")
-    m = DRIVE_LINE.search(text)
-    status = m.group("status") if m else "crashed"
-    return Run(route, status, wall, float(m.group("wall")) if m else wall, float(m.group("sim")) if m else 0.0,
-               usage.ru_maxrss / 1024.0)
+    m = DRIVE_LINE.search(log.read_text(errors="replace"))
+    layout = Layout(root)
+    keys = list(layout.iter_runs())
+    status = (read_status(layout.result_path(keys[0])) if keys else None) or "no result"
+    drive_wall = float(m.group("wall")) - float(m.group("setup")) if m else wall
+    return Run(route, status, wall, drive_wall, float(m.group("sim")) if m else 0.0, usage.ru_maxrss / 1024.0)
 
 
 def town_rows(name: str, xodr: Path, work: Path, routes: int, seed: int) -> list[Run]:
     folder = work / name
     (folder / "routes" / "towns").mkdir(parents=True, exist_ok=True)
     shutil.copy(xodr, folder / "routes" / "towns" / f"{name}.xodr")
-    gen = subprocess.run([sys.executable, "-m", "tools.collect", "routes", "--town",
-                          str(folder / "routes" / "towns" / f"{name}.xodr"), "--count", str(routes), "--seed",
-                          str(seed), "--min-length", "150", "--max-length", "700", "--out", str(folder / "routes"),
-                          "--scenarios", ",".join(PLACEABLE)],
-                         cwd=REPO, capture_output=True, text=True)
-    if gen.returncode != 0:
-        print(f"{name}: route generation failed: {gen.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-        return []
+    # One route of each placeable type in turn (a type that has no place in this town is skipped), until `routes`.
+    made, tried = 0, 0
+    while made < routes and tried < len(PLACEABLE) + routes:
+        kind = PLACEABLE[tried % len(PLACEABLE)]
+        gen = subprocess.run([sys.executable, "-m", "tools.collect", "routes", "--town",
+                              str(folder / "routes" / "towns" / f"{name}.xodr"), "--count", "1", "--seed",
+                              str(seed + tried), "--min-length", "150", "--max-length", "700",
+                              "--out", str(folder / "gen" / str(tried)), "--scenarios", kind],
+                             cwd=REPO, capture_output=True, text=True)
+        tried += 1
+        if gen.returncode != 0:
+            continue
+        for path in (folder / "gen" / str(tried - 1)).rglob("*.xml"):
+            if "towns" not in path.parts:
+                target = folder / "routes" / path.parent.name / f"{name}_{made:04d}.xml"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                path.rename(target)
+                made += 1
     files = sorted(p for p in (folder / "routes").rglob("*.xml") if "towns" not in p.parts)
     runs = []
     for i, route in enumerate(files):
@@ -102,8 +117,7 @@ def summary(name: str, runs: list[Run]) -> str:
     later = [r.setup for r in runs[1:]]
     finished = sum(r.status in SUCCESS_STATUSES for r in runs)
     sim = sum(r.simulated for r in runs)
-    statuses = ", ".join(f"{s} {n}" for s, n in sorted(
-        {r.status: sum(q.status == r.status for q in runs) for r in runs}.items()))
+    statuses = ", ".join(f"{s} {n}" for s, n in sorted(Counter(r.status for r in runs).items()))
     return (f"{name:9s} {runs[0].setup:7.1f} {statistics.median(later) if later else float('nan'):7.1f} "
             f"{max(r.peak_mb for r in runs):8.0f} {sim / sum(r.wall for r in runs):8.1f} "
             f"{sim / sum(r.drive_wall for r in runs):8.1f} {100.0 * finished / len(runs):6.0f}%  {statuses}")

@@ -82,6 +82,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     clock = StageClock()
     parts: dict[str, float] = {}
+    setup_s = time.time() - started  # planning, the driver, the scene and renderer, SUMO's start: before the first tick
     try:
         while referee.status is None and not referee.arrived:
             s_ego = float(dense.s[referee.index])
@@ -122,9 +123,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
                                  route_completion=referee.completion, route_length=dense.length,
                                  duration_game=world.time, duration_system=time.time() - started,
                                  scenarios=scenarios.states())
-    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall)%s", key, record.status, n_frames,
-             record.route_completion, dense.length, world.time, record.duration_system,
-             f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
+    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up)%s",
+             key, record.status, n_frames, record.route_completion, dense.length, world.time, record.duration_system,
+             setup_s, f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
     if n_frames:
         log.info("%s: wall time per recorded frame: %s", key, clock.per(n_frames))
     return record
