@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -129,6 +130,28 @@ def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_car
     argv = proc.stdout.splitlines()
     tail = argv[argv.index(str(images / image)):]
     assert tail == [str(images / image), "python", "-m", "tools.evaluate", "run", *args, "routes", "--root", "eval"]
+
+
+@pytest.mark.parametrize(("agent", "image"), [("policy", "train.sif"), ("expert", "carla.sif")])
+def test_an_array_task_of_a_policys_wave_runs_in_the_torch_image_stub_apptainer(tmp_path, agent, image):
+    """A SLURM evaluation of a checkpoint: its array tasks start `python -m tools.evaluate route` children, which need
+    torch: bin/collect-task picks the training image for a wave whose settings name the policy."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("carla.sif", "train.sif"):
+        (images / name).write_bytes(b"")
+    stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
+    wave = tmp_path / "root" / "slurm" / "waves" / "wave-0001.json"
+    wave.parent.mkdir(parents=True)
+    # As tools.collect.runner.slurm.Wave.save writes it (atomic.write_json: indented JSON).
+    wave.write_text(json.dumps({"format": 1, "wave": 1, "settings": {"agent": agent, "record": False}, "runs": []},
+                               indent=2) + "\n")
+    env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}
+    proc = run_bin("collect-task", str(wave), "0", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.splitlines()
+    tail = argv[argv.index(str(images / image)):]
+    assert tail == [str(images / image), "python", "-m", "tools.collect", "task", str(wave), "0"]
 
 
 def test_a_path_whose_nearest_existing_folder_is_slash_is_not_bound_and_the_wrapper_runs_stub_apptainer(tmp_path):
