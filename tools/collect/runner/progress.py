@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 from tools.collect.inspect.tables import count_states, format_table, known_runs
-from tools.collect.runner.slurm import live_runs, load_waves, slurm_dir
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -58,8 +57,10 @@ def print_progress(root: str | None) -> None:
 def _slurm_queue(layout: Layout, strict: bool = False):
     """The SLURM tasks of a root collected with --slurm (one scheduler query), else None. `strict`: a root
     with SLURM waves whose queue cannot be read is an error (clean-failed must not guess)."""
-    if not slurm_dir(layout).exists():  # never collected on SLURM
-        return None
+    if not (layout.root / "slurm").exists():  # tools.collect.runner.slurm.SLURM_DIR: never collected on SLURM
+        return None  # (known without importing the SLURM module: 0.37 s, most of progress's start-up)
+    from tools.collect.runner.slurm import live_runs, load_waves  # not a cycle: deferred for progress's speed
+
     try:
         queue = live_runs(layout)
     except ToolError as e:

@@ -316,13 +316,18 @@ class SumoWorld:
                 break
         else:
             return
+        self._insert_background(list(found.edges), depart_pos, "best")
+
+    def _insert_background(self, edges: list[str], depart_pos: str, depart_lane: str) -> str:
+        """A background vehicle of a random type on the route `edges`, leaving now; its id."""
         cls = self.rng.choices([t[0] for t in VEHICLE_TYPES], weights=[t[-1] for t in VEHICLE_TYPES])[0]
         vid = f"bg{self._next_bg}"
         self._next_bg += 1
-        self.ls.route.add(f"r_{vid}", list(found.edges))
+        self.ls.route.add(f"r_{vid}", edges)
         self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{cls}", depart="now", departPos=depart_pos,
-                            departLane="best", departSpeed="avg")
+                            departLane=depart_lane, departSpeed="avg")
         self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
+        return vid
 
     # ------------------------------------------------------------------ regional traffic (large towns)
     def _setup_spawn_places(self) -> None:
@@ -371,13 +376,7 @@ class SumoWorld:
                 break
         else:
             return
-        cls = self.rng.choices([t[0] for t in VEHICLE_TYPES], weights=[t[-1] for t in VEHICLE_TYPES])[0]
-        vid = f"bg{self._next_bg}"
-        self._next_bg += 1
-        self.ls.route.add(f"r_{vid}", edges)
-        self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{cls}", depart="now", departPos=f"{self._spawn_pos[k]:.2f}",
-                            departLane="free", departSpeed="avg")
-        self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
+        vid = self._insert_background(edges, f"{self._spawn_pos[k]:.2f}", "free")
         self._bg[vid] = self.time
 
     def _random_walk(self, edge: str) -> list[str]:
