@@ -91,7 +91,7 @@ def test_run_folder_holds_config_events_summary_and_picture(pretrained):
     assert config["model_config"]["frame_dt"] == read_frame_dt(find_cache(Layout(Path(config["root"])))[0]) == 0.25
     found = tags(pretrained)
     for tag in ("train/loss", "train/semantics", "train/depth", "train/bev", "train/lr", "train/samples_per_s",
-                "train/skipped_steps", "val/miou_semantics", "val/miou_bev"):
+                "train/loader_wait", "train/skipped_steps", "val/miou_semantics", "val/miou_bev"):
         assert tag in found["scalars"], tag
     assert {"images/semantics", "images/bev"} <= set(found["images"])
     summary = json.loads((pretrained / "summary.json").read_text())

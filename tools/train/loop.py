@@ -377,25 +377,30 @@ def train_step(model: TransFuser, ddp: torch.nn.Module, opt: Optimization, batch
 
 
 def new_window(names: Sequence[str]) -> dict[str, Any]:
-    """What the next log line averages: steps taken since `t`, the finite ones and their sums of the losses."""
-    return {"t": time.time(), "steps": 0, "finite": 0, "sums": dict.fromkeys(names, 0.0)}
+    """What the next log line averages: steps taken since `t`, the finite ones and their sums of the losses, and the
+    seconds spent waiting for the data loader's batches (`wait`)."""
+    return {"t": time.time(), "steps": 0, "finite": 0, "sums": dict.fromkeys(names, 0.0), "wait": 0.0}
 
 
 def log_train(writer: SummaryWriter, window: dict[str, Any], step: int, cfg: TrainConfig, rt: Runtime, lr: float,
               loop: dict[str, Any], epoch: int) -> dict[str, float]:
-    """Rank 0: the window's mean losses, the learning rate, the rate, skipped steps and the epoch to TensorBoard
+    """Rank 0: the window's mean losses, the learning rate, the rate, the share of its time spent waiting for the
+    loader (near 0: the loader keeps up; the GPU starves as it grows), skipped steps and the epoch to TensorBoard
     (train/<name>) and as one line; returns the mean losses ({} when no step of the window was finite)."""
     losses = {name: total / window["finite"] for name, total in window["sums"].items()} if window["finite"] else {}
-    rate = window["steps"] * cfg.batch_size * rt.world / max(time.time() - window["t"], 1e-9)
+    elapsed = max(time.time() - window["t"], 1e-9)
+    rate = window["steps"] * cfg.batch_size * rt.world / elapsed
+    wait = min(window["wait"] / elapsed, 1.0)
     for name, value in losses.items():
         writer.add_scalar(f"train/{name}", value, step)
     writer.add_scalar("train/lr", lr, step)
     writer.add_scalar("train/samples_per_s", rate, step)
+    writer.add_scalar("train/loader_wait", wait, step)
     writer.add_scalar("train/skipped_steps", loop["skipped"], step)
     writer.add_scalar("train/epoch", epoch, step)
     heads = " ".join(f"{name} {value:.4f}" for name, value in losses.items() if name != "loss")
     log(f"step {step}/{cfg.max_steps} | epoch {epoch} | loss {losses.get('loss', math.nan):.6f}"
-        f" | {heads} | lr {lr:.2e} | {rate:.1f} samples/s"
+        f" | {heads} | lr {lr:.2e} | {rate:.1f} samples/s | loader wait {100 * wait:.0f}%"
         + (f" | skipped {loop['skipped']}" if loop["skipped"] else ""))
     return losses
 
@@ -470,7 +475,9 @@ def train(cfg: TrainConfig) -> int:
     # --- the loop
     while loop["step"] < cfg.max_steps and not (cfg.epochs and batches.epoch >= cfg.epochs):
         step = loop["step"] + 1  # the number of the step being taken (the checkpoint after it is step-<step>)
+        t_wait = time.time()
         batch = data.to_device(batches.next(), rt.device)
+        window["wait"] += time.time() - t_wait
         out, losses, agreed = train_step(model, ddp, opt, batch, rt, cfg, step, stop)
         if agreed["skipped"]:
             loop["skipped"] += 1
