@@ -432,3 +432,47 @@ def test_a_checkpoint_of_frames_another_time_apart_than_the_cache_is_one_line_on
     assert line.startswith(f"train: {checkpoint.step_dir(pretrained, 4)} was trained on frames 0.25 s apart, the "
                            f"cache {cache_root} holds frames 0.5 s apart: pre-train on this cache first")
     assert not (tmp_path / "post").exists()
+
+
+class _Numbered(torch.utils.data.Dataset):
+    """A stand-in dataset: sample i carries its item (an int) in every batch key."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import numpy as np
+
+        from tools.train.data import BATCH_KEYS
+        return {**{k: np.array([self.items[i]]) for k in BATCH_KEYS}, "rebuilt": 0, "replaced": 0}
+
+
+def test_train_batches_with_workers_and_lookahead_are_those_of_a_resume_without_workers():
+    """The next epoch's loader opened early (workers) gives the batches a resume from any point gives."""
+    from tools.train.data import TrainBatches
+
+    def epoch_samples(epoch):  # a different order every epoch, 14 samples: 3 batches of 4, 2 dropped
+        return [(epoch * 7 + 3 * i) % 14 + 100 * epoch for i in range(14)]
+
+    def batches(workers, epoch=0, consumed=0, n=10):
+        it = TrainBatches(epoch_samples, _Numbered, batch_size=4, rank=0, world=1, num_workers=workers,
+                          epoch=epoch, consumed=consumed)
+        it.LOOKAHEAD = 1
+        out = []
+        for _ in range(n):
+            out.append((it.epoch, it.consumed, it.next()["route"].flatten().tolist()))
+            early.append(it._upcoming is not None)
+        return out
+
+    early = []
+
+    with_workers = batches(2)
+    assert early[1] and not early[0]  # opened one batch before the epoch's end
+    plain = batches(0)
+    assert with_workers == plain
+    assert [b[0] for b in plain] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
+    epoch, consumed, _ = plain[4]
+    assert batches(0, epoch, consumed, n=6) == plain[4:]

@@ -160,7 +160,13 @@ class TrainBatches:
 
     `epoch` and `consumed` always name the next batch to come: after the last batch of an epoch they
     already point to the start of the next one, which is what a checkpoint must record.
+
+    The next epoch's loader is opened LOOKAHEAD batches before this one ends, so that its workers start and
+    fill their queues while the last batches train (opened at the boundary, 12 workers on a GPU node left the
+    accelerator waiting for a quarter of each epoch's first log window). Its batches are the same either way.
     """
+
+    LOOKAHEAD = 4
 
     def __init__(self, epoch_samples: Callable[[int], list[Item]], make_dataset: Callable[[list[Item]], Dataset],
                  batch_size: int, rank: int, world: int, num_workers: int, epoch: int = 0, consumed: int = 0):
@@ -169,27 +175,36 @@ class TrainBatches:
         self.epoch, self.consumed = epoch, consumed
         self._it = None
         self._left = 0
+        self._upcoming = None  # (iterator, batches, epoch) of the next epoch, once opened
 
-    def _start_epoch(self) -> None:
-        items = self.epoch_samples(self.epoch)
+    def _open(self, epoch: int, consumed: int) -> tuple[Any, int, int, int]:
+        """(iterator, batches in it, epoch, consumed) of this rank's rest of `epoch` after `consumed` samples; a
+        resume at an epoch's very end opens the next one."""
+        items = self.epoch_samples(epoch)
         global_batch = self.batch_size * self.world
         if len(items) < global_batch:
             raise ToolError(f"the train split has {len(items)} samples, fewer than one global batch "
                             f"({self.batch_size} x {self.world} processes): lower batch_size or collect more")
-        if self.consumed >= len(items) // global_batch * global_batch:  # a resume at an epoch's very end
-            self.epoch, self.consumed = self.epoch + 1, 0
-            return self._start_epoch()
-        rest = items[self.consumed:]
-        self._left = len(rest) // global_batch
-        mine = rest[self.rank::self.world][: self._left * self.batch_size]
-        self._it = iter(loader(self.make_dataset(mine), self.batch_size, self.num_workers, drop_last=True))
+        if consumed >= len(items) // global_batch * global_batch:
+            return self._open(epoch + 1, 0)
+        rest = items[consumed:]
+        left = len(rest) // global_batch
+        mine = rest[self.rank::self.world][: left * self.batch_size]
+        return iter(loader(self.make_dataset(mine), self.batch_size, self.num_workers, drop_last=True)), left, \
+            epoch, consumed
 
     def next(self) -> dict[str, torch.Tensor]:
         if self._it is None:
-            self._start_epoch()
+            if self._upcoming is not None:
+                (self._it, self._left, self.epoch), self._upcoming = self._upcoming, None
+            else:
+                self._it, self._left, self.epoch, self.consumed = self._open(self.epoch, self.consumed)
         batch = next(self._it)
         self.consumed += self.batch_size * self.world
         self._left -= 1
+        if self._left == self.LOOKAHEAD and self.num_workers:
+            iterator, left, epoch, _ = self._open(self.epoch + 1, 0)
+            self._upcoming = iterator, left, epoch
         if self._left == 0:  # the epoch is over: point at the next one now
             self._it = None
             self.epoch, self.consumed = self.epoch + 1, 0
