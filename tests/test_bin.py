@@ -181,9 +181,10 @@ def test_debug_traces_commands_with_file_and_line(tmp_path):
 
 
 def shell_scripts() -> list[Path]:
-    """Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/, found by listing: all of them are Bash."""
+    """Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/ (all Bash), and containers/*.sh (POSIX sh, run in
+    an image's %post), found by listing."""
     folders = (BIN, BIN / "lib", REPO / ".ci", REPO / "slurm", REPO / "slurm" / "lib")
-    return sorted(p for d in folders for p in d.iterdir() if p.is_file())
+    return sorted([p for d in folders for p in d.iterdir() if p.is_file()] + list((REPO / "containers").glob("*.sh")))
 
 
 def test_every_script_is_shellcheck_clean_with_all_optional_checks():
@@ -192,7 +193,8 @@ def test_every_script_is_shellcheck_clean_with_all_optional_checks():
     shellcheck = shutil.which("shellcheck", path=str(Path(PYTHON).parent)) or shutil.which("shellcheck")
     assert shellcheck, "shellcheck not found beside the test Python or on PATH: run 'make install'"
     scripts = shell_scripts()
-    assert {"collect", "demo", "train", "common.sh", "run", "train.sbatch", "requeue.sh"} <= {p.name for p in scripts}
+    assert {"collect", "demo", "train", "common.sh", "run", "train.sbatch", "requeue.sh", "carla-image.sh"} <= {
+        p.name for p in scripts}
     proc = run_tool(shellcheck, "-o", "all", *scripts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

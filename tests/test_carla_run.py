@@ -355,7 +355,7 @@ def golden(name: str, value) -> None:
     assert value == json.loads(path.read_text())
 
 
-SETUP = carla_run.CarlaSetup(Path("/home/carla"), Path("/opt/leaderboard"), Path("/opt/scenario_runner"))
+SETUP = carla_run.CarlaSetup(Path("/workspace"), Path("/opt/leaderboard"), Path("/opt/scenario_runner"))
 
 
 def test_the_evaluators_command_line_matches_the_golden_file():
