@@ -20,7 +20,7 @@ from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
 
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.server import CARLA_VERSION, Ports
-from tools.collect.config import CollectSettings
+from tools.collect.config import CollectSettings, absolute_flags
 from tools.dataset import atomic, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -219,6 +219,40 @@ def test_bin_collect_drives_a_carla_route_through_its_worker_standin_server_and_
     assert "collect: 1 route runs finished and 0 failed" in proc.stderr
     layout, key = the_run(tmp_path / "root")
     assert results.run_state(layout, key) is results.RunState.FINISHED
+
+
+def test_relative_rig_routes_and_root_reach_the_agent_absolute_standin_server_and_evaluator(tmp_path, short_routes,
+                                                                                              carla_env):
+    """The agent reads --rig inside the evaluator, whose working folder is the run's log folder: every path a
+    setting holds is absolute before any child starts (the worker's command line, the agent's config)."""
+    from tools.dataset.rig import RigConfig
+
+    route = route_file(short_routes)
+    (tmp_path / "routes" / route.parent.name).mkdir(parents=True)
+    shutil.copy(route, tmp_path / "routes" / route.parent.name / route.name)
+    shutil.copytree(short_routes / "towns", tmp_path / "routes" / "towns")
+    (tmp_path / "rigs").mkdir()
+    (tmp_path / "rigs" / "rig.json").write_text(json.dumps(RigConfig().to_dict()))
+    proc = run_bin("collect", "routes", "--root", "root", "--world=carla", "--rig=rigs/rig.json", cwd=tmp_path,
+                   env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    assert results.run_state(layout, key) is results.RunState.FINISHED
+    worker = next(line for line in layout.attempt_log(key, 1).read_text().splitlines() if line.startswith("$ "))
+    assert f"--rig={tmp_path}/rigs/rig.json" in worker.split() and f"--root {tmp_path}/root" in worker
+    flags = json.loads((layout.log_dir(key) / "argv.json").read_text())["flags"]
+    config = json.loads(Path(flags["agent_config"]).read_text())
+    assert config["settings"]["rig"] == str(tmp_path / "rigs" / "rig.json")
+    assert Path(config["route_file"]).is_absolute() and Path(config["root"]).is_absolute()
+
+
+def test_path_settings_are_absolute_as_read_and_as_passed_on(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert CollectSettings(rig="rig.json").rig == str(tmp_path / "rig.json")
+    assert CollectSettings(rig="~/rig.json").rig == str(Path.home() / "rig.json")
+    assert CollectSettings().rig == ""  # the default rig stays the default
+    assert absolute_flags({"rig": "a/rig.json", "checkpoint": "run", "vehicles": 3, "world": "carla"}) == {
+        "rig": str(tmp_path / "a" / "rig.json"), "checkpoint": str(tmp_path / "run"), "vehicles": 3, "world": "carla"}
 
 
 @pytest.mark.slurm

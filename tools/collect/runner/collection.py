@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.collect.carla.run import check_route, check_setup, install_towns
-from tools.collect.config import CollectSettings
+from tools.collect.config import CollectSettings, absolute_flags
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.routes import town_file
 from tools.collect.runner.jobs import find_route_files, plan
@@ -43,6 +43,7 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
                         "(for one file: python -m tools.collect run --route FILE)")
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
+    settings = absolute_flags(settings)  # what every worker and SLURM task is passed: paths that mean the same there
 
     route_files = find_route_files(routes_path)
     if not route_files:
