@@ -206,25 +206,11 @@ def test_standin_server_of_another_version_is_one_line(tmp_path, short_routes, c
     assert "Traceback" not in proc.stderr
 
 
-def test_bin_collect_drives_a_carla_route_through_its_worker_standin_server_and_evaluator(tmp_path, short_routes,
-                                                                                          carla_env):
-    one = tmp_path / "routes"
-    route = route_file(short_routes)
-    (one / route.parent.name).mkdir(parents=True)
-    shutil.copy(route, one / route.parent.name / route.name)
-    shutil.copytree(short_routes / "towns", one / "towns")
-    proc = run_bin("collect", one, "--root", tmp_path / "root", "--world=carla",
-                   env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert "collect: 1 route runs finished and 0 failed" in proc.stderr
-    layout, key = the_run(tmp_path / "root")
-    assert results.run_state(layout, key) is results.RunState.FINISHED
-
-
-def test_relative_rig_routes_and_root_reach_the_agent_absolute_standin_server_and_evaluator(tmp_path, short_routes,
-                                                                                              carla_env):
-    """The agent reads --rig inside the evaluator, whose working folder is the run's log folder: every path a
-    setting holds is absolute before any child starts (the worker's command line, the agent's config)."""
+def test_bin_collect_drives_a_carla_route_through_its_worker_with_relative_paths_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    """Relative routes, root and --rig: the agent reads --rig inside the evaluator, whose working folder is the
+    run's log folder, so every path a setting holds is absolute before any child starts (the worker's command
+    line, the agent's config)."""
     from tools.dataset.rig import RigConfig
 
     route = route_file(short_routes)
@@ -236,6 +222,7 @@ def test_relative_rig_routes_and_root_reach_the_agent_absolute_standin_server_an
     proc = run_bin("collect", "routes", "--root", "root", "--world=carla", "--rig=rigs/rig.json", cwd=tmp_path,
                    env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=60)
     assert proc.returncode == 0, proc.stderr
+    assert "collect: 1 route runs finished and 0 failed" in proc.stderr
     layout, key = the_run(tmp_path / "root")
     assert results.run_state(layout, key) is results.RunState.FINISHED
     worker = next(line for line in layout.attempt_log(key, 1).read_text().splitlines() if line.startswith("$ "))
@@ -397,7 +384,7 @@ def test_the_evaluators_command_line_matches_the_golden_file():
     argv = carla_run.evaluator_command(
         "/opt/drivekit/venv/bin/python", SETUP, Path("/routes/Accident/town_0003.xml"), "3",
         layout.evaluator_checkpoint(key, 2), layout.evaluator_live(key, 2),
-        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 8000), 1234)
+        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 2002, 8000), 1234)
     golden("carla-evaluator-argv.json", argv)
     assert not [a for a in argv if a.startswith("--resume")]  # type=bool: any value turns it on
 
