@@ -5,6 +5,7 @@ slowly, hang, crash or answer with another version."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -102,6 +103,47 @@ def test_the_jobs_gpus_come_from_slurm_first_then_cuda():
     assert job_gpus({"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}) == ["4", "5"]
     assert job_gpus({"CUDA_VISIBLE_DEVICES": "2, 7"}) == ["2", "7"]
     assert job_gpus({"CUDA_VISIBLE_DEVICES": "MIG-1/2/3"}) == [] and job_gpus({}) == []
+
+
+def test_gpu_slots_take_the_gpus_in_turn_k_slots_each():
+    from tools.collect.runner.workers import gpu_slots
+
+    assert gpu_slots(["0", "1"], 2) == ["0", "1", "0", "1"] and gpu_slots(["3"], 3) == ["3", "3", "3"]
+
+
+def test_the_machines_gpus_are_nvidia_smis_and_none_is_one_line_stub_nvidia_smi(tmp_path, monkeypatch):
+    """No GPU here: a stub nvidia-smi prints what the real one prints for --query-gpu=index --format=csv,noheader."""
+    from tools.collect.carla.server import machine_gpus
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$*" = "--query-gpu=index --format=csv,noheader" ] && printf "0\\n1\\n"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert machine_gpus() == ["0", "1"]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'; exit 9\n")
+    with pytest.raises(ServerError, match=r"^nvidia-smi finds no GPU \(NVIDIA-SMI has failed .*\); name them with "
+                                          r"CUDA_VISIBLE_DEVICES=0,1,\.\.\.$"):
+        machine_gpus()
+    smi.unlink()
+    with pytest.raises(ServerError, match=r"^no nvidia-smi here to count the GPUs: name them with CUDA_VISIBLE"):
+        machine_gpus()
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"workers": 2}, "--workers 2 and --servers-per-gpu 2: give one (with --servers-per-gpu K the workers are the "
+                     "GPUs x K)"),
+    ({"world": "sim"}, "--servers-per-gpu 2: only with --world=carla (the embedded world renders on the CPU)"),
+    ({"slurm": True, "gpus": 0}, "--servers-per-gpu 2 with --gpus 0: give each task GPUs (--gpus G)"),
+    ({"slurm": True, "gpus": 2, "runs_per_task": 3}, "--runs-per-task 3: a task runs 4 servers at once (--gpus 2 x "
+                                                     "--servers-per-gpu 2); give --runs-per-task 4 or more"),
+])
+def test_servers_per_gpu_that_cannot_be_honoured_is_one_line_before_anything_starts(tmp_path, flags, message):
+    from tools.collect.__main__ import collect
+    from tools.dataset.errors import ToolError
+
+    with pytest.raises(ToolError, match="^" + re.escape(message)):
+        collect(str(tmp_path), root=str(tmp_path / "root"), servers_per_gpu=2, **{"world": "carla", **flags})
+    assert not (tmp_path / "root").exists()
 
 
 def test_a_carla_root_without_the_server_is_one_line(tmp_path):
