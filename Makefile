@@ -23,13 +23,13 @@ CARLA_TOWNS_DIR ?= .cache/carla-towns
 CARLA_TOWN_NAMES ?= Town01,Town02,Town03,Town04,Town05,Town06,Town07,Town10HD,Town11,Town12,Town13,Town15
 # Named after the list, so that a folder extracted with fewer towns gets the missing ones.
 TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp-$(subst $(comma),-,$(CARLA_TOWN_NAMES))
-# Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/ (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
-SHELL_SCRIPTS = $(filter-out bin/lib slurm/lib,$(wildcard bin/* bin/lib/* .ci/* slurm/* slurm/lib/*))
+# Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/, and containers/*.sh (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
+SHELL_SCRIPTS = $(filter-out bin/lib slurm/lib,$(wildcard bin/* bin/lib/* .ci/* slurm/* slurm/lib/* containers/*.sh))
 # The code version baked into the images (the manifest's `code` where no git checkout is: docs/dataset-format.md).
 GIT_COMMIT = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 GIT_DIRTY = $(shell git rev-parse HEAD >/dev/null 2>&1 && { git status --porcelain --untracked-files=no | grep -q . \
 	&& echo true || echo false; } || echo unknown)
-IMAGE_SOURCES = pyproject.toml $(wildcard README.md) $(shell find tools -name '*.py' -not -path '*/__pycache__/*')
+IMAGE_SOURCES = pyproject.toml $(wildcard README.md containers/*.sh) $(shell find tools -name '*.py' -not -path '*/__pycache__/*')
 
 # Debian packages of the real one-node SLURM cluster that the tests start (tests/slurm_cluster.py).
 SLURM_PACKAGES ?= slurm-wlm munge slurmdbd mariadb-server

@@ -8,6 +8,10 @@ Told what to do by the environment: STANDIN_MODE = ok (default) | hang (never li
 version (answers 0.9.15); STANDIN_DELAY seconds before it listens or crashes; STANDIN_CHILD=1 starts a child
 process that sleeps (the group must end it too); STANDIN_MAPS the maps it has, comma-separated (default
 DEFAULT_MAPS); STANDIN_PID_FILE a file to write its pid (and its child's, one a line) into.
+
+Like CARLA it binds its RPC, streaming and secondary ports (the defaults RPC + 1 and RPC + 2 where its flags name
+none: CarlaSettings.cpp), each as Boost.Asio's acceptor does (SO_REUSEADDR, every address, listening), and a port
+it cannot bind ends it as the C++ runtime ends CARLA: the system_error's message, exit 134.
 """
 
 from __future__ import annotations
@@ -26,11 +30,16 @@ DEFAULT_MAPS = "/Game/Carla/Maps/Town01,/Game/Carla/Maps/Town01_Opt,/Game/Carla/
                "/Game/Carla/Maps/Town12/Town12"
 
 
-def serve(port: int, answers: dict) -> None:
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", port))
-    server.listen(8)
+def acceptor(port: int) -> socket.socket:
+    """A listening socket as Boost.Asio's basic_socket_acceptor(io_context, endpoint) makes one."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("", port))
+    s.listen(8)
+    return s
+
+
+def serve(server: socket.socket, answers: dict) -> None:
     print(f"listening at {time.time():.3f}", flush=True)
     while True:
         conn, _ = server.accept()
@@ -66,8 +75,16 @@ def main() -> None:
     if mode == "hang":
         time.sleep(600)
     maps = [m for m in os.environ.get("STANDIN_MAPS", DEFAULT_MAPS).split(",") if m]
-    serve(int(flags["carla-rpc-port"]), {"version": "0.9.15" if mode == "version" else "0.9.16",
-                                         "get_available_maps": maps})
+    rpc = int(flags["carla-rpc-port"])
+    ports = [rpc, int(flags.get("carla-streaming-port", rpc + 1)), int(flags.get("carla-secondary-port", rpc + 2))]
+    try:
+        sockets = [acceptor(port) for port in ports]
+    except OSError as e:
+        print("terminate called after throwing an instance of 'clmdep_asio::system_error'\n"
+              f"  what():  bind: {os.strerror(e.errno)}", flush=True)
+        sys.exit(134)
+    print(f"stand-in CARLA server: bound {' '.join(map(str, ports))}", flush=True)
+    serve(sockets[0], {"version": "0.9.15" if mode == "version" else "0.9.16", "get_available_maps": maps})
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import importlib
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -108,6 +109,11 @@ def main() -> None:
     client = carla.Client(args.host, args.port)
     client.set_timeout(5.0)
     print(f"server {client.get_server_version()}", flush=True)
+    traffic_manager = socket.socket()  # the Traffic Manager's rpclib server binds its port as Boost.Asio does
+    traffic_manager.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    traffic_manager.bind(("", args.traffic_manager_port))
+    traffic_manager.listen(8)
+    print(f"traffic manager listening on {args.traffic_manager_port}", flush=True)
     sys.path.insert(0, os.path.dirname(args.agent))  # the agent, loaded as LeaderboardEvaluator.__init__ does
     try:
         module = importlib.import_module(os.path.basename(args.agent).split('.')[0])

@@ -113,6 +113,24 @@ def test_runs_inside_the_image_when_it_exists_stub_apptainer(tmp_path):
                     str(root), "--workers", "2"]
 
 
+def test_the_gpu_and_slurm_variables_survive_cleanenv_stub_apptainer(tmp_path):
+    """--cleanenv drops the host's environment: the GPUs SLURM gave the job (the CARLA server's -graphicsadapter
+    comes from them) and the array task's ids must be passed with --env. Apptainer cannot run here: a stub."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "carla.sif").write_bytes(b"")
+    stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
+    env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images),
+           "SLURM_JOB_GPUS": "2,3", "SLURM_STEP_GPUS": "3", "SLURM_ARRAY_TASK_ID": "7", "CUDA_VISIBLE_DEVICES": "0",
+           "SLURM_EMPTY": "", "NOT_SLURM_JOB_GPUS": "9"}
+    proc = run_bin("collect-task", "wave.json", "7", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.splitlines()
+    envs = {argv[i + 1] for i, a in enumerate(argv) if a == "--env"}
+    assert {"SLURM_JOB_GPUS=2,3", "SLURM_STEP_GPUS=3", "SLURM_ARRAY_TASK_ID=7", "CUDA_VISIBLE_DEVICES=0"} <= envs
+    assert not [e for e in envs if e.startswith(("SLURM_EMPTY", "NOT_SLURM"))]
+
+
 @pytest.mark.parametrize(("args", "image"), [
     (["--checkpoint", "RUN"], "train.sif"), (["--checkpoint=RUN"], "train.sif"), (["--agent", "expert"], "carla.sif")])
 def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_carla_image_stub_apptainer(
@@ -181,9 +199,10 @@ def test_debug_traces_commands_with_file_and_line(tmp_path):
 
 
 def shell_scripts() -> list[Path]:
-    """Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/, found by listing: all of them are Bash."""
+    """Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/ (all Bash), and containers/*.sh (POSIX sh, run in
+    an image's %post), found by listing."""
     folders = (BIN, BIN / "lib", REPO / ".ci", REPO / "slurm", REPO / "slurm" / "lib")
-    return sorted(p for d in folders for p in d.iterdir() if p.is_file())
+    return sorted([p for d in folders for p in d.iterdir() if p.is_file()] + list((REPO / "containers").glob("*.sh")))
 
 
 def test_every_script_is_shellcheck_clean_with_all_optional_checks():
@@ -192,7 +211,8 @@ def test_every_script_is_shellcheck_clean_with_all_optional_checks():
     shellcheck = shutil.which("shellcheck", path=str(Path(PYTHON).parent)) or shutil.which("shellcheck")
     assert shellcheck, "shellcheck not found beside the test Python or on PATH: run 'make install'"
     scripts = shell_scripts()
-    assert {"collect", "demo", "train", "common.sh", "run", "train.sbatch", "requeue.sh"} <= {p.name for p in scripts}
+    assert {"collect", "demo", "train", "common.sh", "run", "train.sbatch", "requeue.sh", "carla-image.sh"} <= {
+        p.name for p in scripts}
     proc = run_tool(shellcheck, "-o", "all", *scripts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

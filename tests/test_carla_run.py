@@ -20,7 +20,7 @@ from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
 
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.server import CARLA_VERSION, Ports
-from tools.collect.config import CollectSettings
+from tools.collect.config import CollectSettings, absolute_flags
 from tools.dataset import atomic, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -206,19 +206,97 @@ def test_standin_server_of_another_version_is_one_line(tmp_path, short_routes, c
     assert "Traceback" not in proc.stderr
 
 
-def test_bin_collect_drives_a_carla_route_through_its_worker_standin_server_and_evaluator(tmp_path, short_routes,
-                                                                                          carla_env):
-    one = tmp_path / "routes"
+def test_bin_collect_drives_a_carla_route_through_its_worker_with_relative_paths_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    """Relative routes, root and --rig: the agent reads --rig inside the evaluator, whose working folder is the
+    run's log folder, so every path a setting holds is absolute before any child starts (the worker's command
+    line, the agent's config)."""
+    from tools.dataset.rig import RigConfig
+
     route = route_file(short_routes)
-    (one / route.parent.name).mkdir(parents=True)
-    shutil.copy(route, one / route.parent.name / route.name)
-    shutil.copytree(short_routes / "towns", one / "towns")
-    proc = run_bin("collect", one, "--root", tmp_path / "root", "--world=carla",
+    (tmp_path / "routes" / route.parent.name).mkdir(parents=True)
+    shutil.copy(route, tmp_path / "routes" / route.parent.name / route.name)
+    shutil.copytree(short_routes / "towns", tmp_path / "routes" / "towns")
+    (tmp_path / "rigs").mkdir()
+    (tmp_path / "rigs" / "rig.json").write_text(json.dumps(RigConfig().to_dict()))
+    proc = run_bin("collect", "routes", "--root", "root", "--world=carla", "--rig=rigs/rig.json", cwd=tmp_path,
                    env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "collect: 1 route runs finished and 0 failed" in proc.stderr
     layout, key = the_run(tmp_path / "root")
     assert results.run_state(layout, key) is results.RunState.FINISHED
+    worker = next(line for line in layout.attempt_log(key, 1).read_text().splitlines() if line.startswith("$ "))
+    assert f"--rig={tmp_path}/rigs/rig.json" in worker.split() and f"--root {tmp_path}/root" in worker
+    flags = json.loads((layout.log_dir(key) / "argv.json").read_text())["flags"]
+    config = json.loads(Path(flags["agent_config"]).read_text())
+    assert config["settings"]["rig"] == str(tmp_path / "rigs" / "rig.json")
+    assert Path(config["route_file"]).is_absolute() and Path(config["root"]).is_absolute()
+
+
+def servers(layout: Layout) -> dict[RunKey, tuple[str, set[str]]]:
+    """Each run's server, from its attempt log: its -graphicsadapter and the ports it was given."""
+    found = {}
+    for key in layout.iter_runs():
+        line = next(x for x in layout.attempt_log(key, 1).read_text().splitlines() if x.startswith("carla server: "))
+        flags = dict(a.lstrip("-").split("=", 1) for a in line.split()[3:] if "=" in a)
+        found[key] = flags.pop("graphicsadapter"), set(flags.values())
+    return found
+
+
+def copy_routes(short_routes: Path, to: Path) -> Path:
+    for route in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+        (to / route.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(route, to / route.parent.name / route.name)
+    shutil.copytree(short_routes / "towns", to / "towns")
+    return to
+
+
+def test_servers_per_gpu_runs_a_worker_per_gpu_slot_each_server_on_its_gpu_and_ports_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    """A workstation's GPUs (here those CUDA_VISIBLE_DEVICES names: physical indices, which Vulkan numbers too):
+    --servers-per-gpu 1 on GPUs 1 and 3 is two workers, one server on each GPU, each on its own ports."""
+    routes = copy_routes(short_routes, tmp_path / "routes")
+    proc = run_bin("collect", routes, "--root", tmp_path / "root", "--world=carla", "--servers-per-gpu", "1",
+                   env={**carla_env, "CUDA_VISIBLE_DEVICES": "1,3", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")},
+                   timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 workers on GPUs 1, 3 (1 per GPU)" in proc.stderr and "2 route runs finished and 0 failed" in proc.stderr
+    (a_gpu, a_ports), (b_gpu, b_ports) = servers(Layout(tmp_path / "root")).values()
+    assert {a_gpu, b_gpu} == {"1", "3"} and len(a_ports) == len(b_ports) == 3 and not a_ports & b_ports
+
+
+def test_a_slurm_task_runs_gpus_times_k_servers_at_once_on_the_gpus_slurm_gave_it_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    """An array task given GPUs 4 and 5 (SLURM_JOB_GPUS; SLURM renumbers CUDA_VISIBLE_DEVICES from 0, which Vulkan
+    ignores): with --servers-per-gpu 1 its two runs drive at once, one server on each GPU. Run by hand as
+    bin/collect-task (no cluster needed; the SLURM tests cover submission)."""
+    from tools.collect.runner.jobs import find_route_files, plan
+    from tools.collect.runner.slurm import WAVE_NAME, Wave, waves_dir
+
+    routes = copy_routes(short_routes, tmp_path / "routes")
+    layout = Layout(tmp_path / "root")
+    runs = [{"key": str(j.key), "route": str(j.route_file), "route_id": j.route.id, "repetition": j.repetition,
+             "towns": str(j.towns)} for j in plan(find_route_files(routes), None, 1)]
+    wave = Wave(waves_dir(layout) / WAVE_NAME.format(wave=1), 1, runs, runs_per_task=2, max_attempts=1,
+                settings={"world": "carla"}, throttle=1, servers_per_gpu=1)
+    wave.path.parent.mkdir(parents=True)
+    wave.save()
+    proc = run_bin("collect-task", wave.path, "0", env={**carla_env, "SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES":
+                                                        "0,1", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")},
+                   timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 route runs, 2 at once on GPUs 4, 5" in proc.stderr and "task 0: 2 finished" in proc.stderr
+    (a_gpu, a_ports), (b_gpu, b_ports) = servers(layout).values()
+    assert {a_gpu, b_gpu} == {"4", "5"} and not a_ports & b_ports
+
+
+def test_path_settings_are_absolute_as_read_and_as_passed_on(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert CollectSettings(rig="rig.json").rig == str(tmp_path / "rig.json")
+    assert CollectSettings(rig="~/rig.json").rig == str(Path.home() / "rig.json")
+    assert CollectSettings().rig == ""  # the default rig stays the default
+    assert absolute_flags({"rig": "a/rig.json", "checkpoint": "run", "vehicles": 3, "world": "carla"}) == {
+        "rig": str(tmp_path / "a" / "rig.json"), "checkpoint": str(tmp_path / "run"), "vehicles": 3, "world": "carla"}
 
 
 @pytest.mark.slurm
@@ -355,7 +433,7 @@ def golden(name: str, value) -> None:
     assert value == json.loads(path.read_text())
 
 
-SETUP = carla_run.CarlaSetup(Path("/home/carla"), Path("/opt/leaderboard"), Path("/opt/scenario_runner"))
+SETUP = carla_run.CarlaSetup(Path("/workspace"), Path("/opt/leaderboard"), Path("/opt/scenario_runner"))
 
 
 def test_the_evaluators_command_line_matches_the_golden_file():
@@ -363,7 +441,7 @@ def test_the_evaluators_command_line_matches_the_golden_file():
     argv = carla_run.evaluator_command(
         "/opt/drivekit/venv/bin/python", SETUP, Path("/routes/Accident/town_0003.xml"), "3",
         layout.evaluator_checkpoint(key, 2), layout.evaluator_live(key, 2),
-        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 8000), 1234)
+        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 2002, 8000), 1234)
     golden("carla-evaluator-argv.json", argv)
     assert not [a for a in argv if a.startswith("--resume")]  # type=bool: any value turns it on
 

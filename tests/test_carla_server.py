@@ -5,6 +5,7 @@ slowly, hang, crash or answer with another version."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,18 +16,39 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO
 
-from tools.collect.carla.server import CarlaServer, ServerError, allocate_ports, free_ports, pick_gpu
+from tools.collect.carla import server as server_module
+from tools.collect.carla.server import (
+    PORT_FIRST,
+    PORT_LAST,
+    CarlaServer,
+    Ports,
+    ServerError,
+    job_gpus,
+    pick_gpu,
+    reserve_ports,
+    start_server,
+)
 
 STANDIN = Path(__file__).parent / "standin_carla_server.py"
 
 
 def standin(tmp_path: Path, mode: str = "ok", delay: float = 0.0, child: bool = False, timeout: float = 10.0,
             name: str = "server") -> CarlaServer:
-    ports = allocate_ports()
+    block = reserve_ports()
     env = {**os.environ, "STANDIN_MODE": mode, "STANDIN_DELAY": str(delay), "STANDIN_CHILD": "1" if child else "0"}
-    argv = [PYTHON, str(STANDIN), "-RenderOffScreen", "-nosound", f"-carla-rpc-port={ports.rpc}",
-            f"-carla-streaming-port={ports.streaming}", "-graphicsadapter=0"]
-    return CarlaServer(argv, ports, tmp_path / f"{name}.log", ready_timeout=timeout, env=env)
+    argv = [PYTHON, str(STANDIN), *CarlaServer.command(carla_root(tmp_path), block.ports, "0")[1:]]
+    return CarlaServer(argv, block.ports, tmp_path / f"{name}.log", ready_timeout=timeout, env=env,
+                       reservation=block)
+
+
+def carla_root(tmp_path: Path) -> Path:
+    """A CARLA_ROOT whose CarlaUE4.sh execs the stand-in server."""
+    root = tmp_path / "carla"
+    if not (root / "CarlaUE4.sh").exists():
+        root.mkdir(exist_ok=True)
+        (root / "CarlaUE4.sh").write_text(f'#!/bin/sh\nexec "{PYTHON}" "{STANDIN}" "$@"\n')
+        (root / "CarlaUE4.sh").chmod(0o755)
+    return root
 
 
 def group_gone(pgid: int, within: float = 5.0) -> bool:
@@ -40,23 +62,130 @@ def group_gone(pgid: int, within: float = 5.0) -> bool:
     return False
 
 
-def test_ports_are_found_by_binding_distinct_and_free():
-    ports = free_ports(6)
-    assert len(set(ports)) == 6
-    for port in ports:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))
+def test_the_command_names_every_port_the_server_binds_and_its_gpu(tmp_path):
+    argv = CarlaServer.command(carla_root(tmp_path), Ports(20000, 20001, 20002, 20003), "3")
+    assert argv == [str(tmp_path / "carla" / "CarlaUE4.sh"), "-RenderOffScreen", "-nosound", "-carla-rpc-port=20000",
+                    "-carla-streaming-port=20001", "-carla-secondary-port=20002", "-graphicsadapter=3"]
 
 
-@pytest.mark.parametrize("env, gpu", [({}, "0"), ({"CUDA_VISIBLE_DEVICES": "3,5"}, "0"),
-                                      ({"SLURM_STEP_GPUS": "2,3"}, "2"), ({"SLURM_JOB_GPUS": "1"}, "1")])
-def test_the_gpu_is_the_first_the_job_may_use(env, gpu):
+def test_reserved_ports_keep_every_other_binder_off_but_let_carlas_acceptors_bind_and_listen():
+    block, other = reserve_ports(), reserve_ports()
+    try:
+        ports = list(vars(block.ports).values())
+        assert len(set(ports + list(vars(other.ports).values()))) == 8  # two reservations never share a port
+        assert ports == list(range(ports[0], ports[0] + 4)) and PORT_FIRST <= ports[0] <= ports[-1] <= PORT_LAST
+        for port in ports:
+            with socket.socket() as plain, pytest.raises(OSError):  # another program, another collector's probe
+                plain.bind(("127.0.0.1", port))
+            with socket.socket() as acceptor:  # CARLA's servers and the Traffic Manager: Boost.Asio's acceptor
+                acceptor.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                acceptor.bind(("", port))
+                acceptor.listen(1)
+                with socket.create_connection(("127.0.0.1", port), timeout=2):
+                    pass
+    finally:
+        block.release()
+        other.release()
+    with socket.socket() as s:  # released: free again
+        s.bind(("127.0.0.1", block.ports.rpc))
+
+
+@pytest.mark.parametrize("env, gpu", [
+    ({}, "0"), ({"CUDA_VISIBLE_DEVICES": "3,5"}, "3"), ({"CUDA_VISIBLE_DEVICES": "GPU-8f2e"}, "0"),
+    ({"SLURM_STEP_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}, "2"), ({"SLURM_JOB_GPUS": "1"}, "1"),
+    ({"SLURM_JOB_GPUS": "1", "DRIVEKIT_CARLA_GPU": "6"}, "6")])
+def test_the_graphics_adapter_is_the_physical_gpu_the_worker_was_given(env, gpu):
+    """Vulkan ignores CUDA_VISIBLE_DEVICES and numbers every GPU of the machine: never CUDA's renumbering."""
     assert pick_gpu(env) == gpu
+
+
+def test_the_jobs_gpus_come_from_slurm_first_then_cuda():
+    assert job_gpus({"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}) == ["4", "5"]
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "2, 7"}) == ["2", "7"]
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "MIG-1/2/3"}) == [] and job_gpus({}) == []
+
+
+def test_gpu_slots_take_the_gpus_in_turn_k_slots_each():
+    from tools.collect.runner.workers import gpu_slots
+
+    assert gpu_slots(["0", "1"], 2) == ["0", "1", "0", "1"] and gpu_slots(["3"], 3) == ["3", "3", "3"]
+
+
+def test_the_machines_gpus_are_nvidia_smis_and_none_is_one_line_stub_nvidia_smi(tmp_path, monkeypatch):
+    """No GPU here: a stub nvidia-smi prints what the real one prints for --query-gpu=index --format=csv,noheader."""
+    from tools.collect.carla.server import machine_gpus
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$*" = "--query-gpu=index --format=csv,noheader" ] && printf "0\\n1\\n"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert machine_gpus() == ["0", "1"]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'; exit 9\n")
+    with pytest.raises(ServerError, match=r"^nvidia-smi finds no GPU \(NVIDIA-SMI has failed .*\); name them with "
+                                          r"CUDA_VISIBLE_DEVICES=0,1,\.\.\.$"):
+        machine_gpus()
+    smi.unlink()
+    with pytest.raises(ServerError, match=r"^no nvidia-smi here to count the GPUs: name them with CUDA_VISIBLE"):
+        machine_gpus()
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"workers": 2}, "--workers 2 and --servers-per-gpu 2: give one (with --servers-per-gpu K the workers are the "
+                     "GPUs x K)"),
+    ({"world": "sim"}, "--servers-per-gpu 2: only with --world=carla (the embedded world renders on the CPU)"),
+    ({"slurm": True, "gpus": 0}, "--servers-per-gpu 2 with --gpus 0: give each task GPUs (--gpus G)"),
+    ({"slurm": True, "gpus": 2, "runs_per_task": 3}, "--runs-per-task 3: a task runs 4 servers at once (--gpus 2 x "
+                                                     "--servers-per-gpu 2); give --runs-per-task 4 or more"),
+])
+def test_servers_per_gpu_that_cannot_be_honoured_is_one_line_before_anything_starts(tmp_path, flags, message):
+    from tools.collect.__main__ import collect
+    from tools.dataset.errors import ToolError
+
+    with pytest.raises(ToolError, match="^" + re.escape(message)):
+        collect(str(tmp_path), root=str(tmp_path / "root"), servers_per_gpu=2, **{"world": "carla", **flags})
+    assert not (tmp_path / "root").exists()
 
 
 def test_a_carla_root_without_the_server_is_one_line(tmp_path):
     with pytest.raises(ServerError, match=r"CARLA_ROOT .*: no CarlaUE4.sh there; set CARLA_ROOT"):
-        CarlaServer.command(tmp_path, allocate_ports(), "0")
+        CarlaServer.command(tmp_path, Ports(20000, 20001, 20002, 20003), "0")
+
+
+@pytest.mark.parametrize("lost", [1, 3])
+def test_a_standin_server_that_loses_a_port_race_is_started_again_on_other_ports(tmp_path, monkeypatch, lost):
+    """Another program binds the streaming port between our reservation and the server's bind (a listener, which
+    even a reservation cannot keep off): the stand-in exits as CARLA does, and the start is tried on another block,
+    PORT_TRIES starts at most."""
+    thieves, blocks = [], []
+
+    def reserve_then_lose(start=None):
+        block = reserve_ports(start)
+        blocks.append(block.ports)
+        if len(blocks) <= lost:
+            thief = socket.socket()
+            thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            thief.bind(("", block.ports.streaming))
+            thief.listen(1)
+            thieves.append(thief)
+        return block
+
+    monkeypatch.setattr(server_module, "reserve_ports", reserve_then_lose)
+    log = tmp_path / "attempt.log"
+    try:
+        if lost < server_module.PORT_TRIES:
+            server = start_server(carla_root(tmp_path), "0", log, ready_timeout=10)
+            server.stop()
+            assert server.ports == blocks[-1] and len(blocks) == lost + 1
+        else:
+            with pytest.raises(ServerError, match=r"exited with code 134: Address already in use .*\(3 starts, each "
+                                                  r"on other ports\)$"):
+                start_server(carla_root(tmp_path), "0", log, ready_timeout=10)
+            assert len(blocks) == 3
+    finally:
+        for thief in thieves:
+            thief.close()
+    assert log.read_text().count("bind: Address already in use") == lost
+    assert len(set(blocks)) == len(blocks)
 
 
 def test_standin_readiness_is_found_well_under_a_second_after_it_listens(tmp_path):
@@ -92,8 +221,7 @@ def test_standin_of_another_version_is_one_line_naming_both(tmp_path):
 def test_two_standin_servers_at_once_get_different_ports_and_both_answer(tmp_path):
     with standin(tmp_path, name="a") as a, standin(tmp_path, name="b") as b:
         assert a.alive() and b.alive()
-        assert not {a.ports.rpc, a.ports.streaming, a.ports.traffic_manager} & {b.ports.rpc, b.ports.streaming,
-                                                                                b.ports.traffic_manager}
+        assert not set(vars(a.ports).values()) & set(vars(b.ports).values())
 
 
 def test_stop_ends_the_standins_whole_process_group_and_alive_sees_a_death(tmp_path):

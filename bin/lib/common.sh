@@ -5,6 +5,8 @@
 #   DRIVEKIT_DEBUG=1   trace every command with its file and line (set -x)
 #   DRIVEKIT_IMAGES    folder of the Apptainer images (default: containers/ of this checkout)
 #   DATA_ROOT          dataset root when no --root is given (passed into the container)
+# Passed into a container too (it starts with --cleanenv): CUDA_VISIBLE_DEVICES and every SLURM_* variable
+# (SLURM_JOB_GPUS and SLURM_STEP_GPUS name the GPUs a CARLA server renders on; the array task's ids).
 
 if [[ "${DRIVEKIT_DEBUG:-}" == 1 ]]; then
   export PS4='+ ${BASH_SOURCE[0]##*/}:${LINENO}: '
@@ -70,8 +72,10 @@ run_python() {
     container_binds "$@"
     cmd=(apptainer exec --cleanenv --nv --pwd "$PWD" --env PYTHONUNBUFFERED=1)
     local bind var
+    local -a slurm_vars
     for bind in "${BINDS[@]}"; do cmd+=(--bind "$bind"); done
-    for var in DATA_ROOT CUDA_VISIBLE_DEVICES; do
+    mapfile -t slurm_vars < <(compgen -e SLURM_ || true)
+    for var in DATA_ROOT CUDA_VISIBLE_DEVICES "${slurm_vars[@]}"; do
       if [[ -n "${!var:-}" ]]; then cmd+=(--env "$var=${!var}"); fi
     done
     cmd+=("$image" python -m "$@")

@@ -146,7 +146,8 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
             repetitions: int = 1, max_attempts: int = 3, slurm: bool = False, partition: str | None = None,
             account: str | None = None, time: str = "01:00:00", throttle: int = 48, cpus: int = 1, mem: str = "4G",
             gpus: int | None = None, runs_per_task: int = 1, sbatch_args: str = "", watch: bool = True,
-            poll: float = 30.0, py123d: bool = False, preset: str | None = None, **settings) -> None:
+            poll: float = 30.0, py123d: bool = False, preset: str | None = None, servers_per_gpu: int | None = None,
+            **settings) -> None:
     """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes, or as SLURM
     job arrays (--slurm).
 
@@ -160,6 +161,11 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     servers' worth of GPU memory) under the CARLA leaderboard 2.0 evaluator; it needs CARLA_ROOT,
     LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT (the CARLA image sets them), checked before anything
     starts, and --slurm asks for 1 GPU per task. docs/carla.md explains it.
+
+    --servers-per-gpu K (--world=carla) runs K CARLA servers on each GPU at once (each takes 4 to 8 GB): the
+    workers are the GPUs times K, each server on its own GPU (-graphicsadapter) and its own ports. The GPUs are
+    those CUDA_VISIBLE_DEVICES or SLURM names, else every GPU nvidia-smi lists. With --slurm each task runs
+    --gpus G x K servers at once (give --runs-per-task of at least that).
 
     With --slurm, the route runs still to do go into a wave (ROOT/slurm/waves/) submitted as job arrays of
     slurm/collect.sbatch (split at the cluster's MaxArraySize, at most --throttle tasks at once); the
@@ -181,7 +187,8 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         routes_dir: folder searched recursively for route files (*.xml; hidden files and towns/ skipped).
         root: dataset root (default: $DATA_ROOT, else ./data).
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
-        workers: parallel worker processes (local collection; default 1, or the preset's).
+        workers: parallel worker processes (local collection; default 1, or the preset's; with
+            --servers-per-gpu: the GPUs x K).
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.
         slurm: run the route runs as SLURM array tasks instead of local workers.
@@ -198,6 +205,8 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         poll: seconds between two looks at the scheduler (30; tests use less).
         py123d: also write each finished route run as a Py123D log under ROOT/py123d.
         preset: tiny, small or full (the table above; tools/dataset/presets.py).
+        servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
+            --gpus x K runs at once in each SLURM task.
         settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla.
     """
     from tools.collect.runner.collection import collect_routes
@@ -205,6 +214,12 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     from tools.dataset.presets import COLLECT, check_preset, resolve
 
     preset = check_preset(preset)
+    if servers_per_gpu is not None and settings.get("world", "sim") != "carla":
+        raise ToolError(f"--servers-per-gpu {servers_per_gpu}: only with --world=carla (the embedded world renders "
+                        "on the CPU); give --workers N")
+    if servers_per_gpu is not None and workers is not None:
+        raise ToolError(f"--workers {workers} and --servers-per-gpu {servers_per_gpu}: give one (with "
+                        "--servers-per-gpu K the workers are the GPUs x K)")
     chosen = resolve(COLLECT, preset, {"workers": workers, "vehicles": settings.get("vehicles")})
     workers = chosen["workers"]
     if preset and settings.get("world", "sim") != "carla":
@@ -217,9 +232,10 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         require_py123d("--py123d")
     options = options_from_flags(slurm=slurm, partition=partition, account=account, time=time, throttle=throttle,
                                  cpus=cpus, mem=mem, gpus=gpus, runs_per_task=runs_per_task, sbatch_args=sbatch_args,
-                                 watch=watch, poll=poll, settings=settings)
+                                 watch=watch, poll=poll, settings=settings, servers_per_gpu=servers_per_gpu)
     collect_routes(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
-                   max_attempts=max_attempts, settings=settings, slurm=options, py123d=py123d)
+                   max_attempts=max_attempts, settings=settings, slurm=options, py123d=py123d,
+                   servers_per_gpu=servers_per_gpu)
 
 
 def task(wave_file: str, index: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tools.dataset.errors import ToolError
@@ -23,6 +24,20 @@ CARLA_SIM_HZ = 20
 #: Settings the leaderboard's own criteria and scenario_runner's background traffic decide in a CARLA run: a
 #: value other than the default would be silently ignored there, so it is refused.
 CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed")
+#: Settings that name a file or folder. They are made absolute as they are read, and before any child process gets
+#: them (`absolute_flags`): the CARLA agent reads them inside the leaderboard evaluator, whose working folder is the
+#: run's log folder, and a SLURM task or an image may start in another folder than the command that was typed.
+PATH_SETTINGS = ("rig", "checkpoint")
+
+
+def _absolute(value: Any) -> Any:
+    """A path setting's value made absolute (`~` expanded); an empty value (the default) stays empty."""
+    return str(Path(value).expanduser().absolute()) if isinstance(value, str) and value else value
+
+
+def absolute_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """--key=value flags as given, each path setting's value made absolute: what child processes are passed."""
+    return {k: _absolute(v) if k.replace("-", "_") in PATH_SETTINGS else v for k, v in flags.items()}
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,8 @@ class CollectSettings:
     record: bool = True  # write frames (evaluation drives without recording)
 
     def __post_init__(self) -> None:
+        for name in PATH_SETTINGS:
+            object.__setattr__(self, name, _absolute(getattr(self, name)))
         checks = {
             "world": self.world in WORLDS,
             "agent": self.agent in AGENTS,

@@ -5,8 +5,9 @@ tools.collect.runner.attempt.run_route calls `check_setup` and `check_route` bef
 in place of the embedded world's drive; the claim, the lock, discard_run, logging and the result file stay there. One
 attempt:
 
-  1. ports by binding; the server (CarlaUE4.sh) in its own process group, its output appended to the attempt's
-     log, polled until it answers (tools.collect.carla.server); the route's town must be one of its maps
+  1. the server's and the Traffic Manager's ports reserved for the whole attempt; the server (CarlaUE4.sh) on
+     the worker's GPU in its own process group, its output appended to the attempt's log, polled until it answers
+     (tools.collect.carla.server.start_server); the route's town must be one of its maps
   2. the agent's config (logs/.../agent-NN.json), then leaderboard/leaderboard_evaluator.py in its own process
      group, output appended to the attempt's log. Its --checkpoint is logs/.../leaderboard-NN.json, never
      ROOT/results/: the evaluator writes that file early, with no records, and in place
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.collect.carla.agent import AGENT_FILE, AgentConfig
-from tools.collect.carla.server import CARLA_VERSION, CarlaServer, Ports, allocate_ports, pick_gpu
+from tools.collect.carla.server import CARLA_VERSION, CarlaServer, Ports, pick_gpu, start_server
 from tools.collect.config import CollectSettings
 from tools.collect.processes import end_group, start_group
 from tools.collect.routes import Route
@@ -269,14 +270,15 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
     started = time.time()
     attempt_log = layout.attempt_log(key, attempt)
     grace = crash_grace()
-    ports = allocate_ports(HOST)
-    server = CarlaServer(CarlaServer.command(setup.carla_root, ports, pick_gpu()), ports, attempt_log, host=HOST)
+    server = None
     checkpoint = layout.evaluator_checkpoint(key, attempt)
     evaluator = None
     stop_grace = EVALUATOR_STOP_GRACE_S
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        server.start()
+        gpu = pick_gpu()
+        server = start_server(setup.carla_root, gpu, attempt_log, host=HOST)
+        ports = server.ports
         check_town(route_file, route, HOST, ports.rpc)
         config = layout.agent_config(key, attempt)
         AgentConfig(root=str(layout.root), scenario=key.scenario, name=key.name, route_file=str(route_file),
@@ -285,7 +287,9 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
         checkpoint.unlink(missing_ok=True)
         argv = evaluator_command(sys.executable, setup, route_file, route.id, checkpoint,
                                  layout.evaluator_live(key, attempt), AGENT_FILE, config, ports, seed)
-        log.info("%s: CARLA server ready on port %d; leaderboard evaluator: %s", key, ports.rpc, " ".join(argv))
+        log.info("%s: CARLA server ready on GPU %s, ports %d (RPC), %d, %d, Traffic Manager %d; leaderboard "
+                 "evaluator: %s", key, gpu, ports.rpc, ports.streaming, ports.secondary, ports.traffic_manager,
+                 " ".join(argv))
         for handler in logging.getLogger().handlers:
             handler.flush()
         evaluator = start_group(argv, attempt_log, env=evaluator_env(os.environ, setup), cwd=layout.log_dir(key))
@@ -297,7 +301,8 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
         raise
     finally:
         end_group(evaluator, stop_grace)
-        end_group(server.process, stop_grace)  # CarlaServer.stop, with our grace
+        if server is not None:
+            server.stop(stop_grace)  # its process group, then its ports (the Traffic Manager's included)
         signal.signal(signal.SIGTERM, previous)
     status = results.read_status(checkpoint)
     if status is not None and status != results.STARTED:

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from tools.collect.carla.run import check_route, check_setup, install_towns
-from tools.collect.config import CollectSettings
+from tools.collect.carla.server import job_gpus, machine_gpus
+from tools.collect.config import CollectSettings, absolute_flags
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.routes import town_file
 from tools.collect.runner.jobs import find_route_files, plan
 from tools.collect.runner.local import run_local
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, summary_line
+from tools.collect.runner.workers import gpu_slots
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
@@ -25,10 +27,12 @@ from tools.dataset.manifest import read_manifest, update_manifest
 
 
 def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers: int, repetitions: int,
-                   max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False) -> None:
+                   max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False,
+                   servers_per_gpu: int | None = None) -> None:
     """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes
     (tools.collect.runner.local), or, with `slurm` (tools.collect.runner.slurm.SlurmOptions), as SLURM job arrays
-    watched by a monitor (tools.collect.runner.slurm)."""
+    watched by a monitor (tools.collect.runner.slurm). `servers_per_gpu` K (CARLA): a local worker per GPU slot,
+    the machine's (or the job's) GPUs times K, each server on its slot's GPU; on SLURM, slurm.servers_per_gpu."""
     started = time.time()
     if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
         raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
@@ -43,12 +47,19 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
                         "(for one file: python -m tools.collect run --route FILE)")
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
+    settings = absolute_flags(settings)  # what every worker and SLURM task is passed: paths that mean the same there
 
     route_files = find_route_files(routes_path)
     if not route_files:
         raise ToolError(f"ROUTES_DIR {routes_path}: no route files (*.xml) in it or below it; make some with "
                         "python -m tools.collect routes --town FILE --count N --out DIR")
     resolved = CollectSettings.from_flags(settings)  # a typo fails here, not in every worker
+    gpus = None
+    if servers_per_gpu is not None:
+        per_gpu = cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16)
+        if slurm is None:  # the GPUs this job may use (CUDA_VISIBLE_DEVICES, SLURM's), else all of the machine's
+            gpus = gpu_slots(job_gpus() or machine_gpus(), per_gpu)
+            workers = len(gpus)
     if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
         default_towns = install_towns(check_setup())
     else:
@@ -89,7 +100,9 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
                            "repetition": j.repetition} for j in jobs},
     )
     n_routes = len({(j.route_file, j.route.id) for j in jobs})
-    where = f"{workers} workers" if slurm is None else f"SLURM job arrays of at most {slurm.throttle} tasks at once"
+    where = f"SLURM job arrays of at most {slurm.throttle} tasks at once" if slurm is not None else (
+        f"{workers} workers on GPUs {', '.join(dict.fromkeys(gpus))} ({servers_per_gpu} per GPU)" if gpus
+        else f"{workers} workers")
     print(f"collect: {len(jobs)} route runs ({n_routes} routes x {repetitions} repetitions) "
           f"into {layout.root}, {where}, at most {max_attempts} attempts each", file=sys.stderr)
     if slurm is not None:
@@ -98,4 +111,4 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
         return
 
-    run_local(layout, jobs, workers, max_attempts, settings, py123d, started)
+    run_local(layout, jobs, workers, max_attempts, settings, py123d, started, gpus)

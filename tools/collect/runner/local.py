@@ -16,9 +16,10 @@ from tools.dataset.layout import Layout
 
 
 def run_local(layout: Layout, jobs: list[Job], workers: int, max_attempts: int, settings: dict[str, Any],
-              py123d: bool, started: float) -> None:
-    """Run the planned route runs in `workers` local processes, then print the closing summary."""
-    c = Collector(layout, workers=workers, max_attempts=max_attempts, settings=settings, py123d=py123d)
+              py123d: bool, started: float, gpus: list[str] | None = None) -> None:
+    """Run the planned route runs in `workers` local processes (with `gpus`, one a GPU slot: workers.gpu_slots),
+    then print the closing summary."""
+    c = Collector(layout, workers=workers, max_attempts=max_attempts, settings=settings, py123d=py123d, gpus=gpus)
     c.run(jobs)
     if py123d:  # finished runs without a current Py123D log: finished before, or their export was cut short
         export_missing(layout)

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings
 from tools.collect.routes import read_routes
 from tools.collect.runner.jobs import Job, duration
-from tools.collect.runner.workers import Collector
+from tools.collect.runner.workers import Collector, gpu_slots
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -97,6 +98,7 @@ class SlurmOptions:
     mem: str = "4G"
     gpus: int = 0  # per task; only a world that renders on a GPU (CARLA) asks for one
     runs_per_task: int = 1
+    servers_per_gpu: int = 0  # CARLA servers a task runs at once on each of its GPUs (0: one run at a time)
     sbatch_args: tuple[str, ...] = ()  # passed to sbatch as they are
     poll: float = 30.0
     watch: bool = True
@@ -115,7 +117,7 @@ class SlurmOptions:
 
 def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, throttle: Any, cpus: Any, mem: Any,
                        gpus: Any, runs_per_task: Any, sbatch_args: Any, watch: Any, poll: Any,
-                       settings: dict[str, Any]) -> SlurmOptions | None:
+                       settings: dict[str, Any], servers_per_gpu: Any = None) -> SlurmOptions | None:
     """The SlurmOptions of `collect --slurm ...` flags (None without --slurm), each converted and checked."""
     if not cli.switch(slurm, "slurm"):
         return None
@@ -126,6 +128,7 @@ def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, thro
         cpus=cli.integer(cpus, "cpus", 1), mem=cli.text(mem, "mem"),
         gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else (1 if world == "carla" else 0),
         runs_per_task=cli.integer(runs_per_task, "runs-per-task", 1),
+        servers_per_gpu=0 if servers_per_gpu is None else cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16),
         sbatch_args=tuple(shlex.split(cli.text(sbatch_args, "sbatch-args"))) if sbatch_args else (),
         poll=cli.number(poll, "poll", 0.01), watch=cli.switch(watch, "watch"))
     check_options(options)
@@ -147,6 +150,12 @@ def check_options(o: SlurmOptions) -> None:
             raise ToolError(f"--{name} {value}: expected {lo} or more")
     if o.poll <= 0:
         raise ToolError(f"--poll {o.poll:g}: expected seconds above 0")
+    if o.servers_per_gpu and not o.gpus:
+        raise ToolError(f"--servers-per-gpu {o.servers_per_gpu} with --gpus 0: give each task GPUs (--gpus G)")
+    if o.servers_per_gpu and o.runs_per_task < o.gpus * o.servers_per_gpu:
+        raise ToolError(f"--runs-per-task {o.runs_per_task}: a task runs {o.gpus * o.servers_per_gpu} servers at once "
+                        f"(--gpus {o.gpus} x --servers-per-gpu {o.servers_per_gpu}); give --runs-per-task "
+                        f"{o.gpus * o.servers_per_gpu} or more")
 
 
 # ----------------------------------------------------------------------------- the scheduler
@@ -239,6 +248,7 @@ class Wave:
     arrays: list[dict[str, Any]] = field(default_factory=list)  # {"name", "first", "count", "job_id", "argv"}
     created: str = field(default_factory=now_iso)
     py123d: bool = False  # each run also writes its Py123D log (collect --py123d; absent in older wave files)
+    servers_per_gpu: int = 0  # a task's runs at once per GPU it was given (0: one at a time; absent in older files)
 
     @property
     def n_tasks(self) -> int:
@@ -251,7 +261,7 @@ class Wave:
         atomic.write_json(self.path, {
             "format": WAVE_FORMAT, "wave": self.wave, "created": self.created, "runs_per_task": self.runs_per_task,
             "max_attempts": self.max_attempts, "settings": self.settings, "throttle": self.throttle,
-            "arrays": self.arrays, "runs": self.runs, "py123d": self.py123d,
+            "arrays": self.arrays, "runs": self.runs, "py123d": self.py123d, "servers_per_gpu": self.servers_per_gpu,
         })
 
     @staticmethod
@@ -262,7 +272,7 @@ class Wave:
                 raise ValueError(f"format {d.get('format')}, this tool reads {WAVE_FORMAT}")
             return Wave(Path(path), int(d["wave"]), list(d["runs"]), int(d["runs_per_task"]), int(d["max_attempts"]),
                         dict(d["settings"]), int(d["throttle"]), list(d["arrays"]), str(d["created"]),
-                        bool(d.get("py123d", False)))
+                        bool(d.get("py123d", False)), int(d.get("servers_per_gpu", 0)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ToolError(f"{path}: not a readable wave file ({e})") from None
 
@@ -323,7 +333,8 @@ class Monitor:
         waves = load_waves(self.layout)
         n = max((w.wave for w in waves), default=0) + 1
         wave = Wave(waves_dir(self.layout) / WAVE_NAME.format(wave=n), n, entries, self.o.runs_per_task,
-                    self.max_attempts, self.settings, self.o.throttle, py123d=self.py123d)
+                    self.max_attempts, self.settings, self.o.throttle, py123d=self.py123d,
+                    servers_per_gpu=self.o.servers_per_gpu)
         step = self.max_array
         for i, first in enumerate(range(0, wave.n_tasks, step)):
             wave.arrays.append({"name": f"{self.prefix}-w{n:04d}-{i}", "first": first,
@@ -516,9 +527,12 @@ def run_task(wave_file: str, index: Any) -> None:
         jobs.append(Job(route_file, route, int(entry["repetition"]), Path(entry["towns"]), run_key_of(entry)))
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     job = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
-    print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs", file=sys.stderr)
+    gpus = gpu_slots(job_gpus() or machine_gpus(), wave.servers_per_gpu) if wave.servers_per_gpu else None
+    at_once = f", {len(gpus)} at once on GPUs {', '.join(dict.fromkeys(gpus))}" if gpus else ""
+    print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs{at_once}",
+          file=sys.stderr)
     c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=wave.settings, retry=False,
-                  progress=False, py123d=wave.py123d)
+                  progress=False, py123d=wave.py123d, gpus=gpus)
     c.run(jobs)
     print(f"collect: task {task}: {len(c.finished)} finished, {len(c.failed)} failed, {c.skipped} already "
           f"finished, {len(c.busy)} running elsewhere, {len(c.given_up)} out of attempts", file=sys.stderr)

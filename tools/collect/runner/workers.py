@@ -8,6 +8,10 @@ The parent claims a run (tools.dataset.results.claim_run: the run's lock, then t
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
 same route run meanwhile. A child dies with its collector (PR_SET_PDEATHSIG), so a rerun after a kill -9
 of the collector never finds more simulators than --workers.
+
+With --servers-per-gpu (CARLA servers on a machine's GPUs) every worker is a slot with a GPU of its own
+(`gpu_slots`): the child of slot i renders on GPU slots[i] (tools.collect.carla.server.GPU_ENV), and reserves its
+own ports when its server starts.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tools.collect.carla.server import GPU_ENV
 from tools.collect.config import ROUTE_RUN_COMMAND
 from tools.collect.processes import die_with_parent, signal_group
 from tools.collect.runner.jobs import Job
@@ -56,10 +61,17 @@ class Worker:
     log: Path
     proc: subprocess.Popen
     started: float
+    slot: int = 0  # which worker slot it runs in (its GPU, with --servers-per-gpu)
 
 
 
 # ----------------------------------------------------------------------------- the collector
+
+
+def gpu_slots(gpus: list[str], per_gpu: int) -> list[str]:
+    """One GPU per worker slot, `per_gpu` slots a GPU, the GPUs taken in turn (a collection with fewer runs left
+    than slots still spreads them over every GPU)."""
+    return [gpus[i % len(gpus)] for i in range(len(gpus) * per_gpu)]
 
 
 def _setting_args(settings: dict[str, Any]) -> list[str]:
@@ -70,13 +82,15 @@ def _setting_args(settings: dict[str, Any]) -> list[str]:
 class Collector:
     """Runs jobs in at most `workers` child processes, retrying failed runs until `max_attempts` (unless
     `retry` is off: a SLURM task leaves retries to the monitor's next wave); `py123d`: each run also writes its
-    Py123D log (run --py123d)."""
+    Py123D log (run --py123d); `gpus`: one GPU per worker slot (`gpu_slots`; --servers-per-gpu), which then sets the
+    number of workers."""
 
     def __init__(self, layout: Layout, workers: int, max_attempts: int, settings: dict[str, Any], retry: bool = True,
-                 progress: bool = True, py123d: bool = False):
+                 progress: bool = True, py123d: bool = False, gpus: list[str] | None = None):
         self.layout = layout
         self.py123d = py123d
-        self.workers = workers
+        self.gpus = list(gpus) if gpus else None
+        self.workers = len(self.gpus) if self.gpus else workers
         self.max_attempts = max_attempts
         self.settings = settings
         self.retry = retry
@@ -109,11 +123,16 @@ class Collector:
         if not isinstance(claim, RunClaim):
             return {RunState.FINISHED: "finished", RunState.RUNNING: "running", RunState.DAMAGED: "damaged",
                     RunState.FAILED: "given-up"}[claim]
+        slot = min(set(range(self.workers)) - {w.slot for w in self.running})
         try:
             cmd = self._command(job, claim.attempt)
             env = dict(os.environ, PYTHONUNBUFFERED="1", **{LOCK_FD_ENV: str(claim.fd)})
+            where = ""
+            if self.gpus:
+                env[GPU_ENV] = self.gpus[slot]
+                where = f", worker {slot} on GPU {self.gpus[slot]}"
             with open(claim.log, "ab") as out:
-                out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}\n"
+                out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}{where}\n"
                           f"$ {shlex.join(cmd)}\n".encode())
                 out.flush()
                 # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
@@ -124,7 +143,7 @@ class Collector:
                                         preexec_fn=functools.partial(die_with_parent, os.getpid()))
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
-        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time()))
+        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(), slot))
         return "started"
 
     def _watchdog(self, w: Worker) -> None:
