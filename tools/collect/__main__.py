@@ -341,6 +341,17 @@ def export_py123d(root: str | None = None, out: str | None = None, workers: int 
     export_root(root=root, out=out, workers=workers, force=force)
 
 
+def _setting_switches() -> set[str]:
+    """The collection settings that are switches (--stop-on-infraction, --no-record): CollectSettings' bools."""
+    import dataclasses
+
+    from tools.collect.config import CollectSettings
+
+    return {f.name for f in dataclasses.fields(CollectSettings) if isinstance(f.default, bool)}
+
+
+run.setting_switches = collect.setting_switches = _setting_switches
+
 COMMANDS = {
     "town": town,
     "routes": routes,
