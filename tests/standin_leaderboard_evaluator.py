@@ -18,14 +18,16 @@ SCENARIO_RUNNER_ROOT trees the test makes. It draws once from scenario_runner's 
 
 Told what to do by the environment, STANDIN_EVALUATOR:
   ok (default)        the route driven to its end: Perfect, or STANDIN_STATUS when set; exit 0
+  crash-server-record SIGKILLs the server, prints the tick's time-out as the real one prints an exception, records
+                      "Failed - Simulation crashed" itself, exits 255 (sys.exit(-1))
   infraction          the ego collides with a vehicle at tick 5 of the route's ROUTE_TICKS: Completed with the
                       collision, or Failed with it when the route was stopped there; exit 0
   norecord            exits 1 after the first write (an exception before any record)
   crash-server        SIGKILLs the server (pids in STANDIN_PID_FILE), records nothing, waits (as the real one
                       blocked in world.tick until its client timeout)
-  crash-server-record SIGKILLs the server, records "Failed - Simulation crashed" itself, exits 255 (sys.exit(-1))
   hang                records nothing, waits
-It appends its pid to STANDIN_EVALUATOR_PIDS when set, and writes the flags it parsed, scenario_runner's seed
+STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]}) gives a run's attempts their own modes. It appends
+its pid to STANDIN_EVALUATOR_PIDS when set, and writes the flags it parsed, scenario_runner's seed
 and its first draw to argv.json in its working directory.
 """
 
@@ -38,6 +40,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 from leaderboard.scenarios.scenario_manager import ScenarioManager
 from leaderboard.utils.route_indexer import RouteIndexer
@@ -147,9 +150,20 @@ def kill_server() -> None:
         os.kill(int(f.readline()), signal.SIGKILL)
 
 
+def mode_of(agent_config: str) -> str:
+    """STANDIN_EVALUATOR, or this attempt's mode in STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]},
+    the last one for later attempts) where it names the run."""
+    with open(agent_config) as f:
+        config = json.load(f)
+    modes = json.loads(os.environ.get("STANDIN_MODES", "{}")).get(config["name"])
+    if modes:
+        return modes[min(config["attempt"], len(modes)) - 1]
+    return os.environ.get("STANDIN_EVALUATOR", "ok")
+
+
 def main() -> None:
     args = parse()
-    mode = os.environ.get("STANDIN_EVALUATOR", "ok")
+    mode = mode_of(args.agent_config)
     if os.environ.get("STANDIN_EVALUATOR_PIDS"):
         with open(os.environ["STANDIN_EVALUATOR_PIDS"], "a") as f:
             f.write(f"{os.getpid()}\n")
@@ -190,7 +204,13 @@ def main() -> None:
         raise SystemExit(1)
     if mode in ("crash-server", "crash-server-record"):
         kill_server()
-        if mode == "crash-server-record":
+        if mode == "crash-server-record":  # the tick times out: the real one prints the exception, records it
+            try:
+                raise RuntimeError(f"time-out of 10000ms while waiting for the simulator, make sure the simulator "
+                                   f"is ready and connected to {args.host}:{args.port}")
+            except RuntimeError:
+                print("\n\033[91mError during the simulation:")
+                print(f"\n{traceback.format_exc()}\033[0m", flush=True)
             rec = record(route_name, "Failed - Simulation crashed")
             write(args.checkpoint, results([rec], "Crashed"))
             sys.exit(-1)

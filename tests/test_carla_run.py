@@ -23,6 +23,7 @@ from tools.collect.carla import run as carla_run
 from tools.collect.carla.evaluator import STOPPED
 from tools.collect.carla.server import CARLA_VERSION, Ports
 from tools.collect.config import CollectSettings
+from tools.collect.routes import read_routes
 from tools.collect.runner.attempt import derive_seed
 from tools.dataset import atomic, results
 from tools.dataset.errors import ToolError
@@ -269,24 +270,63 @@ def test_bin_collect_drives_a_carla_route_through_its_worker_standin_server_and_
     assert results.run_state(layout, key) is results.RunState.FINISHED
 
 
+def crash_modes(short_routes: Path) -> tuple[RunKey, RunKey, str]:
+    """Two route runs: the first crashes the simulator on every attempt, the second once and then finishes
+    (STANDIN_MODES of the stand-in evaluator)."""
+    routes = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)
+    always, once = (RunKey.for_route(r.parent.name, r.stem, read_routes(r)[0].id, 0) for r in routes)
+    return always, once, json.dumps({always.name: ["crash-server-record"], once.name: ["crash-server-record", "ok"]})
+
+
+CRASH = "Failed - Simulation crashed: RuntimeError: time-out of 10000ms while waiting for the simulator"
+
+
+def test_a_route_crashing_on_every_attempt_is_named_apart_from_one_that_crashed_once_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    always, once, modes = crash_modes(short_routes)
+    proc = run_bin("collect", short_routes, "--root", tmp_path / "root", "--world=carla", "--workers", "2",
+                   "--max-attempts", "3", env={**carla_env, "STANDIN_MODES": modes,
+                                               "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(tmp_path / "root")
+    assert [a["status"] for a in results.read_attempts(layout, always)] == [results.FAILED_SIMULATION] * 3
+    assert [a["status"] for a in results.read_attempts(layout, once)] == [results.FAILED_SIMULATION,
+                                                                         results.PERFECT]
+    # The ports in the messages differ from attempt to attempt: the same crash all the same.
+    named = re.compile(rf"^  {re.escape(str(always))}: {re.escape(CRASH)}.* \(3 attempts; logs in ", re.M)
+    progress = run_bin("progress", tmp_path / "root")
+    for out in (proc.stderr, progress.stdout):
+        assert "1 route runs crash the same way on every attempt" in out and named.search(out), out
+        assert "1 route runs crashed, then finished on a later attempt" in out
+        assert f"\n  {once}:" not in out  # not named with the routes that always crash
+
+
 @pytest.mark.slurm
 def test_slurm_array_tasks_drive_carla_routes_standin_server_and_evaluator(slurm, tmp_path, short_routes, carla_env):
     """bin/collect --slurm --world=carla on the real one-node cluster: each array task starts its stand-in server
-    and evaluator (no GPU on the test cluster: --gpus 0; a CARLA collection asks for 1 by default)."""
+    and evaluator (no GPU on the test cluster: --gpus 0; a CARLA collection asks for 1 by default). One route
+    crashes the simulator on every attempt, the other once: the monitor's second wave retries both, and its
+    summary names the first, with its crash and attempts, apart from the second."""
     one = tmp_path / "routes"
     for route in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
         (one / route.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(route, one / route.parent.name / route.name)
     shutil.copytree(short_routes / "towns", one / "towns")
+    always, once, modes = crash_modes(short_routes)
     proc = run_tool(REPO / "bin" / "collect", one, "--root", tmp_path / "root", "--world=carla", "--slurm",
-                    "--gpus", "0", "--poll", "1",
-                    env={**slurm.env, **carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=300)
+                    "--gpus", "0", "--poll", "1", "--max-attempts", "2",
+                    env={**slurm.env, **carla_env, "STANDIN_MODES": modes,
+                         "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     layout = Layout(tmp_path / "root")
-    keys = list(layout.iter_runs())
-    assert len(keys) == 2 and all(results.run_state(layout, k) is results.RunState.FINISHED for k in keys)
-    assert all(json.loads(layout.result_path(k).read_text())["_checkpoint"]["records"][0]["route_id"]
-               .startswith("RouteScenario_") for k in keys)  # the evaluator's own result
+    assert sorted(layout.iter_runs()) == sorted([always, once])
+    assert results.run_state(layout, once) is results.RunState.FINISHED
+    assert results.run_state(layout, always) is results.RunState.FAILED
+    assert json.loads(layout.result_path(once).read_text())["_checkpoint"]["records"][0]["route_id"] \
+        .startswith("RouteScenario_")  # the evaluator's own result
+    summary = proc.stderr[proc.stderr.rindex("collect: 1 route runs finished, 1 failed"):]
+    assert f"\n  {always}: {CRASH}" in summary and "(2 attempts; logs in " in summary, summary
+    assert "1 route runs crashed, then finished on a later attempt" in summary
 
 
 # ----------------------------------------------------------------------------- checks before anything starts

@@ -271,10 +271,11 @@ def _sigterm(signum, frame) -> None:
 
 
 def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings: CollectSettings, repetition: int,
-          seed: int, attempt: int, setup: CarlaSetup) -> Path | results.RouteRecord:
+          seed: int, attempt: int, setup: CarlaSetup) -> tuple[Path | results.RouteRecord, str]:
     """Drive the route in a CARLA server of our own under the leaderboard evaluator. Returns the evaluator's
     checkpoint when it holds a finished record (run_route publishes it unchanged), else the record of a
-    simulation crash. ToolError when the server does not come up or lacks the route's town."""
+    simulation crash; and how the evaluator ended, in words. ToolError when the server does not come up or
+    lacks the route's town."""
     started = time.time()
     attempt_log = layout.attempt_log(key, attempt)
     grace = crash_grace()
@@ -313,10 +314,11 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
     if status is not None and status != results.STARTED:
         log.info("%s: %s (%s; the leaderboard evaluator's result, %.0f s wall)", key, status, why,
                  time.time() - started)
-        return checkpoint
+        return checkpoint, why
     log.error("%s: %s: %s with no finished record in %s", key, results.FAILED_SIMULATION, why, checkpoint)
+    why += " with no finished record"
     return results.RouteRecord(route_id=route.id, status=results.FAILED_SIMULATION,
-                               duration_system=time.time() - started)
+                               duration_system=time.time() - started), why
 
 
 def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: float) -> str:
