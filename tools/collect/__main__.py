@@ -198,7 +198,9 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         poll: seconds between two looks at the scheduler (30; tests use less).
         py123d: also write each finished route run as a Py123D log under ROOT/py123d.
         preset: tiny, small or full (the table above; tools/dataset/presets.py).
-        settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla.
+        settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla,
+            --stop-on-infraction (end a run at the expert's first infraction, Failed with it in its record,
+            so it is retried; both worlds).
     """
     from tools.collect.runner.collection import collect_routes
     from tools.collect.runner.slurm import options_from_flags
@@ -239,7 +241,9 @@ def task(wave_file: str, index: int) -> None:
 
 
 def progress(root: str | None = None) -> None:
-    """Print a table per scenario type: total, finished, failed, running, pending, failure rate.
+    """Print a table per scenario type: total, finished, failed, running, pending, failure rate; then the route
+    runs that crash the same way on every attempt (the crash, N attempts), apart from those that crashed and
+    then finished (from their attempt records, logs/<Scenario>/<run>/attempts.json).
 
     Args:
         root: dataset root (default: $DATA_ROOT, else ./data).

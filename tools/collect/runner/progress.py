@@ -33,7 +33,8 @@ def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
 
 
 def print_progress(root: str | None) -> None:
-    """Print a table per scenario type: total, finished, failed, running, pending, failure rate."""
+    """Print a table per scenario type: total, finished, failed, running, pending, failure rate; then the routes
+    that crash the same way on every attempt, and how many crashed and then finished (crash_lines)."""
     layout, keys = _open_root(root)
     states = run_states(layout, keys)
     table = count_states(layout, keys, states)
