@@ -109,7 +109,8 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
 
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
     log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
-    def crashed(message: str) -> None:
+
+    def crashed(message: str) -> None:  # the attempt's result and record, when it could not drive
         results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
         results.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message)
 
