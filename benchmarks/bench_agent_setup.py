@@ -1,10 +1,11 @@
 """Our CARLA agent's set-up on a big town, with stand-ins (no CARLA server runs here): the seconds AgentCore.start
-takes on the server's map (the map's OpenDRIVE kept as a Town, the lane graph kept beside it, the route planned, the
-expert, the BEV scene round the route), against the leaderboard evaluator's 300 s limit on an agent's set-up.
+takes on the server's map (the map's OpenDRIVE kept as a Town, the leaderboard's plan taken as the route, the expert,
+the BEV scene round the route), against the leaderboard evaluator's 300 s limit on an agent's set-up.
 
 The "server's map" is a carla.Map built from the town's OpenDRIVE, as the client gets it from world.get_map();
-the hero, the world and its blueprint library are the stand-ins of tests/test_carla_agent.py. The first set-up on a
-map walks its lane graph and builds its scene (kept under the user cache); the second reads them.
+the hero, the world and its blueprint library are the stand-ins of tests/test_carla_agent.py; the plan the evaluator
+hands the agent (set_global_plan) is made before the timed set-up, by our RoutePlanner (GlobalRoutePlanner's path).
+The first set-up on a map builds its scene (kept under the user cache); the second reads it.
 
     .venv/bin/python benchmarks/bench_agent_setup.py --town Town13       # needs make towns; one route of the town
 """
@@ -26,12 +27,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 def one_setup(route: Path, xodr: Path, root: Path) -> float:
     import carla
-    from test_carla_agent import HERO_ID, StandinActor, StandinWorld
+    from test_carla_agent import HERO_ID, StandinActor, StandinWorld, leaderboard_plan
 
     from tools.collect.carla.agent import AgentConfig, AgentCore
     from tools.collect.config import CollectSettings
     from tools.collect.routes import select_route
     from tools.dataset.layout import RunKey
+    from tools.expert.planner import RoutePlanner
 
     r = select_route(route, None)
     carla_map = carla.Map(r.town, xodr.read_text())  # what world.get_map() gives the agent
@@ -39,9 +41,10 @@ def one_setup(route: Path, xodr: Path, root: Path) -> float:
     key = RunKey.for_route(r.scenario, route.stem, r.id, 0)
     config = AgentConfig(root=str(root), scenario=key.scenario, name=key.name, route_file=str(route), route_id=r.id,
                          repetition=0, seed=1, attempt=1, settings=CollectSettings().to_dict())
+    plan = leaderboard_plan(RoutePlanner(carla_map).trace(r.waypoints))  # the evaluator's, before set-up
     core = AgentCore(config)
     started = time.perf_counter()
-    core.start(StandinWorld([hero]), carla_map, hero)
+    core.start(StandinWorld([hero]), carla_map, hero, plan)
     return time.perf_counter() - started
 
 
@@ -67,7 +70,7 @@ def main() -> None:
                         "--min-length", "300", "--max-length", "700", "--scenarios", "Accident", "--out",
                         str(tmp / "routes")], cwd=REPO, check=True, capture_output=True)
         (route,) = sorted((tmp / "routes" / "Accident").glob("*.xml"))
-        for label in ("first set-up (lane graph walked, scene built)", "later set-up (both read)"):
+        for label in ("first set-up (scene built)", "later set-up (scene read)"):
             out = subprocess.run([sys.executable, __file__, "--child", str(route), str(xodr), str(tmp / "root")],
                                  cwd=REPO, env=env, check=True, capture_output=True, text=True).stdout.split()
             print(f"{args.town}: AgentCore.start {out[0]} s, peak {out[1]} MB: {label} (the evaluator allows 300 s)")

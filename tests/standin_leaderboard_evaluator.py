@@ -9,15 +9,26 @@ version with the real carla client, and writes its checkpoint as StatisticsManag
 (run(): clear_records, save_progress, write_statistics), then the finished record of the one route
 (compute_route_statistics, compute_global_statistics, validate_and_write_statistics), json.dump with indent 4.
 
+Like the real one it takes the route's name and repetition from the leaderboard's RouteIndexer, drives the route
+through the leaderboard's ScenarioManager (run_scenario's loop of _tick_scenario), and judges it from the
+scenario's criteria (an event of a type in PENALTY_NAME_DICT is an infraction; a route not driven to its end is
+Failed): the stand-ins of those modules (tests/standin_leaderboard) sit in the LEADERBOARD_ROOT and
+SCENARIO_RUNNER_ROOT trees the test makes. It draws once from scenario_runner's random source
+(CarlaDataProvider.get_random_seed(), as the scenarios draw their actors) and notes the draw.
+
 Told what to do by the environment, STANDIN_EVALUATOR:
-  ok (default)        the finished record, status STANDIN_STATUS (default Perfect); exit 0
+  ok (default)        the route driven to its end: Perfect, or STANDIN_STATUS when set; exit 0
+  crash-server-record SIGKILLs the server, prints the tick's time-out as the real one prints an exception, records
+                      "Failed - Simulation crashed" itself, exits 255 (sys.exit(-1))
+  infraction          the ego collides with a vehicle at tick 5 of the route's ROUTE_TICKS: Completed with the
+                      collision, or Failed with it when the route was stopped there; exit 0
   norecord            exits 1 after the first write (an exception before any record)
   crash-server        SIGKILLs the server (pids in STANDIN_PID_FILE), records nothing, waits (as the real one
                       blocked in world.tick until its client timeout)
-  crash-server-record SIGKILLs the server, records "Failed - Simulation crashed" itself, exits 255 (sys.exit(-1))
   hang                records nothing, waits
-It appends its pid to STANDIN_EVALUATOR_PIDS when set, and writes the flags it parsed to argv.json in its
-working directory.
+STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]}) gives a run's attempts their own modes. It appends
+its pid to STANDIN_EVALUATOR_PIDS when set, and writes the flags it parsed, scenario_runner's seed
+and its first draw to argv.json in its working directory.
 """
 
 from __future__ import annotations
@@ -30,7 +41,16 @@ import signal
 import socket
 import sys
 import time
+import traceback
 
+from leaderboard.scenarios.scenario_manager import ScenarioManager
+from leaderboard.utils.route_indexer import RouteIndexer
+from leaderboard.utils.statistics_manager import PENALTY_NAME_DICT
+from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
+from srunner.scenariomanager.traffic_events import TrafficEvent, TrafficEventType
+
+ROUTE_TICKS = 40  # the stand-in route's length in ticks
+COLLISION_TICK = 5  # where the ego collides in mode infraction
 INFRACTIONS = ["collisions_layout", "collisions_pedestrian", "collisions_vehicle", "red_light", "stop_infraction",
                "outside_route_lanes", "min_speed_infractions", "yield_emergency_vehicle_infractions",
                "scenario_timeouts", "route_dev", "vehicle_blocked", "route_timeout"]
@@ -65,12 +85,51 @@ def results(records: list, entry_status: str, global_record: dict | None = None)
             "labels": []}
 
 
-def record(route_id: str, status: str) -> dict:
-    done = status in ("Perfect", "Completed")
-    return {"index": 0, "route_id": f"RouteScenario_{route_id}_rep0", "status": status, "num_infractions": 0,
-            "infractions": {k: [] for k in INFRACTIONS},
-            "scores": {"score_route": 100.0 if done else 12.5, "score_penalty": 1.0,
-                       "score_composed": 100.0 if done else 12.5},
+class Criterion:
+    def __init__(self):
+        self.events = []
+
+
+class StandinRoute:
+    """The route scenario: ROUTE_TICKS ticks long; with `collide`, the collision criterion's event at
+    COLLISION_TICK."""
+
+    def __init__(self, collide: bool):
+        self.ticks, self.collide = 0, collide
+        self.collisions = Criterion()
+
+    def tick(self):
+        self.ticks += 1
+        if self.collide and self.ticks == COLLISION_TICK:
+            self.collisions.events.append(TrafficEvent(
+                TrafficEventType.COLLISION_VEHICLE, self.ticks,
+                "Agent collided against object with type=vehicle.tesla.model3 and id=77 at (x=12.3, y=4.5, z=0.0)"))
+
+    @property
+    def done(self):
+        return self.ticks >= ROUTE_TICKS
+
+    def get_criteria(self):
+        return [self.collisions]
+
+
+def record(route_name: str, status: str, route: StandinRoute | None = None) -> dict:
+    """The record as compute_route_statistics makes it: infractions from the criteria's events, Perfect or
+    Completed when the route was driven to its end, else Failed (`status`: a status the test asks for)."""
+    infractions = {k: [] for k in INFRACTIONS}
+    completion = 100.0 if status in ("Perfect", "Completed") else 12.5
+    if route is not None:
+        for node in route.get_criteria():
+            for event in node.events:
+                infractions[PENALTY_NAME_DICT[event.get_type()]].append(event.get_message())
+        completion = round(100.0 * route.ticks / ROUTE_TICKS, 2)
+        if not os.environ.get("STANDIN_STATUS"):
+            found = any(infractions.values())
+            status = ("Completed" if found else "Perfect") if route.done else "Failed"
+    return {"index": 0, "route_id": route_name, "status": status,
+            "num_infractions": sum(len(v) for v in infractions.values()), "infractions": infractions,
+            "scores": {"score_route": completion, "score_penalty": 0.6 ** len(infractions["collisions_vehicle"]),
+                       "score_composed": completion * 0.6 ** len(infractions["collisions_vehicle"])},
             "meta": {"route_length": 180.123, "duration_game": 41.25, "duration_system": 55.5}}
 
 
@@ -92,14 +151,29 @@ def kill_server() -> None:
         os.kill(int(f.readline()), signal.SIGKILL)
 
 
+def mode_of(agent_config: str) -> str:
+    """STANDIN_EVALUATOR, or this attempt's mode in STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]},
+    the last one for later attempts) where it names the run."""
+    with open(agent_config) as f:
+        config = json.load(f)
+    modes = json.loads(os.environ.get("STANDIN_MODES", "{}")).get(config["name"])
+    if modes:
+        return modes[min(config["attempt"], len(modes)) - 1]
+    return os.environ.get("STANDIN_EVALUATOR", "ok")
+
+
 def main() -> None:
     args = parse()
-    mode = os.environ.get("STANDIN_EVALUATOR", "ok")
+    mode = mode_of(args.agent_config)
     if os.environ.get("STANDIN_EVALUATOR_PIDS"):
         with open(os.environ["STANDIN_EVALUATOR_PIDS"], "a") as f:
             f.write(f"{os.getpid()}\n")
+    config = RouteIndexer(args.routes, args.repetitions, args.routes_subset).get_next_config()
+    route_name = f"{config.name}_rep{config.repetition_index}"  # _load_and_run_scenario's
+    draw = int(CarlaDataProvider.get_random_seed().randint(2 ** 31 - 1))
     with open("argv.json", "w") as f:
-        json.dump({"argv": sys.argv[1:], "flags": vars(args)}, f, indent=1)
+        json.dump({"argv": sys.argv[1:], "flags": vars(args), "random_seed": CarlaDataProvider._random_seed,
+                   "first_draw": draw}, f, indent=1)
     print(f"stand-in leaderboard evaluator: mode {mode}", flush=True)
 
     import agents  # noqa: F401  CARLA's PythonAPI/carla on PYTHONPATH, as scenario_runner needs it
@@ -125,9 +199,9 @@ def main() -> None:
     import tools.dataset  # noqa: F401  the folder of our tools package is on PYTHONPATH: the agent imports it
 
     with open(args.agent_config) as f:
-        config = json.load(f)
-    assert config["route_id"] == args.routes_subset, (config["route_id"], args.routes_subset)
-    assert config["settings"]["world"] == "carla", config["settings"]
+        agent_config = json.load(f)
+    assert agent_config["route_id"] == args.routes_subset, (agent_config["route_id"], args.routes_subset)
+    assert agent_config["settings"]["world"] == "carla", agent_config["settings"]
 
     with open(args.checkpoint, 'w') as fd:  # StatisticsManager.clear_records
         fd.truncate(0)
@@ -136,13 +210,23 @@ def main() -> None:
         raise SystemExit(1)
     if mode in ("crash-server", "crash-server-record"):
         kill_server()
-        if mode == "crash-server-record":
-            rec = record(args.routes_subset, "Failed - Simulation crashed")
+        if mode == "crash-server-record":  # the tick times out: the real one prints the exception, records it
+            try:
+                raise RuntimeError(f"time-out of 10000ms while waiting for the simulator, make sure the simulator "
+                                   f"is ready and connected to {args.host}:{args.port}")
+            except RuntimeError:
+                print("\n\033[91mError during the simulation:")
+                print(f"\n{traceback.format_exc()}\033[0m", flush=True)
+            rec = record(route_name, "Failed - Simulation crashed")
             write(args.checkpoint, results([rec], "Crashed"))
             sys.exit(-1)
     if mode in ("crash-server", "hang"):
         time.sleep(600)
-    rec = record(args.routes_subset, os.environ.get("STANDIN_STATUS", "Perfect"))
+    route = StandinRoute(collide=mode == "infraction")
+    manager = ScenarioManager(args.timeout)
+    manager.load_scenario(route, None, config.index, config.repetition_index)
+    manager.run_scenario()
+    rec = record(route_name, os.environ.get("STANDIN_STATUS", "Perfect"), route)
     write(args.checkpoint, results([rec], "Finished", global_record(rec)))
     sys.exit(0)
 

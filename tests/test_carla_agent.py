@@ -30,14 +30,15 @@ from tools.collect.carla.agent import (
     own_sensors,
 )
 from tools.collect.config import CollectSettings
-from tools.collect.routes import select_route
+from tools.collect.routes import Route, select_route, write_route
 from tools.dataset import frames, results, semantics
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.geometry import BevGrid, Pose, world_to_ego
 from tools.dataset.layout import Layout, RunKey
+from tools.dataset.measurements import RoadOption
 from tools.dataset.rig import RigConfig
 from tools.dataset.validate import check_frame, check_run
-from tools.expert.planner import RoutePlanner
+from tools.expert.planner import DenseRoute, RoutePlanner
 
 STANDINS = Path(__file__).parent / "standin_leaderboard"
 TICKS = 41  # 2 s at 20 Hz: frames at ticks 0, 5, ..., 40
@@ -197,17 +198,23 @@ def standin_leaderboard(monkeypatch):
         del sys.modules[name]
 
 
-def drive_standin(module, root: Path, route_file: Path, xodr: Path, repetition: int, tmp_path: Path,
-                  monkeypatch) -> RunKey:
-    """One route run of our agent in the stand-in simulator: the hero moves along the route at 6 m/s behind a
-    car, past a walker and a cone, towards a red light. Returns the run's key."""
+def leaderboard_plan(route: DenseRoute) -> list[tuple[carla.Transform, RoadOption]]:
+    """A route as the evaluator hands it to set_global_plan (RouteScenario.route: (carla.Transform, RoadOption)
+    about 1 m apart, GlobalRoutePlanner's samples, which our RoutePlanner reproduces)."""
+    return [(carla.Transform(carla.Location(float(x), float(y), 0.0), carla.Rotation(yaw=float(yaw))), RoadOption(o))
+            for (x, y), yaw, o in zip(route.xy, route.yaw, route.option, strict=True)]
+
+
+def start_standin(module, root: Path, route_file: Path, xodr: Path, repetition: int, tmp_path: Path, monkeypatch,
+                  plan: DenseRoute | None = None):
+    """Our agent set up as the evaluator sets it up (set_global_plan with the leaderboard's route, then setup) in
+    the stand-in simulator. Returns the agent, its run key, the map, the route driven, the world and the hero."""
     from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
-    from srunner.scenariomanager.timer import GameTime
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the server map's OpenDRIVE copy
     route = select_route(route_file, None)
     carla_map = carla.Map(route.town, xodr.read_text())
-    dense = RoutePlanner(carla_map).trace(route.waypoints)
+    dense = plan if plan is not None else RoutePlanner(carla_map).trace(route.waypoints)
     hero = StandinActor(HERO_ID, "vehicle.lincoln.mkz_2020", (2.45, 1.05, 0.75), "car")
     car = StandinActor(CAR_ID, "vehicle.carlamotors.carlacola", (2.6, 1.3, 1.2), "truck")
     walker = StandinActor(WALKER_ID, "walker.pedestrian.0001", (0.3, 0.3, 0.9))
@@ -222,7 +229,20 @@ def drive_standin(module, root: Path, route_file: Path, xodr: Path, repetition: 
                          settings=CollectSettings().to_dict())
     config.write(tmp_path / "agent.json")
     agent = getattr(module, module.get_entry_point())("127.0.0.1", 2000, 0)
+    agent.set_global_plan([({"lat": 0.0, "lon": 0.0, "z": 0.0}, o) for _, o in leaderboard_plan(dense)],
+                          leaderboard_plan(dense))
     agent.setup(str(tmp_path / "agent.json"))
+    return agent, key, carla_map, dense, world, hero, car, walker, cone
+
+
+def drive_standin(module, root: Path, route_file: Path, xodr: Path, repetition: int, tmp_path: Path,
+                  monkeypatch) -> RunKey:
+    """One route run of our agent in the stand-in simulator: the hero moves along the route at 6 m/s behind a
+    car, past a walker and a cone, towards a red light. Returns the run's key."""
+    from srunner.scenariomanager.timer import GameTime
+
+    agent, key, carla_map, dense, world, hero, car, walker, cone = start_standin(
+        module, root, route_file, xodr, repetition, tmp_path, monkeypatch)
     rig = RigConfig()
     cam = rig.cameras[0]
     declared = agent.sensors()
@@ -279,6 +299,43 @@ def test_the_agent_spawns_each_cameras_semantic_and_depth_twin_and_the_rigs_lida
     assert lidar.attributes == {"channels": str(li.channels), "range": str(li.range), "upper_fov": str(li.upper_fov),
                                 "lower_fov": str(li.lower_fov), "rotation_frequency": "20",
                                 "points_per_second": str(li.channels * li.azimuth_steps * 20)}
+
+
+def _lane(carla_map, x: float, y: float, yaw: float) -> list[float]:
+    """The centre of the driving lane at (x, y) that runs along `yaw`."""
+    w = carla_map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
+    lanes = [c for c in (w, w.get_left_lane(), w.get_right_lane())
+             if c is not None and c.lane_type == carla.LaneType.Driving]
+    best = min(lanes, key=lambda c: abs((c.transform.rotation.yaw - yaw + 180.0) % 360.0 - 180.0))
+    return [best.transform.location.x, best.transform.location.y, 0.0]
+
+
+def test_at_a_fork_the_agent_drives_the_leaderboards_plan_not_its_own_search_standin(
+        standin_leaderboard, town_xodr, tmp_path, monkeypatch):
+    """A route across a block of the grid town: two paths of the same length (straight on at the first junction,
+    or turn). Our search takes one; the leaderboard's plan is the other. The agent drives the plan it is given
+    (set_global_plan), which the leaderboard judges deviation and completion on."""
+    carla_map = carla.Map("town", town_xodr.read_text())
+    start, end, other = (_lane(carla_map, 50, 0, 0), _lane(carla_map, 200, -150, -90), _lane(carla_map, 150, 0, 0))
+    ours = RoutePlanner(carla_map).trace(np.array([start, end]))
+    plan = RoutePlanner(carla_map).trace(np.array([start, other, end]))  # straight on where our search turns
+
+    def passes(route: DenseRoute, x: float, y: float) -> bool:
+        return bool((np.hypot(route.xy[:, 0] - x, route.xy[:, 1] - y) < 3.0).any())
+
+    assert not passes(ours, *other[:2]) and passes(plan, *other[:2])  # the fork: the two routes part there
+    route_file = tmp_path / "routes" / "fork.xml"
+    route_file.parent.mkdir()
+    write_route(route_file, Route("0", "town", np.array([start, end])))
+    agent, key, *_ = start_standin(standin_leaderboard, tmp_path / "root", route_file, town_xodr, 0, tmp_path,
+                                   monkeypatch, plan=plan)
+    assert len(agent._global_plan_world_coord) < len(plan.xy) / 10  # what the base class keeps: downsampled
+    driven = agent.core.driver.expert.route  # what the expert steers along
+    assert passes(driven, *other[:2]) and not passes(driven, 100.0, -50.0)
+    assert driven.length == pytest.approx(plan.length, abs=1.0)
+    run = json.loads(Layout(tmp_path / "root").run_settings(key).read_text())
+    assert np.allclose(np.array(run["dense_route"]["xy"]), plan.xy, atol=0.01)
+    agent.destroy()
 
 
 def test_carla_depth_decodes_to_centimetres_with_the_sky_at_zero():

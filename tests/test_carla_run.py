@@ -15,12 +15,16 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
 
 from tools.collect.carla import run as carla_run
+from tools.collect.carla.evaluator import STOPPED
 from tools.collect.carla.server import CARLA_VERSION, Ports
 from tools.collect.config import CollectSettings, absolute_flags
+from tools.collect.routes import read_routes
+from tools.collect.runner.attempt import derive_seed
 from tools.dataset import atomic, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -36,18 +40,20 @@ def route_file(short_routes: Path) -> Path:
 @pytest.fixture
 def carla_env(tmp_path) -> dict[str, str]:
     """A CARLA_ROOT whose CarlaUE4.sh execs the stand-in server, a LEADERBOARD_ROOT whose evaluator is the stand-in
-    evaluator, a SCENARIO_RUNNER_ROOT with srunner/; the server has the short routes' town; a crash grace of 1 s."""
+    evaluator, beside the stand-ins of the leaderboard's modules, and a SCENARIO_RUNNER_ROOT with the stand-ins of
+    srunner's; the server has the short routes' town; a crash grace of 1 s."""
     carla_root = tmp_path / "carla"
     (carla_root / "PythonAPI" / "carla" / "agents").mkdir(parents=True)
     (carla_root / "PythonAPI" / "carla" / "agents" / "__init__.py").write_text("")
     script = carla_root / "CarlaUE4.sh"
     script.write_text(f'#!/bin/sh\nexec "{PYTHON}" "{TESTS / "standin_carla_server.py"}" "$@"\n')
     script.chmod(0o755)
+    standins, no_cache = TESTS / "standin_leaderboard", shutil.ignore_patterns("__pycache__")
     leaderboard = tmp_path / "leaderboard"
-    (leaderboard / "leaderboard").mkdir(parents=True)
+    shutil.copytree(standins / "leaderboard", leaderboard / "leaderboard", ignore=no_cache)
     shutil.copy(TESTS / "standin_leaderboard_evaluator.py", leaderboard / "leaderboard" / "leaderboard_evaluator.py")
     runner = tmp_path / "scenario_runner"
-    (runner / "srunner").mkdir(parents=True)
+    shutil.copytree(standins / "srunner", runner / "srunner", ignore=no_cache)
     return {"CARLA_ROOT": str(carla_root), "LEADERBOARD_ROOT": str(leaderboard), "SCENARIO_RUNNER_ROOT": str(runner),
             "STANDIN_MAPS": "/Game/Carla/Maps/Town01,/Game/Carla/Maps/town", "STANDIN_CHILD": "1",
             "STANDIN_PID_FILE": str(tmp_path / "server.pids"), "STANDIN_EVALUATOR_PIDS": str(tmp_path / "eval.pids"),
@@ -102,6 +108,49 @@ def test_finished_run_publishes_the_evaluators_result_unchanged_standin_server_a
     log = layout.attempt_log(key, 1).read_text()
     assert "stand-in CARLA server" in log and "stand-in leaderboard evaluator" in log and "server 0.9.16" in log
     assert all_gone(pids(carla_env["STANDIN_PID_FILE"]) + pids(carla_env["STANDIN_EVALUATOR_PIDS"]))
+
+
+def test_each_repetition_seeds_scenario_runner_and_names_its_record_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    """The evaluator seeds only the Traffic Manager and names every one-repetition run rep0: our wrapper seeds
+    scenario_runner's random source with the repetition's seed and numbers the record after it."""
+    route = route_file(short_routes)
+    seen = {}
+    for repetition in (1, 2):
+        proc = run(route, tmp_path / "root", carla_env, "--repetition", str(repetition))
+        assert proc.returncode == 0, proc.stderr
+        layout = Layout(tmp_path / "root")
+        key = RunKey.for_route(route.parent.name, route.stem, "0", repetition)
+        record = json.loads(layout.result_path(key).read_text())["_checkpoint"]["records"][0]
+        assert record["route_id"] == f"RouteScenario_0_rep{repetition}"  # as docs/carla.md says
+        noted = json.loads((layout.log_dir(key) / "argv.json").read_text())
+        seed = derive_seed(route.stem, "0", repetition, 0)
+        assert noted["random_seed"] == seed == noted["flags"]["traffic_manager_seed"]
+        assert noted["first_draw"] == np.random.RandomState(seed).randint(2 ** 31 - 1)
+        seen[repetition] = noted["first_draw"]
+    assert seen[1] != seen[2]  # the repetitions' scenarios differ
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_stop_on_infraction_ends_the_route_at_the_leaderboards_first_infraction_as_failed_standin_evaluator(
+        tmp_path, short_routes, carla_env, stop):
+    """The ego collides at tick 5 of 40. The leaderboard drives on (Completed, the collision in the record);
+    with --stop-on-infraction the route ends there: Failed with the collision, retried like any failure."""
+    proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_EVALUATOR": "infraction"},
+               *(["--stop-on-infraction"] if stop else []))
+    assert proc.returncode == 0, proc.stderr
+    layout, key = the_run(tmp_path / "root")
+    record = json.loads(layout.result_path(key).read_text())["_checkpoint"]["records"][0]
+    assert len(record["infractions"]["collisions_vehicle"]) == 1 and record["num_infractions"] == 1
+    log = layout.attempt_log(key, 1).read_text()
+    if stop:
+        assert record["status"] == results.FAILED and record["scores"]["score_route"] == 12.5  # 5 of 40 ticks
+        assert results.run_state(layout, key) is results.RunState.FAILED
+        assert f"{STOPPED}: collisions_vehicle: Agent collided against object" in log
+    else:
+        assert record["status"] == results.COMPLETED and record["scores"]["score_route"] == 100.0
+        assert results.run_state(layout, key) is results.RunState.FINISHED
+        assert STOPPED not in log
 
 
 @pytest.mark.parametrize("mode, published", [("crash-server", False), ("crash-server-record", True)])
@@ -299,24 +348,64 @@ def test_path_settings_are_absolute_as_read_and_as_passed_on(tmp_path, monkeypat
         "rig": str(tmp_path / "a" / "rig.json"), "checkpoint": str(tmp_path / "run"), "vehicles": 3, "world": "carla"}
 
 
+def crash_modes(short_routes: Path) -> tuple[RunKey, RunKey, str]:
+    """Two route runs: the first crashes the simulator on every attempt, the second once and then finishes
+    (STANDIN_MODES of the stand-in evaluator)."""
+    routes = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)
+    always, once = (RunKey.for_route(r.parent.name, r.stem, read_routes(r)[0].id, 0) for r in routes)
+    return always, once, json.dumps({always.name: ["crash-server-record"], once.name: ["crash-server-record", "ok"]})
+
+
+CRASH = "Failed - Simulation crashed: RuntimeError: time-out of 10000ms while waiting for the simulator"
+
+
+def test_a_route_crashing_on_every_attempt_is_named_apart_from_one_that_crashed_once_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    always, once, modes = crash_modes(short_routes)
+    # One worker: the stand-in evaluator kills the server whose pid the one STANDIN_PID_FILE holds, the last started.
+    proc = run_bin("collect", short_routes, "--root", tmp_path / "root", "--world=carla", "--workers", "1",
+                   "--max-attempts", "2", env={**carla_env, "STANDIN_MODES": modes,
+                                               "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(tmp_path / "root")
+    assert [a["status"] for a in results.read_attempts(layout, always)] == [results.FAILED_SIMULATION] * 2
+    assert [a["status"] for a in results.read_attempts(layout, once)] == [results.FAILED_SIMULATION,
+                                                                         results.PERFECT]
+    # The ports in the messages differ from attempt to attempt: the same crash all the same.
+    named = re.compile(rf"^  {re.escape(str(always))}: {re.escape(CRASH)}.* \(2 attempts; logs in ", re.M)
+    progress = run_bin("progress", tmp_path / "root")
+    for out in (proc.stderr, progress.stdout):
+        assert "1 route runs crash the same way on every attempt" in out and named.search(out), out
+        assert "1 route runs crashed, then finished on a later attempt" in out
+        assert f"\n  {once}:" not in out  # not named with the routes that always crash
+
+
 @pytest.mark.slurm
 def test_slurm_array_tasks_drive_carla_routes_standin_server_and_evaluator(slurm, tmp_path, short_routes, carla_env):
     """bin/collect --slurm --world=carla on the real one-node cluster: each array task starts its stand-in server
-    and evaluator (no GPU on the test cluster: --gpus 0; a CARLA collection asks for 1 by default)."""
+    and evaluator (no GPU on the test cluster: --gpus 0; a CARLA collection asks for 1 by default). One route
+    crashes the simulator on every attempt, the other once: the monitor's second wave retries both, and its
+    summary names the first, with its crash and attempts, apart from the second."""
     one = tmp_path / "routes"
     for route in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
         (one / route.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(route, one / route.parent.name / route.name)
     shutil.copytree(short_routes / "towns", one / "towns")
+    always, once, modes = crash_modes(short_routes)
     proc = run_tool(REPO / "bin" / "collect", one, "--root", tmp_path / "root", "--world=carla", "--slurm",
-                    "--gpus", "0", "--poll", "1",
-                    env={**slurm.env, **carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=300)
+                    "--gpus", "0", "--poll", "1", "--max-attempts", "2",
+                    env={**slurm.env, **carla_env, "STANDIN_MODES": modes,
+                         "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     layout = Layout(tmp_path / "root")
-    keys = list(layout.iter_runs())
-    assert len(keys) == 2 and all(results.run_state(layout, k) is results.RunState.FINISHED for k in keys)
-    assert all(json.loads(layout.result_path(k).read_text())["_checkpoint"]["records"][0]["route_id"]
-               .startswith("RouteScenario_") for k in keys)  # the evaluator's own result
+    assert sorted(layout.iter_runs()) == sorted([always, once])
+    assert results.run_state(layout, once) is results.RunState.FINISHED
+    assert results.run_state(layout, always) is results.RunState.FAILED
+    assert json.loads(layout.result_path(once).read_text())["_checkpoint"]["records"][0]["route_id"] \
+        .startswith("RouteScenario_")  # the evaluator's own result
+    summary = proc.stderr[proc.stderr.rindex("collect: 1 route runs finished, 1 failed"):]
+    assert f"\n  {always}: {CRASH}" in summary and "(2 attempts; logs in " in summary, summary
+    assert "1 route runs crashed, then finished on a later attempt" in summary
 
 
 # ----------------------------------------------------------------------------- checks before anything starts
@@ -441,7 +530,8 @@ def test_the_evaluators_command_line_matches_the_golden_file():
     argv = carla_run.evaluator_command(
         "/opt/drivekit/venv/bin/python", SETUP, Path("/routes/Accident/town_0003.xml"), "3",
         layout.evaluator_checkpoint(key, 2), layout.evaluator_live(key, 2),
-        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 2002, 8000), 1234)
+        Path("/opt/drivekit/agent/drivekit_agent.py"), layout.agent_config(key, 2), Ports(2000, 2001, 2002, 8000), 1234,
+        0, stop_on_infraction=True)
     golden("carla-evaluator-argv.json", argv)
     assert not [a for a in argv if a.startswith("--resume")]  # type=bool: any value turns it on
 

@@ -23,6 +23,7 @@ from tools.dataset.results import (
     RouteRecord,
     RunState,
     attempts,
+    read_attempts,
     read_status,
     run_state,
     write_result,
@@ -122,6 +123,12 @@ def test_worker_killed_mid_route_never_looks_complete_and_rerun_completes_it(one
     assert "1 route runs finished" in proc.stderr
     assert run_state(layout, key) is RunState.FINISHED
     assert attempts(layout, key) == 2
+    # Each attempt's outcome is kept: the crash (how the worker's process ended), then the finished drive.
+    assert read_attempts(layout, key) == [
+        {"attempt": 1, "status": FAILED_SIMULATION, "message": "the route run's process ended (killed by SIGKILL)",
+         "detail": "the route run's process ended (killed by SIGKILL)"},
+        {"attempt": 2, "status": read_status(layout.result_path(key)), "message": "", "detail": ""}]
+    assert "1 route runs crashed, then finished on a later attempt" in proc.stderr
     frames = layout.frame_paths(key)
     assert [int(p.stem) for p in frames] == list(range(len(frames))) and len(frames) > 3
     for i, path in enumerate(frames):

@@ -136,6 +136,12 @@ def test_switches_reach_fire_unambiguous_and_open_settings_pass():
     assert cli.check_args("p", _build, ["--noforce"]) == ["--force=False"]
     assert cli.check_args("p", _build, ["--no-force"]) == ["--force=False"]
     assert cli.check_args("p", _settings, ["--image_width=320"]) == ["--image_width=320"]
+    from tools.collect.__main__ import COMMANDS  # collection's bool settings are switches, or take a value
+
+    for args, checked in ((["--stop-on-infraction"], "--stop_on_infraction=True"),
+                          (["--no-stop-on-infraction"], "--stop_on_infraction=False"),
+                          (["--record=False"], "--record=False"), (["--no-record"], "--record=False")):
+        assert cli.check_args("p", COMMANDS["collect"], ["routes", *args]) == ["routes", checked]
     assert cli.integer("4", "workers", 1) == 4
     with pytest.raises(ToolError, match="--workers 0: expected an integer at least 1"):
         cli.integer(0, "workers", 1)

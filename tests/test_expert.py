@@ -266,6 +266,36 @@ def test_the_referee_counts_a_stop_sign_run_and_not_a_stop(stop_sign_route):
         assert len(referee.infractions["stop_infraction"]) == expected
 
 
+@pytest.mark.parametrize("stop", [False, True])
+def test_stop_on_infraction_ends_an_embedded_run_at_its_first_infraction_as_failed(town_xodr, short_routes, stop):
+    """The ego drives the whole route and collides with a vehicle on the way: without --stop-on-infraction the run
+    goes on to the end, Completed with the collision; with it, the referee ends the run at the collision (the
+    drive loop stops when `status` is set), Failed with the collision in its record."""
+    from tools.collect.config import CollectSettings
+    from tools.collect.referee import Referee
+    from tools.collect.routes import read_routes
+    from tools.collect.sim.world import StepEvents
+
+    town = Town(town_xodr)
+    route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
+    referee = Referee(dense, CollectSettings(stop_on_infraction=stop))
+    t, s, ticks = 0.0, 0.0, 0
+    while referee.status is None and not referee.arrived:  # the drive loop's condition
+        x, y, _ = _at(dense, min(s, dense.length))
+        events = StepEvents(collisions=[(42, "vehicle")] if ticks == 100 else [])
+        referee.update(t, np.array([x, y]), 8.0, events)
+        t, s, ticks = t + 0.05, s + 0.4, ticks + 1
+    if referee.arrived and referee.status is None:  # as the drive loop ends an arrived run
+        referee.index = len(dense.s) - 1
+    assert len(referee.infractions["collisions_vehicle"]) == 1
+    if stop:
+        assert ticks == 101 and referee.final_status() == results.FAILED and referee.completion < 50.0
+        assert referee.stopped.startswith("collisions_vehicle: Agent collided against object with type=vehicle")
+    else:
+        assert referee.arrived and referee.final_status() == results.COMPLETED and referee.stopped is None
+
+
 def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr, short_routes):
     """SUMO teleports a vehicle that stood 60 s (--time-to-teleport): the world puts its ego back at once, where
     the bicycle is, and traffic keeps seeing it."""

@@ -203,3 +203,41 @@ def test_progress_looks_for_slurm_waves_where_the_slurm_module_writes_them(root)
     from tools.collect.runner.slurm import SLURM_DIR, slurm_dir
 
     assert slurm_dir(Layout(root)) == root / "slurm" and SLURM_DIR == "slurm"  # progress.py's shortcut
+
+
+def test_only_runs_crashing_the_same_way_on_every_attempt_are_named_and_recovered_runs_are_counted(tmp_path):
+    """From the runs' attempt records: the same crash twice (ports and pids aside) is named; two different
+    crashes, a single crash, a crash then a driving failure, and a run still running are not; a crash then a
+    finish is counted apart."""
+    from tools.collect.inspect.tables import crash_lines
+    from tools.dataset.results import FAILED, crash_history, record_attempt
+
+    layout = Layout(tmp_path / "root")
+    timeout = "RuntimeError: time-out of 10000ms while waiting for the simulator, connected to 127.0.0.1:{}"
+    runs = {  # run: (its attempts (status, message), its last result)
+        "same": ([(FAILED_SIMULATION, timeout.format(40001)), (FAILED_SIMULATION, timeout.format(51377))], True),
+        "different": ([(FAILED_SIMULATION, timeout.format(40001)), (FAILED_SIMULATION, "Segmentation fault")], True),
+        "once": ([(FAILED_SIMULATION, timeout.format(40001))], True),
+        "then_drove": ([(FAILED_SIMULATION, timeout.format(1)), (FAILED, "")], True),
+        "recovered": ([(FAILED_SIMULATION, timeout.format(40001)), (PERFECT, "")], True),
+        "running": ([(FAILED_SIMULATION, timeout.format(1)), (FAILED_SIMULATION, timeout.format(1))], False),
+    }
+    keys = {}
+    for i, (name, (outcomes, ended)) in enumerate(runs.items()):
+        key = keys[name] = RunKey("Alpha", f"town_{i:04d}_route{i}_rep0")
+        for n, (status, message) in enumerate(outcomes, 1):
+            layout.attempt_log(key, n).parent.mkdir(parents=True, exist_ok=True)
+            layout.attempt_log(key, n).write_text("")
+            record_attempt(layout, key, n, status, message)
+        if ended:
+            write_result(layout, key, RouteRecord(str(i), outcomes[-1][0]))
+        else:
+            write_heartbeat(layout, key, 1)
+    history = crash_history(layout, run_states(layout))
+    assert history.repeated == {keys["same"]: (2, f"{FAILED_SIMULATION}: {timeout.format(51377)}")}
+    assert history.recovered == [keys["recovered"]]
+    lines = crash_lines(layout, run_states(layout))
+    assert lines[0].startswith("1 route runs crash the same way on every attempt")
+    assert lines[1].startswith(f"  {keys['same']}: {FAILED_SIMULATION}: RuntimeError: time-out")
+    assert "(2 attempts; logs in " in lines[1]
+    assert lines[2:] == ["1 route runs crashed, then finished on a later attempt"]

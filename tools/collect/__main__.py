@@ -207,7 +207,9 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         preset: tiny, small or full (the table above; tools/dataset/presets.py).
         servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
             --gpus x K runs at once in each SLURM task.
-        settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla.
+        settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla,
+            --stop-on-infraction (end a run at the expert's first infraction, Failed with it in its record,
+            so it is retried; both worlds).
     """
     from tools.collect.runner.collection import collect_routes
     from tools.collect.runner.slurm import options_from_flags
@@ -255,7 +257,9 @@ def task(wave_file: str, index: int) -> None:
 
 
 def progress(root: str | None = None) -> None:
-    """Print a table per scenario type: total, finished, failed, running, pending, failure rate.
+    """Print a table per scenario type: total, finished, failed, running, pending, failure rate; then the route
+    runs that crash the same way on every attempt (the crash, N attempts), apart from those that crashed and
+    then finished (from their attempt records, logs/<Scenario>/<run>/attempts.json).
 
     Args:
         root: dataset root (default: $DATA_ROOT, else ./data).
@@ -356,6 +360,17 @@ def export_py123d(root: str | None = None, out: str | None = None, workers: int 
 
     export_root(root=root, out=out, workers=workers, force=force)
 
+
+def _setting_switches() -> set[str]:
+    """The collection settings that are switches (--stop-on-infraction, --no-record): CollectSettings' bools."""
+    import dataclasses
+
+    from tools.collect.config import CollectSettings
+
+    return {f.name for f in dataclasses.fields(CollectSettings) if isinstance(f.default, bool)}
+
+
+run.setting_switches = collect.setting_switches = _setting_switches
 
 COMMANDS = {
     "town": town,

@@ -57,6 +57,8 @@ class CollectSettings:
     agent: str = "expert"  # who drives the ego: "expert" (tools.expert) or "policy" (a trained checkpoint)
     checkpoint: str = ""  # the policy's checkpoint (a step folder or a training run), with --agent=policy
     record: bool = True  # write frames (evaluation drives without recording)
+    stop_on_infraction: bool = False  # end a run at the ego's first infraction, as Failed with it in its record
+    # (the referee's in the embedded world, the leaderboard's criteria in CARLA): retried, no time spent driving on
 
     def __post_init__(self) -> None:
         for name in PATH_SETTINGS:

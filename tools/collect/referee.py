@@ -33,6 +33,7 @@ class Referee:
         self.still_since: float | None = None
         self.infractions: dict[str, list[str]] = {k: [] for k in results.INFRACTION_KEYS}
         self.status: str | None = None  # set when the run must end with a failure
+        self.stopped: str | None = None  # the infraction that ended the run (settings.stop_on_infraction)
         self.budget = settings.timeout_base + route.length / settings.timeout_speed
 
     @property
@@ -46,7 +47,18 @@ class Referee:
         return off
 
     def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
-        """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents)."""
+        """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents). With
+        settings.stop_on_infraction the first infraction ends the run: `Failed` (unless the same tick ended it
+        otherwise), the infraction in the record, `stopped` naming it."""
+        before = {k: len(v) for k, v in self.infractions.items()}
+        self._judge(t, xy, speed, events)
+        if self.settings.stop_on_infraction and self.stopped is None:
+            new = [(k, v[before[k]]) for k, v in self.infractions.items() if len(v) > before[k]]
+            if new:
+                self.stopped = f"{new[0][0]}: {new[0][1]}"
+                self.status = self.status or results.FAILED
+
+    def _judge(self, t: float, xy: np.ndarray, speed: float, events) -> None:
         off = self.track(xy)
         if off > self.settings.max_deviation:
             self.infractions["route_dev"].append(f"Agent deviated from the route at (x={xy[0]:.1f}, y={xy[1]:.1f})")

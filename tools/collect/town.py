@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -343,15 +342,10 @@ class Town:
         """The route planner's lane graph of this town (tools.expert.planner.LaneGraph): walked once from
         carla_map (seconds on Town12 and Town13), kept beside the town, read back in milliseconds.
         RoutePlanner(town.carla_map) finds it (tools.expert.planner.keep_graph)."""
-        return self.kept_lane_graph(lambda: self.carla_map)
-
-    def kept_lane_graph(self, carla_map: Callable[[], Any]) -> LaneGraph:
-        """The lane graph kept beside the town; walked on `carla_map()` when there is none yet: this town's own map,
-        or a CARLA server's map of the same OpenDRIVE (our CARLA agent's)."""
         from importlib.metadata import version
 
         path = self.derived_file("lanes.npz", f"{LANE_GRAPH_VERSION} carla {version('carla')}",
-                                 lambda tmp: LaneGraph.build(carla_map()).save(tmp))
+                                 lambda tmp: LaneGraph.build(self.carla_map).save(tmp))
         return LaneGraph.load(path)
 
     @cached_property

@@ -110,7 +110,11 @@ def check_args(prog: str, fn: Callable[..., Any], args: list[str]) -> list[str]:
     params = inspect.signature(fn).parameters
     named = {n: p for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     open_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    # Switches: its bool parameters, and the bool settings it takes through **kwargs (`fn.setting_switches()`),
+    # which may also be given a value (--record=False), as any setting.
     switches = {n for n, p in named.items() if isinstance(p.default, bool)}
+    settings = set(getattr(fn, "setting_switches", set)()) - set(named)
+    switches |= settings
     positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD and n not in switches]
     given: set[str] = set()
     loose: list[str] = []
@@ -126,7 +130,7 @@ def check_args(prog: str, fn: Callable[..., Any], args: list[str]) -> list[str]:
                                                   if name.startswith(p) and name[len(p):] in switches), None)
             if negated:
                 name = negated
-            if name in switches:
+            if name in switches and not (value is not None and name in settings and not negated):
                 if value is not None:
                     raise ToolError(f"--{name.replace('_', '-')} takes no value (got {value!r}): write "
                                     f"--{name.replace('_', '-')} alone")

@@ -11,6 +11,7 @@
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
       logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (results.claim_run)
+      logs/<Scenario>/<run>/attempts.json        each ended attempt's status, and what crashed (results.record_attempt)
       logs/<Scenario>/<run>/leaderboard-<NN>.json   a CARLA attempt: the leaderboard evaluator's own checkpoint,
                                                  published as the result when it holds a finished record
       logs/<Scenario>/<run>/leaderboard-<NN>.live.txt   its live results (--debug-checkpoint)
@@ -76,6 +77,7 @@ FRAME_NAME = "{index:05d}.msgpack"
 FRAME_SUFFIX = PurePosixPath(FRAME_NAME).suffix
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
 RUN_LOCK = "run.lock"
+ATTEMPTS_RECORD = "attempts.json"
 EVALUATOR_CHECKPOINT = "leaderboard-{attempt:02d}.json"
 EVALUATOR_LIVE = "leaderboard-{attempt:02d}.live.txt"
 AGENT_CONFIG = "agent-{attempt:02d}.json"
@@ -306,6 +308,10 @@ class Layout:
     def run_lock(self, key: RunKey) -> Path:
         """logs/<Scenario>/<run>/run.lock: held (flock) by the process running an attempt of the run."""
         return self.log_dir(key) / RUN_LOCK
+
+    def attempts_record(self, key: RunKey) -> Path:
+        """logs/<Scenario>/<run>/attempts.json: how each ended attempt of the run ended (results.record_attempt)."""
+        return self.log_dir(key) / ATTEMPTS_RECORD
 
     def attempt_logs(self, key: RunKey) -> list[Path]:
         d = self.log_dir(key)

@@ -123,6 +123,30 @@ class DenseRoute:
         }
 
 
+def given_route(xy: np.ndarray, yaw: np.ndarray, option: np.ndarray, cmap) -> DenseRoute:
+    """The DenseRoute of a route given point by point, driven as given: the CARLA leaderboard's own plan (the
+    samples, about 1 m apart, and RoadOptions of its GlobalRoutePlanner, which set_global_plan hands the agent),
+    so that the route the expert drives is the one the leaderboard measures completion and deviation on, at
+    every fork. A point that lies behind the last one kept (along its heading) is left out: where one of
+    GlobalRoutePlanner's paths ends past its waypoint, the next starts a sample or two back. Whether a point
+    is in a junction is asked of `cmap` (carla.Map), as the planner's own samples know it."""
+    import carla
+
+    xy, yaw, option = np.asarray(xy, dtype=np.float64), np.asarray(yaw, dtype=np.float64), np.asarray(option)
+    if xy.ndim != 2 or len(xy) < 2 or len(yaw) != len(xy) or len(option) != len(xy):
+        raise NoRoute(f"a given route needs at least 2 points, each with a yaw and a command (got {len(xy)})")
+    items: list[tuple[float, float, float, int, bool]] = []
+    for (x, y), w_yaw, o in zip(xy.tolist(), yaw.tolist(), option.tolist(), strict=True):
+        if items:
+            px, py, p_yaw = items[-1][:3]
+            h = math.radians(p_yaw)
+            if (x - px) * math.cos(h) + (y - py) * math.sin(h) <= 0.0:
+                continue
+        wp = cmap.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
+        items.append((x, y, w_yaw, int(o), bool(wp is not None and wp.is_junction)))
+    return RoutePlanner._densify(items)
+
+
 def stop_signs(route: DenseRoute, cmap) -> np.ndarray:
     """Distances from the route's start (metres) of the stop lines of the stop signs along the route: the
     stop positions carla.Map gives for the stop-sign landmarks ahead of the route's lanes, kept where they
@@ -786,7 +810,8 @@ class RoutePlanner:
                           f"{pts[-1, 1]:.1f}): the route has no length (its end lies behind its start on their lane?)")
         return self._densify(tr.items)
 
-    def _densify(self, items) -> DenseRoute:
+    @staticmethod
+    def _densify(items) -> DenseRoute:
         xy, yaw, opt, junction = [], [], [], []
         for x, y, w_yaw, o, j in items:
             if xy and math.hypot(x - xy[-1][0], y - xy[-1][1]) < 0.05:

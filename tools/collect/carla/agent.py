@@ -59,7 +59,7 @@ from tools.dataset.rig import (
     lidar_intensity,
 )
 from tools.expert.drivers import make_expert
-from tools.expert.planner import RoutePlanner, stop_signs
+from tools.expert.planner import DenseRoute, given_route, stop_signs
 from tools.expert.state import Box, Light, Snapshot
 
 log = logging.getLogger("collect.carla")
@@ -373,16 +373,14 @@ class AgentCore:
     def sensors(self, hero: Any) -> list[dict[str, Any]]:
         return declared_sensors(self.rig, mount_offset(hero))
 
-    def start(self, world: Any, carla_map: Any, hero: Any) -> None:
+    def start(self, world: Any, carla_map: Any, hero: Any, plan: list | None) -> None:
         """At set-up (the hero exists; the leaderboard then ticks the world a few times before the route starts,
-        so that sensors deliver from the first tick): plan the route on the server's map, make the expert and
-        the BEV, spawn the agent's own sensors, write run.json."""
+        so that sensors deliver from the first tick): take the route the leaderboard planned (`plan`, its dense
+        route: set_global_plan), make the expert and the BEV, spawn the agent's own sensors, write run.json."""
         cfg, s = self.config, self.settings
         route = select_route(Path(cfg.route_file), cfg.route_id)
         town = town_of_map(carla_map)
-        # The lane graph kept beside the map's town (walked on the server's map the first time: 11 to 15 s on
-        # Town12 and Town13, then read in milliseconds).
-        dense = RoutePlanner(carla_map, graph=town.kept_lane_graph(lambda: carla_map)).trace(route.waypoints)
+        dense = plan_route(plan, carla_map)
         self.view = CarlaWorldView(world, carla_map, hero)
         self.route, self.dense = route, dense
         self.recorder = RunRecorder(self.layout, self.key, route, dense, s)
@@ -443,6 +441,20 @@ class AgentCore:
         if hasattr(self, "recorder"):  # set up: the run's measurements index, after its last frame
             self.recorder.close(self.route.town)
             log.info("%s: %d frames recorded in %d ticks", self.key, self.recorder.frames, self.ticks)
+
+
+def plan_route(plan: list | None, carla_map: Any) -> DenseRoute:
+    """The route the expert drives: the leaderboard's own plan, as the evaluator hands it to the agent before its
+    set-up (AutonomousAgent.set_global_plan's `global_plan_world_coord`: the route file's waypoints joined by
+    CARLA's GlobalRoutePlanner, (carla.Transform, RoadOption) about 1 m apart; the base class keeps only a
+    downsampled copy, so the agent keeps the whole). The leaderboard measures completion and deviation on this
+    plan: a route of our own could take the other branch of a fork and be judged deviated."""
+    if not plan:
+        raise RuntimeError("the leaderboard gave the agent no route (set_global_plan was not called before setup)")
+    xy = [(float(t.location.x), float(t.location.y)) for t, _ in plan]
+    yaw = [float(t.rotation.yaw) for t, _ in plan]
+    option = [int(getattr(o, "value", o)) for _, o in plan]
+    return given_route(np.array(xy), np.array(yaw), np.array(option), carla_map)
 
 
 def town_of_map(carla_map: Any) -> Any:

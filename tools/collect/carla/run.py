@@ -8,9 +8,11 @@ attempt:
   1. the server's and the Traffic Manager's ports reserved for the whole attempt; the server (CarlaUE4.sh) on
      the worker's GPU in its own process group, its output appended to the attempt's log, polled until it answers
      (tools.collect.carla.server.start_server); the route's town must be one of its maps
-  2. the agent's config (logs/.../agent-NN.json), then leaderboard/leaderboard_evaluator.py in its own process
-     group, output appended to the attempt's log. Its --checkpoint is logs/.../leaderboard-NN.json, never
-     ROOT/results/: the evaluator writes that file early, with no records, and in place
+  2. the agent's config (logs/.../agent-NN.json), then leaderboard/leaderboard_evaluator.py (run by
+     tools.collect.carla.evaluator: scenario_runner seeded per repetition, the record named after it, and
+     --stop-on-infraction) in its own process group, output appended to the attempt's log. Its --checkpoint
+     is logs/.../leaderboard-NN.json, never ROOT/results/: the evaluator writes that file early, with no
+     records, and in place
   3. while it runs: the run's heartbeat kept fresh (our agent beats too, once it drives); a server that dies
      gives the evaluator crash_grace() seconds to record the crash itself, then its group is ended
   4. its checkpoint, when it holds a finished record, becomes ROOT/results/<Scenario>/<run>.json unchanged
@@ -59,6 +61,9 @@ SCENARIO_RUNNER_URL = "https://github.com/carla-simulator/scenario_runner"
 #: The folder that holds the `tools` package (a checkout, or site-packages in the image): the agent file the
 #: evaluator loads imports `tools.*`.
 TOOLS_HOME = Path(__file__).resolve().parents[3]
+#: The module that runs the evaluator with scenario_runner's seed, the repetition's number and
+#: --stop-on-infraction set (tools/collect/carla/evaluator.py).
+EVALUATOR_WRAPPER = "tools.collect.carla.evaluator"
 HOST = "127.0.0.1"
 TRACK = "SENSORS"  # the leaderboard track: our agent declares camera and LiDAR sensors
 #: The evaluator's --timeout: its client timeout, and its watchdogs on the agent's set-up and on every tick
@@ -226,12 +231,16 @@ def crash_grace(env: Mapping[str, str] | None = None) -> float:
 
 
 def evaluator_command(python: str, setup: CarlaSetup, route_file: Path, route_id: str, checkpoint: Path,
-                      live: Path, agent_file: Path, agent_config: Path, ports: Ports, seed: int,
-                      host: str = HOST, timeout: float = EVALUATOR_TIMEOUT_S) -> list[str]:
-    """leaderboard_evaluator.py's argv for one route, one repetition. Never --resume: its argparse type is
-    bool, so any value given, "False" included, turns it on."""
+                      live: Path, agent_file: Path, agent_config: Path, ports: Ports, seed: int, repetition: int,
+                      stop_on_infraction: bool = False, host: str = HOST,
+                      timeout: float = EVALUATOR_TIMEOUT_S) -> list[str]:
+    """The command of one route, one repetition: leaderboard_evaluator.py with its flags, run by our wrapper
+    (tools.collect.carla.evaluator) with what it has no flag for: scenario_runner's seed, the repetition's
+    number in the record's name, and --stop-on-infraction. Never --resume: its argparse type is bool, so any
+    value given, "False" included, turns it on."""
     return [
-        python, str(setup.evaluator),
+        python, "-m", EVALUATOR_WRAPPER, f"--seed={seed}", f"--repetition={repetition}",
+        *(["--stop-on-infraction"] if stop_on_infraction else []), str(setup.evaluator),
         f"--routes={route_file}", f"--routes-subset={route_id}", "--repetitions=1", f"--track={TRACK}",
         f"--checkpoint={checkpoint}", f"--debug-checkpoint={live}",
         f"--agent={agent_file}", f"--agent-config={agent_config}",
@@ -263,10 +272,11 @@ def _sigterm(signum, frame) -> None:
 
 
 def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings: CollectSettings, repetition: int,
-          seed: int, attempt: int, setup: CarlaSetup) -> Path | results.RouteRecord:
+          seed: int, attempt: int, setup: CarlaSetup) -> tuple[Path | results.RouteRecord, str]:
     """Drive the route in a CARLA server of our own under the leaderboard evaluator. Returns the evaluator's
     checkpoint when it holds a finished record (run_route publishes it unchanged), else the record of a
-    simulation crash. ToolError when the server does not come up or lacks the route's town."""
+    simulation crash; and how the evaluator ended, in words. ToolError when the server does not come up or
+    lacks the route's town."""
     started = time.time()
     attempt_log = layout.attempt_log(key, attempt)
     grace = crash_grace()
@@ -286,7 +296,8 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
                     settings=settings.to_dict()).write(config)
         checkpoint.unlink(missing_ok=True)
         argv = evaluator_command(sys.executable, setup, route_file, route.id, checkpoint,
-                                 layout.evaluator_live(key, attempt), AGENT_FILE, config, ports, seed)
+                                 layout.evaluator_live(key, attempt), AGENT_FILE, config, ports, seed, repetition,
+                                 settings.stop_on_infraction)
         log.info("%s: CARLA server ready on GPU %s, ports %d (RPC), %d, %d, Traffic Manager %d; leaderboard "
                  "evaluator: %s", key, gpu, ports.rpc, ports.streaming, ports.secondary, ports.traffic_manager,
                  " ".join(argv))
@@ -308,10 +319,11 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
     if status is not None and status != results.STARTED:
         log.info("%s: %s (%s; the leaderboard evaluator's result, %.0f s wall)", key, status, why,
                  time.time() - started)
-        return checkpoint
+        return checkpoint, why
     log.error("%s: %s: %s with no finished record in %s", key, results.FAILED_SIMULATION, why, checkpoint)
+    why += " with no finished record"
     return results.RouteRecord(route_id=route.id, status=results.FAILED_SIMULATION,
-                               duration_system=time.time() - started)
+                               duration_system=time.time() - started), why
 
 
 def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: float) -> str:

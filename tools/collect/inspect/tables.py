@@ -8,9 +8,11 @@ from collections import Counter
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import planned_runs
-from tools.dataset.results import FAILED_STATES, RunState, run_state
+from tools.dataset.results import FAILED_STATES, RunState, crash_history, run_state
 
 COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
+#: Routes named one by one under "crash the same way on every attempt" (the rest are counted).
+CRASHES_NAMED = 20
 
 
 def known_runs(layout: Layout, manifest: dict | None) -> list[RunKey]:
@@ -61,3 +63,23 @@ def format_table(table: dict[str, Counter]) -> str:
     rows = [state_row(name, states) for name, states in sorted(table.items())]
     rows.append(state_row("total", sum(table.values(), Counter())))
     return "\n".join(text_table(["scenario type", *COLUMNS], rows))
+
+
+def crash_lines(layout: Layout, states: dict[RunKey, RunState]) -> list[str]:
+    """What progress and a collection's summary say of crashes (tools.dataset.results.crash_history, from the
+    runs' attempt records): the routes that crashed the same way on every attempt, each with its crash and its
+    number of attempts (retrying them will not help: look at the crash), apart from the runs that crashed and
+    then finished on a later attempt."""
+    history = crash_history(layout, states)
+    lines = []
+    if history.repeated:
+        lines.append(f"{len(history.repeated)} route runs crash the same way on every attempt (the same route, "
+                     "the same crash: retrying will not help, look at their logs):")
+        for key in sorted(history.repeated, key=lambda k: (k.scenario, k.name))[:CRASHES_NAMED]:
+            n, message = history.repeated[key]
+            lines.append(f"  {key}: {message} ({n} attempts; logs in {layout.log_dir(key)})")
+        if len(history.repeated) > CRASHES_NAMED:
+            lines.append(f"  ... and {len(history.repeated) - CRASHES_NAMED} more")
+    if history.recovered:
+        lines.append(f"{len(history.recovered)} route runs crashed, then finished on a later attempt")
+    return lines

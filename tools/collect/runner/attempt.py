@@ -109,29 +109,41 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
 
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
     log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
+
+    def crashed(message: str) -> None:  # the attempt's result and record, when it could not drive
+        results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+        results.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message)
+
     try:  # the claim (the run's lock) is held until the result is written
+        why = ""
         try:
             if carla_setup is not None:
-                record = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
-                                         carla_setup)
+                record, why = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed,
+                                              int(attempt), carla_setup)
             else:
                 record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt), make_driver)
         except ToolError as e:  # the attempt could not drive (a CARLA server that never came up, a town it lacks)
             log.error("%s: the attempt ends as %s (%s)", key, results.FAILED_SIMULATION, type(e).__name__)
-            results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+            crashed(str(e))
             raise
-        except Exception:
+        except Exception as e:
             log.error("%s: crashed\n%s", key, traceback.format_exc())
-            results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
+            crashed(f"{type(e).__name__}: {e}")
             raise SystemExit(1) from None
         if layout.frames_dir(key).is_dir():  # frames are written without fsync: durable before the result says so
             atomic.sync_filesystem(layout.frames_dir(key))
         if isinstance(record, Path):  # the CARLA leaderboard evaluator's own result, published unchanged
-            if results.publish_checkpoint(layout, key, record) is None:
-                results.write_result(layout, key, results.RouteRecord(route_id=r.id,
-                                                                      status=results.FAILED_SIMULATION))
+            status = results.publish_checkpoint(layout, key, record)
+            if status is None:
+                status = results.FAILED_SIMULATION
+                results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=status))
         else:
             results.write_result(layout, key, record)
+            status = record.status
+        if status in results.CRASH_STATUSES:  # what crashed: the evaluator's last exception, how it ended
+            results.record_attempt(layout, key, attempt, status, *results.crash_message(claim.log, why))
+        else:
+            results.record_attempt(layout, key, attempt, status)
         if py123d:  # a finished run's Py123D log, while the claim keeps others from redoing the run
             export_after_run(layout, key, heartbeat=True)
     finally:

@@ -10,9 +10,11 @@ from typing import Any
 
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.inspect.py123d_export import export_missing
+from tools.collect.inspect.tables import crash_lines
 from tools.collect.runner.jobs import Job, duration
 from tools.collect.runner.workers import Collector
 from tools.dataset.layout import Layout
+from tools.dataset.results import run_states
 
 
 def run_local(layout: Layout, jobs: list[Job], workers: int, max_attempts: int, settings: dict[str, Any],
@@ -42,4 +44,5 @@ def run_local(layout: Layout, jobs: list[Job], workers: int, max_attempts: int, 
     if c.failed or c.given_up:
         parts.append(" Some failed routes are normal (about 10%, more for hard scenario types): "
                      "collection still exits 0.")
-    print("".join(parts), file=sys.stderr)
+    print("\n".join(["".join(parts), *crash_lines(layout, run_states(layout, [j.key for j in jobs]))]),
+          file=sys.stderr)

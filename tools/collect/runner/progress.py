@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from tools.collect.inspect.tables import count_states, format_table, known_runs
+from tools.collect.inspect.tables import count_states, crash_lines, format_table, known_runs
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
@@ -33,7 +33,8 @@ def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
 
 
 def print_progress(root: str | None) -> None:
-    """Print a table per scenario type: total, finished, failed, running, pending, failure rate."""
+    """Print a table per scenario type: total, finished, failed, running, pending, failure rate; then the routes
+    that crash the same way on every attempt, and how many crashed and then finished (crash_lines)."""
     layout, keys = _open_root(root)
     states = run_states(layout, keys)
     table = count_states(layout, keys, states)
@@ -42,6 +43,8 @@ def print_progress(root: str | None) -> None:
     failed = sum(states[s] for states in table.values() for s in FAILED_STATES)
     if failed:
         print(f"failed counts crashed runs too; bin/clean-failed {layout.root} lists them")
+    for line in crash_lines(layout, states):
+        print(line)
     queue = _slurm_queue(layout)
     if queue is not None:
         waiting = sum(1 for key in queue.live if states.get(key) is not RunState.RUNNING)

@@ -32,6 +32,7 @@ from typing import Any
 
 from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings
+from tools.collect.inspect.tables import crash_lines
 from tools.collect.routes import read_routes
 from tools.collect.runner.jobs import Job, duration
 from tools.collect.runner.workers import Collector, gpu_slots
@@ -46,7 +47,9 @@ from tools.dataset.results import (
     attempts,
     exclusive,
     held_run_state,
+    record_attempt,
     run_state,
+    run_states,
     write_result,
 )
 from tools.dataset.slurm import SlurmCommands
@@ -431,6 +434,8 @@ class Monitor:
             if not mine or held_run_state(self.layout, key) is not RunState.CRASHED:
                 return
             write_result(self.layout, key, RouteRecord(str(entry["route_id"]), FAILED_SIMULATION))
+            record_attempt(self.layout, key, max(attempts(self.layout, key), 1), FAILED_SIMULATION,
+                           f"its SLURM array task ended {state} without a result")
         self.log(f"{key}: its task ended {state} without a result: recorded as {FAILED_SIMULATION}")
 
     def look(self, planned: list[dict[str, Any]], live: set[RunKey]) -> tuple[list[dict[str, Any]], Counter]:
@@ -482,9 +487,10 @@ class Monitor:
                      + (f"; tasks ended: {_states(p.ended)}" if p.ended else ""))
             done = not p.live and not redo
             if done or not self.o.watch:
+                states = run_states(self.layout, [run_key_of(e) for e in planned])
                 return {"counts": dict(counts), "done": done, "tasks_ended": dict(p.ended),
                         "infrastructure": dict(p.infrastructure), "calls": dict(self.s.calls),
-                        "seconds": time.monotonic() - started}
+                        "seconds": time.monotonic() - started, "crashes": crash_lines(self.layout, states)}
             time.sleep(self.o.poll)
 
 
@@ -573,4 +579,4 @@ def summary_line(layout: Layout, outcome: dict[str, Any], options: SlurmOptions,
                      f"bin/progress {layout.root} shows the queue.")
     else:
         parts.append(f" Data in {layout.root}/data; see bin/progress {layout.root}.")
-    return "".join(parts)
+    return "\n".join(["".join(parts), *outcome.get("crashes", [])])

@@ -44,8 +44,10 @@ from tools.dataset.results import (
     RunState,
     attempts,
     claim_run,
+    crash_message,
     is_failed,
     read_status,
+    record_attempt,
     run_state,
     write_result,
 )
@@ -163,6 +165,8 @@ class Collector:
         if not result.exists() and run_state(self.layout, key) is not RunState.RUNNING:
             how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
             write_result(self.layout, key, RouteRecord(w.job.route.id, FAILED_SIMULATION))
+            record_attempt(self.layout, key, w.attempt, FAILED_SIMULATION,
+                           *crash_message(w.log, f"the route run's process ended ({how})"))
             tqdm.write(f"collect: {key}: attempt {w.attempt} crashed ({how}), log: {w.log}", file=sys.stderr)
         state = run_state(self.layout, key)
         if state is RunState.FINISHED:

@@ -123,6 +123,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
                                  route_completion=referee.completion, route_length=dense.length,
                                  duration_game=world.time, duration_system=time.time() - started,
                                  scenarios=scenarios.states())
+    if referee.stopped:
+        log.info("%s: --stop-on-infraction: the run ends at its first infraction, %s", key, referee.stopped)
     log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up)%s",
              key, record.status, n_frames, record.route_completion, dense.length, world.time, record.duration_system,
              setup_s, f"; scenarios: {scenarios.summary()}" if route.scenarios else "")

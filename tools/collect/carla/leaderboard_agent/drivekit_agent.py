@@ -1,8 +1,9 @@
 """The file the CARLA leaderboard evaluator loads as our agent (`--agent=<this file>`).
 
-A thin `AutonomousAgent` subclass: the leaderboard calls setup(), sensors(), run_step() and destroy();
-each forwards to tools.collect.carla.agent.AgentCore with what the leaderboard and scenario_runner give
-(CarlaDataProvider's world, map and hero, GameTime's frame). This folder holds nothing else: the evaluator
+A thin `AutonomousAgent` subclass: the leaderboard calls set_global_plan() (its route, before setup),
+setup(), sensors(), run_step() and destroy(); each forwards to tools.collect.carla.agent.AgentCore with what
+the leaderboard and scenario_runner give (its route, CarlaDataProvider's world, map and hero, GameTime's
+frame). This folder holds nothing else: the evaluator
 puts it first on sys.path (tools.collect.carla.agent.AGENT_FILE says why).
 """
 
@@ -21,11 +22,19 @@ def get_entry_point():
 class DriveKitAgent(AutonomousAgent):
     """Drives with the expert and records the dataset's frames (tools.collect.carla.agent)."""
 
+    plan = None  # the leaderboard's dense route, (carla.Transform, RoadOption) about 1 m apart
+
+    def set_global_plan(self, global_plan_gps, global_plan_world_coord):
+        # Called by the evaluator before setup(). The base class keeps a downsampled copy (route_manipulation's
+        # downsample_route); the expert drives the whole route, the one the leaderboard judges.
+        super().set_global_plan(global_plan_gps, global_plan_world_coord)
+        self.plan = list(global_plan_world_coord)
+
     def setup(self, path_to_conf_file):
         self.track = Track.SENSORS
         self.core = AgentCore(AgentConfig.read(path_to_conf_file))
         self.core.start(CarlaDataProvider.get_world(), CarlaDataProvider.get_map(),
-                        CarlaDataProvider.get_hero_actor())
+                        CarlaDataProvider.get_hero_actor(), self.plan)
 
     def sensors(self):
         return self.core.sensors(CarlaDataProvider.get_hero_actor())

@@ -1,0 +1,118 @@
+"""The CARLA leaderboard evaluator, run by tools.collect.carla.run with what it has no flag for.
+
+    python -m tools.collect.carla.evaluator --seed=N --repetition=K [--stop-on-infraction] EVALUATOR [FLAGS...]
+
+EVALUATOR (LEADERBOARD_ROOT/leaderboard/leaderboard_evaluator.py) runs as its own script, unchanged: as
+`__main__`, its folder first on sys.path and FLAGS as its argv, as `python EVALUATOR FLAGS...` runs it. Before it
+starts, three things of scenario_runner's and the leaderboard's are set (read from leaderboard aec81319 and
+scenario_runner v0.9.16):
+
+- `--seed`: scenario_runner's random source. CarlaDataProvider draws the scenarios' and the background
+  traffic's blueprints, colours and spawn points from its RandomState `_rng`, made from `_random_seed` (2000)
+  at import and again in its cleanup(); the evaluator never seeds it, only the Traffic Manager
+  (--traffic-manager-seed, N too). Both are set to N, and Python's and numpy's global random sources with
+  them (scenarios such as CutIn and ChangeLane draw from those). Each repetition of a route has its own N
+  (tools.collect.runner.attempt.derive_seed), so repetitions differ; an attempt repeats its repetition.
+- `--repetition`: the record's name, `RouteScenario_<id>_rep<K>`. The evaluator is given one repetition of one
+  route (--repetitions=1), which its RouteIndexer numbers 0; a RouteIndexer that numbers it K replaces it.
+- `--stop-on-infraction`: the route ends after the tick in which the leaderboard's own criteria record the
+  first infraction (an event of a type its StatisticsManager lists in the record: PENALTY_NAME_DICT). The
+  ScenarioManager's loop is stopped as a SIGINT stops it (`_running` false): the evaluator then stops the
+  scenario and records the route unfinished, `Failed`, with the infraction among its infractions. An
+  infraction the leaderboard records only when the route ends (the last minimum-speed checkpoint) cannot
+  stop it.
+
+The leaderboard and scenario_runner are imported inside the functions: they exist only on the evaluator's
+PYTHONPATH (tools.collect.carla.run.evaluator_env), never in the collector's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: What the evaluator's log says when a route is stopped at its first infraction.
+STOPPED = "drivekit: --stop-on-infraction: the route ends at the first infraction"
+
+
+def seed_scenario_runner(seed: int) -> None:
+    """Seed scenario_runner's random source (CarlaDataProvider's, kept across its cleanup()) and Python's and
+    numpy's global ones."""
+    from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
+
+    CarlaDataProvider._random_seed = seed
+    CarlaDataProvider._rng = np.random.RandomState(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def numbered_indexer(indexer: type, repetition: int) -> type:
+    """The leaderboard's RouteIndexer, its routes' repetition numbered `repetition` (it is given one)."""
+
+    class NumberedRouteIndexer(indexer):
+        def __init__(self, routes_file, repetitions, routes_subset):
+            super().__init__(routes_file, repetitions, routes_subset)
+            for config in self._configs_list:
+                config.repetition_index += repetition
+
+    return NumberedRouteIndexer
+
+
+def first_infraction(criteria: list, infractions: dict) -> tuple[str, str] | None:
+    """(record key, message) of the first event of `criteria` (the scenario's criterion nodes) whose type is an
+    infraction of the record (`infractions`: the StatisticsManager's PENALTY_NAME_DICT), else None."""
+    for node in criteria:
+        for event in node.events:
+            if event.get_type() in infractions:
+                return infractions[event.get_type()], str(event.get_message())
+    return None
+
+
+def stopping_manager(manager: type, infractions: dict) -> type:
+    """The leaderboard's ScenarioManager, ending the route after the tick of its first infraction."""
+
+    class StopOnInfraction(manager):
+        def _tick_scenario(self):
+            super()._tick_scenario()
+            if self._running and self.scenario is not None:
+                found = first_infraction(self.scenario.get_criteria(), infractions)
+                if found is not None:
+                    print(f"{STOPPED}: {found[0]}: {found[1]}", flush=True)
+                    self._running = False
+
+    return StopOnInfraction
+
+
+def main(argv: list[str] | None = None) -> Any:
+    parser = argparse.ArgumentParser(prog="python -m tools.collect.carla.evaluator", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--repetition", type=int, required=True)
+    parser.add_argument("--stop-on-infraction", action="store_true")
+    parser.add_argument("evaluator", type=Path)
+    parser.add_argument("flags", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    seed_scenario_runner(args.seed)
+    from leaderboard.utils import route_indexer
+
+    route_indexer.RouteIndexer = numbered_indexer(route_indexer.RouteIndexer, args.repetition)
+    if args.stop_on_infraction:
+        from leaderboard.scenarios import scenario_manager
+        from leaderboard.utils.statistics_manager import PENALTY_NAME_DICT
+
+        scenario_manager.ScenarioManager = stopping_manager(scenario_manager.ScenarioManager, PENALTY_NAME_DICT)
+    evaluator = str(args.evaluator)
+    sys.argv = [evaluator, *args.flags]
+    sys.path[0] = str(args.evaluator.parent)  # as `python EVALUATOR` has it
+    return runpy.run_path(evaluator, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
