@@ -198,6 +198,24 @@ def test_routes_without_towns_take_the_carla_installs_and_a_town_it_lacks_is_one
     assert results.run_state(layout, key) is results.RunState.FINISHED
 
 
+@pytest.mark.parametrize("cameras, message", [
+    ([{"name": "rear", "x": -2.0, "z": 2.3, "yaw": 180.0}],
+     "camera 'rear' at x -2, y 0, z 2.3 is 3.05 m from the ego's origin; the leaderboard refuses sensors beyond 3 m"),
+    ([{"name": f"c{i}"} for i in range(9)], "9 cameras, but the leaderboard allows at most 8 RGB cameras"),
+])
+def test_a_rig_the_leaderboard_refuses_is_one_line_before_anything_starts_standin_server(
+        tmp_path, short_routes, carla_env, cameras, message):
+    """The leaderboard refuses sensors beyond 3 m of the hero's origin and more than 8 RGB cameras: every attempt
+    would end as "Agent's sensors were invalid". Refused before a server starts or the run is claimed."""
+    rig = tmp_path / "rig.json"
+    rig.write_text(json.dumps({"cameras": cameras}))
+    proc = run(route_file(short_routes), tmp_path / "root", carla_env, f"--rig={rig}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().startswith(f"collect: --rig: {message}") and "\n" not in proc.stderr.strip(), \
+        proc.stderr
+    assert not (tmp_path / "root").exists() and not pids(carla_env["STANDIN_PID_FILE"])
+
+
 def test_standin_server_of_another_version_is_one_line(tmp_path, short_routes, carla_env):
     proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_MODE": "version"})
     assert proc.returncode == 2
@@ -343,6 +361,14 @@ def test_a_route_the_leaderboard_cannot_select_is_refused(tmp_path):
         carla_run.check_route(path, first)
     with pytest.raises(ToolError, match="route 2 has no <scenarios> element"):
         carla_run.check_route(path, second)
+    path.write_text('<routes><route id="3" town="Town01"><waypoints><position x="0" y="0" z="0"/>'
+                    '<position x="9" y="0" z="0"/></waypoints><scenarios><scenario name="S_1" '
+                    'type="SignalizedJunctionStraight"><trigger_point x="0" y="0" z="0" yaw="0"/></scenario>'
+                    '</scenarios></route></routes>')
+    (third,) = read_routes(path)
+    with pytest.raises(ToolError, match="type 'SignalizedJunctionStraight', which no scenario class of "
+                                        "scenario_runner implements"):
+        carla_run.check_route(path, third)
 
 
 # ----------------------------------------------------------------------------- golden command line and environment

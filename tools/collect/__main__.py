@@ -13,6 +13,7 @@ Commands:
   validate  check every frame of every finished route run; the quality report under ROOT/reports/<date>/
   info      the dataset's manifest with counts and sizes (bin/dataset-info)
   export-py123d  every finished route run as a Py123D log
+  carla-check  our CARLA backend against the real leaderboard 2.0 and scenario_runner (no server)
 
 `python -m tools.collect COMMAND --help` explains each one.
 """
@@ -341,6 +342,32 @@ def export_py123d(root: str | None = None, out: str | None = None, workers: int 
     export_root(root=root, out=out, workers=workers, force=force)
 
 
+def carla_check(routes: str | None = None, rig: str | None = None) -> None:
+    """Check our CARLA backend against the real leaderboard 2.0 and scenario_runner of this install (no server).
+
+    Needs LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT (the pinned commits: docs/carla.md), CARLA_ROOT (its
+    PythonAPI/carla holds the `agents` package both import) and the leaderboard's Python requirements; the CARLA
+    image has them all and runs this at build time. Checks: our agent file loads as the evaluator loads it and its
+    sensors pass the real validate_sensor_configuration (and our own check before a run agrees with it); every
+    scenario type of our catalogue is a scenario_runner class reading the parameters the catalogue names; route
+    files parse with the real RouteParser and every scenario carries a trigger point and the parameters its class
+    reads; our evaluator command line parses with the evaluator's argparse; checkpoints the real StatisticsManager
+    writes read as our results. One line per check, exit 1 when one fails.
+
+    Args:
+        routes: a route file or a folder of them to check (default: routes generated now by `routes`, one per
+            placeable scenario type and four without --scenarios, on a small generated town).
+        rig: a rig file (collect --rig) whose sensors to check (default: the default rig).
+    """
+    from tools.collect.carla.check import carla_check as check
+    from tools.collect.config import CollectSettings
+
+    rig_config = CollectSettings(rig=cli.optional_text(rig, "rig") or "").load_rig()
+    report = check(cli.optional_text(routes, "routes"), rig_config)
+    if report.failed:
+        raise SystemExit(1)
+
+
 COMMANDS = {
     "town": town,
     "routes": routes,
@@ -357,6 +384,8 @@ COMMANDS = {
     "info": info,
     "export-py123d": export_py123d,
     "export_py123d": export_py123d,
+    "carla-check": carla_check,
+    "carla_check": carla_check,
 }
 
 if __name__ == "__main__":
