@@ -31,6 +31,7 @@ import importlib
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -414,7 +415,9 @@ def our_routes(folder: Path, town: Path | None) -> tuple[list[Path], str]:
     `town` (ROUTE_TOWN), else on a generated grid town, where the types passing through the oncoming lane have no
     place (left out, and said so). The files and where they come from, in words."""
     kinds = list(PLACEABLE)
-    if town is None:
+    if town is not None:  # a copy: what the town's SUMO network is made into lands beside it, not in the install
+        town = Path(shutil.copy(town, folder / town.name))
+    else:
         from tools.collect.town import make_town
 
         town = make_town(folder / "town.xodr", grid="3x3", seed=1, lanes=2, block=110.0)
