@@ -304,13 +304,14 @@ def test_the_agent_never_prints_a_line_per_tick_standin_leaderboard(standin_lead
 
 def test_parked_cars_of_the_large_towns_are_boxed_as_cars():
     """Leaderboard 2.0 spawns Town12/Town13's parked cars as static.prop.mesh actors of a car's mesh; cameras and
-    LiDAR see a car there, and the box says so. Other mesh props stay static."""
+    LiDAR see a car there, and the box says so (a mesh prop whose mesh_path names another mesh stays static)."""
     parked = StandinActor(7, "static.prop.mesh", (2.3, 1.0, 0.7))
     parked.attributes["mesh_path"] = ("/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Lincoln/"
                                       "SM_LincolnParked.SM_LincolnParked")  # leaderboard/utils/parked_vehicles.py
     other = StandinActor(8, "static.prop.mesh", (0.5, 0.5, 0.5))
     other.attributes["mesh_path"] = "/Game/Carla/Static/Dynamic/Trash/SM_Bin.SM_Bin"
     assert actor_class(parked) == semantics.CAR
+    assert actor_class(StandinActor(6, "static.prop.mesh", (2.3, 1.0, 0.7))) == semantics.CAR  # no mesh_path read
     assert actor_class(other) == semantics.STATIC
     assert actor_class(StandinActor(9, "static.prop.trafficcone01", (0.2, 0.2, 0.4))) == semantics.STATIC
 

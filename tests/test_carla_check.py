@@ -197,6 +197,33 @@ def test_generated_routes_carry_the_roads_z_and_every_parameter_their_class_read
     assert report.failed and "no class of srunner/scenarios is called SignalizedJunctionStraight" in report.lines[0]
 
 
+def test_carla_check_passes_over_the_standin_trees_and_fails_on_an_old_route_file_standin_leaderboard(
+        tmp_path, carla_towns, standin_trees):
+    """The command as the image runs it: its lines, its verdict, its exit status (our routes generated on Town10HD)."""
+    leaderboard, runner = standin_trees
+    env = {"LEADERBOARD_ROOT": str(leaderboard), "SCENARIO_RUNNER_ROOT": str(runner), "CARLA_ROOT": "",
+           "DRIVEKIT_CARLA_TOWNS": str(carla_towns), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = run_tool(PYTHON, "-m", "tools.collect", "carla-check", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[1:-1]] == [
+        "ok    agent", *["ok    sensors"] * 3, "ok    scenarios", "ok    routes", "ok    argv",
+        *["ok    checkpoint"] * 2]
+    assert "26 route files (ours on Town10HD: one per placeable type and 4 without --scenarios)" in lines[6]
+    assert lines[-1].startswith("carla-check passed (0 failed of 9, ")
+    old = tmp_path / "old" / "r.xml"  # a straight junction type, as the generator wrote them before
+    old.parent.mkdir()
+    old.write_text("<routes><route id='0' town='Town10HD'><waypoints><position x='1' y='2' z='0'/>"
+                   "<position x='9' y='2' z='0'/></waypoints><scenarios><scenario name='S_1' "
+                   "type='SignalizedJunctionStraight'><trigger_point x='1' y='2' z='0' yaw='0'/></scenario>"
+                   "</scenarios></route></routes>")
+    proc = run_tool(PYTHON, "-m", "tools.collect", "carla-check", "--routes", str(old.parent), env=env)
+    assert proc.returncode == 1
+    assert f"FAIL  routes: {old}: RouteScenario_0 scenario 'S_1' (SignalizedJunctionStraight): no class of " \
+           "srunner/scenarios is called SignalizedJunctionStraight" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("carla-check FAILED (1 failed of 9, ")
+
+
 def test_carla_check_without_the_roots_is_one_line_naming_the_variable(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LEADERBOARD_ROOT": "", "SCENARIO_RUNNER_ROOT": ""}
     proc = run_tool(PYTHON, "-m", "tools.collect", "carla-check", env=env)

@@ -87,7 +87,8 @@ _LIGHT_STATE = {"Red": "red", "Yellow": "yellow", "Green": "green", "Off": "off"
 MAX_SENSOR_RADIUS_M = 3.0
 MAX_RGB_CAMERAS = 8
 #: Leaderboard 2.0's parked cars (Town12, Town13: leaderboard/utils/parked_vehicles.py) are static.prop.mesh
-#: actors whose mesh_path lies under this folder of CARLA's content.
+#: actors whose mesh_path lies under this folder of CARLA's content (RouteScenario.spawn_parked_vehicles; the
+#: leaderboard spawns no other static.prop.mesh).
 PARKED_VEHICLE_MESHES = "/Static/Car/"
 
 
@@ -179,8 +180,10 @@ def actor_class(actor: Any) -> int | None:
         return _BASE_TYPE_CLASS.get(str(actor.attributes.get("base_type", "car")).lower(), semantics.CAR)
     if type_id.startswith("walker.pedestrian"):
         return semantics.PEDESTRIAN
-    if type_id == "static.prop.mesh" and PARKED_VEHICLE_MESHES in str(actor.attributes.get("mesh_path", "")):
-        return semantics.CAR  # a parked car: cameras and LiDAR see a car (its semantic tag is Car)
+    if type_id == "static.prop.mesh":  # the leaderboard spawns these for parked cars only
+        mesh = str(actor.attributes.get("mesh_path", ""))
+        if not mesh or PARKED_VEHICLE_MESHES in mesh:
+            return semantics.CAR  # cameras and LiDAR see a car there (its semantic tag is Car)
     if type_id.startswith("static.prop"):
         return semantics.STATIC
     return None
