@@ -76,11 +76,13 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
     Routes have the shape of the leaderboard 2.0 training and benchmark routes: one route per file, 150 to
     700 m by default, dense waypoints (one every --spacing metres; none inside a junction, where lanes
     overlap) and exactly one <scenario> block. The town is copied to OUT/towns/, where `run` and `collect`
-    look for it by default. Without --scenarios, a route is filed under the junction type of its first
-    junction and runs no actors; with --scenarios=Accident,DynamicObjectCrossing the routes take the types
-    in turn, one per route, each placed where it makes sense (obstacles on straight stretches with a lane
-    to pass in, junction types before a junction of the right kind); docs/scenarios.md lists what each
-    type does. A town file that is not OpenDRIVE text is refused before anything is written.
+    look for it by default. Without --scenarios, a route takes the junction type of its first junction (the
+    junction flow of its turn; going straight, the adversary crossing it); with
+    --scenarios=Accident,DynamicObjectCrossing the routes take the types in turn, one per route, each placed
+    where it makes sense (obstacles on straight stretches with a lane to pass in, junction types before a
+    junction of the right kind); docs/scenarios.md lists what each type does. Every block carries the
+    parameters its leaderboard class reads; waypoints carry the road's z. A town file that is not OpenDRIVE
+    text is refused before anything is written.
 
     --preset sets the count and lengths (a flag given explicitly wins; full: the defaults):
       {presets}

@@ -473,7 +473,7 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
                     spacing: float = WAYPOINT_SPACING_M) -> list[Path]:
     """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
     <scenario> block, waypoints every `spacing` metres outside junctions. Without `scenarios` each route is
-    filed under the junction type of its first junction (no actors); with a list of scenario types
+    filed under the junction type of its first junction (`_junction_type`); with a list of scenario types
     (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
     Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
     trigger points carry the road's z."""
