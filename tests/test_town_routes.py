@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
-from tools.collect.routes import Route, RouteError, check_routes, read_routes, write_route
-from tools.collect.scenario_types import CATALOGUE, JUNCTION
+from tools.collect.routes import NO_SCENARIO, Route, RouteError, check_routes, read_routes, write_route
 from tools.collect.town import Town, TownError, make_town
 from tools.dataset.measurements import RoadOption
 from tools.expert.planner import RoutePlanner
 
-JUNCTION_TYPES = {n for n, t in CATALOGUE.items() if t.kind == JUNCTION and not n.startswith("EnterActorFlow")}
+FLOWS = {f"{s}Junction{t}" for s in ("Signalized", "NonSignalized") for t in ("LeftTurn", "RightTurn")}
 
 
 def test_town_is_opendrive_that_carla_map_and_sumo_both_load(town_xodr):
@@ -60,8 +59,9 @@ def test_routes_command_writes_one_route_per_file_in_scenario_folders(tmp_path, 
     for f in files:
         (route,) = read_routes(f)
         assert f.parent.name == route.scenario and route.town == "town"
-        # The junction type of its first junction, a leaderboard 2.0 type (no "...JunctionStraight": no class).
-        assert route.scenario in JUNCTION_TYPES, route.scenario
+        # The junction flow of its first junction's turn, or none going straight (no "...JunctionStraight": no
+        # scenario_runner class implements it).
+        assert route.scenario in FLOWS or (route.scenario == NO_SCENARIO and not route.scenarios), route.scenario
         assert len(route.waypoints) >= 2 and route.weathers
     check_routes([(f, read_routes(f)[0]) for f in files], tmp_path / "towns")
 

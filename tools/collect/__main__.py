@@ -76,8 +76,8 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
     Routes have the shape of the leaderboard 2.0 training and benchmark routes: one route per file, 150 to
     700 m by default, dense waypoints (one every --spacing metres; none inside a junction, where lanes
     overlap) and exactly one <scenario> block. The town is copied to OUT/towns/, where `run` and `collect`
-    look for it by default. Without --scenarios, a route takes the junction type of its first junction (the
-    junction flow of its turn; going straight, the adversary crossing it); with
+    look for it by default. Without --scenarios, a route takes the junction flow of its first junction's turn
+    (SignalizedJunctionLeftTurn, ...; going straight, none: filed under NoScenario); with
     --scenarios=Accident,DynamicObjectCrossing the routes take the types in turn, one per route, each placed
     where it makes sense (obstacles on straight stretches with a lane to pass in, junction types before a
     junction of the right kind); docs/scenarios.md lists what each type does. Every block carries the

@@ -309,14 +309,14 @@ def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> di
             "params": params or {}}
 
 
-def _junction_type(first: dict) -> str:
+def _junction_type(first: dict) -> str | None:
     """The junction scenario type of a walk's first junction (how routes without --scenarios are filed): the
-    junction flow of its turn, or where it goes straight the adversary crossing it (the leaderboard has no
-    straight junction flow)."""
-    if first["turn"] in (RoadOption.LEFT, RoadOption.RIGHT):
-        kind = "Signalized" if first["signalized"] else "NonSignalized"
-        return f"{kind}Junction{'LeftTurn' if first['turn'] == RoadOption.LEFT else 'RightTurn'}"
-    return "OppositeVehicleRunningRedLight" if first["signalized"] else "OppositeVehicleTakingPriority"
+    junction flow of its turn; None where it goes straight across (the leaderboard has no straight junction flow:
+    the route runs no scenario and is filed under NoScenario)."""
+    if first["turn"] not in (RoadOption.LEFT, RoadOption.RIGHT):
+        return None
+    kind = "Signalized" if first["signalized"] else "NonSignalized"
+    return f"{kind}Junction{'LeftTurn' if first['turn'] == RoadOption.LEFT else 'RightTurn'}"
 
 
 def _junction_params(name: str, j: dict, walk, rng: random.Random) -> dict[str, dict[str, str]] | None:
@@ -472,8 +472,8 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
                     max_length: float = 700.0, scenarios: str | tuple | list | None = None,
                     spacing: float = WAYPOINT_SPACING_M) -> list[Path]:
     """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
-    <scenario> block, waypoints every `spacing` metres outside junctions. Without `scenarios` each route is
-    filed under the junction type of its first junction (`_junction_type`); with a list of scenario types
+    <scenario> block (none under NoScenario), waypoints every `spacing` metres outside junctions. Without
+    `scenarios` each route takes the junction flow of its first junction's turn (none going straight); with types
     (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
     Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
     trigger points carry the road's z."""
@@ -524,20 +524,19 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
                 continue
             if wanted:
                 scenario = _place(wanted, walk, junctions, rng)
-            else:
+                if scenario is None:
+                    continue
+            else:  # the flow of its first junction's turn with the class's defaults; none going straight
                 first = _junction_type(junctions[0])
-                scenario = _block(first, walk[max(junctions[0]["start"] - 10, 0)],
-                                  _junction_params(first, junctions[0], walk, rng))
-            if scenario is None:
-                continue
+                scenario = first and _block(first, walk[max(junctions[0]["start"] - 10, 0)])
             pts = [walk[0]] + [j["exit"] for j in junctions] + [walk[-1]]
             if walk[-1].is_junction or _revisits(pts):
                 continue
             waypoints = _dense_waypoints(planner, walk, spacing)
             if waypoints is None or _off_road(t.carla_map, waypoints) is not None:  # what `run` would refuse
                 continue
-            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints, scenarios=[scenario],
-                          weathers=[rng.choice(_WEATHERS)])
+            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints,
+                          scenarios=[scenario] if scenario else [], weathers=[rng.choice(_WEATHERS)])
             path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
             write_route(path, route)
             written.append(path)
