@@ -445,7 +445,10 @@ def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray 
     candidates = [i for i in range(0, len(walk), step) if not walk[i].is_junction]
     if candidates[-1] != len(walk) - 1:
         candidates.append(len(walk) - 1)
-    xy = np.round([[walk[i].transform.location.x, walk[i].transform.location.y] for i in candidates], 1)
+    # z from the town's road (its OpenDRIVE elevation): the leaderboard places each waypoint on the road nearest
+    # to it in 3D (as our planner does), so where roads cross at two levels a z of 0 would pick the wrong one.
+    xyz = np.round([[w.transform.location.x, w.transform.location.y, w.transform.location.z]
+                    for w in (walk[i] for i in candidates)], 1)
     kept = [0]
     for k in range(1, len(candidates)):
         a = kept[-1]
@@ -453,19 +456,14 @@ def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray 
         if walked < 1.0:
             continue
         try:
-            traced = planner.trace(xy[[a, k]]).length
+            traced = planner.trace(xyz[[a, k]]).length
         except NoRoute:
             traced = math.inf
         if traced <= walked * _DETOUR + _SLACK_M:
             kept.append(k)
         elif k == len(candidates) - 1:
             return None
-    out = np.zeros((len(kept), 3))
-    out[:, :2] = xy[kept]
-    # z from the town's road (its OpenDRIVE elevation): the leaderboard places each waypoint on the road nearest
-    # to it in 3D, so where roads cross at two levels a z of 0 would pick the wrong one.
-    out[:, 2] = np.round([walk[candidates[k]].transform.location.z for k in kept], 1)
-    return out
+    return xyz[kept]
 
 
 def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 150.0,
