@@ -154,7 +154,8 @@ def test_generated_routes_carry_the_roads_z_and_every_parameter_their_class_read
         tmp_path, carla_towns, standin_trees):
     """On Town03 (roads from -0.9 to 8.4 m): waypoints and triggers at the road's z; EnterActorFlow's flow from a
     lane entering its junction to its exit on the route; routes without --scenarios typed by a class that exists.
-    The route parser's stand-in then finds every parameter each class reads, and an old-style file fails."""
+    The route parser's stand-in then finds every parameter each class reads and every trigger on its route; a
+    trigger moved off the route and an old-style file fail."""
     xodr = carla_towns / "Town03.xodr"
     files = generate_routes(str(xodr), 3, str(tmp_path / "routes"), seed=2, min_length=150.0, max_length=400.0,
                             scenarios="EnterActorFlow,EnterActorFlowV2,HazardAtSideLaneTwoWays")
@@ -190,6 +191,20 @@ def test_generated_routes_carry_the_roads_z_and_every_parameter_their_class_read
     report = check.Report()
     check.check_routes(report, files, {k: dict(v) for k, v in PARAMETERS.items()}, "ours")
     assert not report.failed and report.lines[0].startswith("ok    routes: 6 route files (ours) parse"), report.lines
+
+    (route,) = read_routes(files[0])  # its trigger 4 m aside: the leaderboard would ignore the scenario
+    route.scenarios[0]["trigger"][1] += 4.0
+    shifted = files[0].with_name("shifted.xml")
+    write_route(shifted, route)
+    report = check.Report()
+    check.check_routes(report, [shifted], {k: dict(v) for k, v in PARAMETERS.items()}, "shifted")
+    assert report.lines == [f"FAIL  routes: {shifted}: RouteScenario_0 scenario 'EnterActorFlow_1' (EnterActorFlow): "
+                            "its trigger point is off the route as the leaderboard traces it "
+                            "(RouteParser.is_scenario_at_route): it would ignore the scenario",
+                            # (a CARLA run does not trace routes before it starts; the embedded world skips a
+                            # trigger only beyond 10 m)
+                            f"FAIL  routes: {shifted}: our checks before a CARLA run (read_routes, check_route) "
+                            "accept it"]
 
     old = tmp_path / "old.xml"  # as the generator wrote them before: no flow ends, a straight junction type
     (route,) = read_routes(files[0])

@@ -13,7 +13,9 @@ runs the real code where it runs without a server and reads the real source wher
               included) is what the catalogue says: a drift is reported type by type
   routes      route files (ours: one generated per placeable type and per junction shape, or the ROUTES given)
               through the real RouteParser.parse_routes_file; every scenario has a trigger point, a type that is a
-              class, and the parameters its class reads in the shape it reads them (value, from/to, x/y/z)
+              class, and the parameters its class reads in the shape it reads them (value, from/to, x/y/z); its
+              trigger point on the route as RouteParser.is_scenario_at_route finds it (the route traced by our
+              planner, which follows GlobalRoutePlanner, when the town is in a towns/ folder above the file)
   argv        tools.collect.carla.run.evaluator_command parsed by the evaluator's own argparse definitions (the
               add_argument calls of leaderboard_evaluator.py main(), executed)
   checkpoint  a checkpoint written by the real StatisticsManager in the evaluator's order (a finished route and a
@@ -40,6 +42,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tools.collect.carla.agent import AGENT_FILE, MAX_RGB_CAMERAS, MAX_SENSOR_RADIUS_M, check_rig, declared_sensors
 from tools.collect.carla.run import (
     INSTALL_TOWNS,
@@ -53,11 +57,13 @@ from tools.collect.carla.run import (
     scenario_runner_root,
 )
 from tools.collect.carla.server import Ports
-from tools.collect.routes import find_route_files, generate_routes, read_routes
+from tools.collect.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, generate_routes, read_routes
 from tools.collect.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
+from tools.collect.town import opendrive_map
 from tools.dataset import results
 from tools.dataset.errors import ToolError
 from tools.dataset.rig import CameraConfig, RigConfig
+from tools.expert.planner import NoRoute, RoutePlanner
 
 #: scenario_runner's helpers that read one parameter of a block, and the shape each reads.
 _HELPERS = {"get_value_parameter": VALUE, "get_interval_parameter": INTERVAL, "get_parameter": VALUE}
@@ -252,6 +258,7 @@ def check_routes(report: Report, files: list[Path], reads: Mapping[str, Mapping[
     """Route files through the real RouteParser; every scenario against what its class reads."""
     parser = _import("leaderboard.utils.route_parser").RouteParser
     counts: dict[str, int] = {}
+    planners: dict[Path, RoutePlanner] = {}
     bad = 0
     for path in files:
         problems = []
@@ -271,6 +278,7 @@ def check_routes(report: Report, files: list[Path], reads: Mapping[str, Mapping[
                     problems.append(f"{where}: no class of srunner/scenarios is called {sc.type}")
                     continue
                 problems += [f"{where} {p}" for p in scenario_problems(sc.type, sc.other_parameters, reads[sc.type])]
+        problems += _triggers_off_route(parser, path, configs, planners)
         try:  # what a CARLA run checks before it starts must refuse what the leaderboard cannot run
             for route in read_routes(path):
                 check_route(path, route)
@@ -286,6 +294,44 @@ def check_routes(report: Report, files: list[Path], reads: Mapping[str, Mapping[
     if not bad:
         report.ok("routes", f"{len(files)} route files ({source}) parse with the leaderboard's RouteParser; every "
                             f"scenario has a trigger point, a class and the parameters it reads ({kinds})")
+
+
+def _triggers_off_route(parser, path: Path, configs, planners: dict[Path, RoutePlanner]) -> list[str]:
+    """Scenarios whose trigger point the leaderboard would find off its route, which it then ignores ("too far from
+    the route"): the real RouteParser.is_scenario_at_route on the route as our planner traces it (it follows
+    GlobalRoutePlanner's path; z from the nearest route waypoint). Routes whose town is not found beside them (a
+    towns/ folder above the file) are not traced."""
+    import carla
+
+    try:
+        ours = {f"RouteScenario_{r.id}": r for r in read_routes(path)}
+        towns = find_towns_dir(path, None)
+    except ToolError:
+        return []
+    out = []
+    for config in configs:
+        route = ours.get(config.name)
+        xodr = towns / f"{route.town}{TOWN_SUFFIX}" if route is not None else None
+        if route is None or xodr is None or not xodr.is_file() or not config.scenario_configs:
+            continue
+        if xodr not in planners:
+            planners[xodr] = RoutePlanner(opendrive_map(xodr))
+        try:
+            dense = planners[xodr].trace(route.waypoints)
+        except NoRoute as e:
+            out.append(f"{path}: {config.name}: our planner finds no route through its waypoints ({e})")
+            continue
+        nearest = np.hypot(dense.xy[:, None, 0] - route.waypoints[None, :, 0],
+                           dense.xy[:, None, 1] - route.waypoints[None, :, 1]).argmin(axis=1)
+        traced = [(carla.Transform(carla.Location(float(x), float(y), float(route.waypoints[k, 2])),
+                                   carla.Rotation(yaw=float(yaw))), None)
+                  for (x, y), yaw, k in zip(dense.xy, dense.yaw, nearest, strict=True)]
+        for sc in config.scenario_configs:
+            if sc.trigger_points and not parser.is_scenario_at_route(sc.trigger_points[0], traced):
+                out.append(f"{path}: {config.name} scenario {sc.name!r} ({sc.type}): its trigger point is off the "
+                           "route as the leaderboard traces it (RouteParser.is_scenario_at_route): it would ignore "
+                           "the scenario")
+    return out
 
 
 def evaluator_flags(leaderboard: Path) -> argparse.ArgumentParser:
