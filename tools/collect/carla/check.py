@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -479,53 +479,43 @@ def our_routes(folder: Path, town: Path | None) -> tuple[list[Path], str]:
 
 def carla_check(routes: str | None = None, rig: RigConfig | None = None,
                 env: Mapping[str, str] | None = None, out: Callable[[str], None] = print) -> Report:
-    """Every check; its lines go to `out`. ToolError when the roots or the modules are missing."""
+    """Every check; its lines go to `out`. ToolError (one line) when the roots, the route files or a module the
+    checks import are missing."""
     env = os.environ if env is None else env
     started = time.monotonic()
     leaderboard, runner, paths = real_paths(env)
+    files = None
+    if routes:
+        folder = Path(routes)
+        files = [folder] if folder.is_file() else find_route_files(folder) if folder.is_dir() else []
+        if not files:
+            raise ToolError(f"carla-check --routes {routes}: no route file there (a *.xml file, or a folder of them)")
     for p in reversed(paths):
         if p not in sys.path:
             sys.path.insert(0, p)
-    os.environ.setdefault("SCENARIO_RUNNER_ROOT", str(runner))  # route_scenario finds the scenario files by it
     report = Report()
     out(f"carla-check: leaderboard {leaderboard} (pinned {LEADERBOARD_COMMIT[:8]}), scenario_runner {runner} "
         f"(pinned {SCENARIO_RUNNER_COMMIT[:8]})")
     reads = scenario_reads(runner)
-    for name, step in _steps(report, rig or RigConfig(), reads, leaderboard, runner, routes, env):
-        before = len(report.lines)
-        try:
-            step()
-        except ToolError:
-            raise
-        except Exception as e:  # noqa: BLE001  a check that cannot run is a failed check, named
-            report.fail(name, f"could not run: {type(e).__name__}: {e}")
-        for line in report.lines[before:]:
-            out(line)
+    with tempfile.TemporaryDirectory(prefix="carla-check-") as tmp:
+        made: list[tuple[list[Path], str]] = [(files, str(routes))] if files else []
+        steps = [("agent", lambda: check_agent(report, rig or RigConfig())),
+                 ("scenarios", lambda: check_scenarios(report, reads)),
+                 ("routes", lambda: made or made.append(our_routes(Path(tmp), route_town(env)))),
+                 ("routes", lambda: made and check_routes(report, made[0][0], reads, made[0][1])),
+                 ("argv", lambda: check_argv(report, leaderboard, runner)),
+                 ("checkpoint", lambda: check_checkpoint(report, Path(tmp)))]
+        for name, step in steps:
+            before = len(report.lines)
+            try:
+                step()
+            except ToolError:
+                raise
+            except Exception as e:  # noqa: BLE001  a check that cannot run is a failed check, named
+                report.fail(name, f"could not run: {type(e).__name__}: {e}")
+            for line in report.lines[before:]:
+                out(line)
     verdict = "FAILED" if report.failed else "passed"
     out(f"carla-check {verdict} ({sum(1 for x in report.lines if x.startswith('FAIL'))} failed of "
         f"{len(report.lines)}, {time.monotonic() - started:.1f} s)")
     return report
-
-
-def _steps(report: Report, rig: RigConfig, reads, leaderboard: Path, runner: Path, routes: str | None,
-           env: Mapping[str, str]) -> Iterator[tuple[str, Callable[[], None]]]:
-    yield "agent", lambda: check_agent(report, rig)
-    yield "scenarios", lambda: check_scenarios(report, reads)
-    with tempfile.TemporaryDirectory(prefix="carla-check-") as tmp:
-        if routes:
-            folder = Path(routes)
-            files = [folder] if folder.is_file() else find_route_files(folder)
-            if not files:
-                raise ToolError(f"carla-check ROUTES {routes}: no route files (*.xml) there")
-            source = str(folder)
-        else:
-            files, source = [], []
-
-            def generate() -> None:
-                made, what = our_routes(Path(tmp), route_town(env))
-                files.extend(made)
-                source.append(what)
-            yield "routes", generate
-        yield "routes", lambda: check_routes(report, files, reads, source[0] if isinstance(source, list) else source)
-        yield "argv", lambda: check_argv(report, leaderboard, runner)
-        yield "checkpoint", lambda: check_checkpoint(report, Path(tmp))
