@@ -142,6 +142,8 @@ CATALOGUE: dict[str, ScenarioType] = {
     "HighwayExit": ScenarioType(None, NAME_ONLY, "", "as InterurbanActorFlow"),
     "ParkingExit": ScenarioType(None, NAME_ONLY, "", "the ego would start in a parking lane; routes start in a "
                                 "driving lane"),
+    "BackgroundActivityParametrizer": ScenarioType(None, NAME_ONLY, "", "changes the leaderboard's background "
+                                                   "traffic (how many, how far apart): " + _NO_BACKGROUND),
 }
 #: Types the route generator can place (every type something happens for).
 PLACEABLE = tuple(name for name, t in CATALOGUE.items() if t.kind is not None)
@@ -194,6 +196,10 @@ PARAMETERS: dict[str, dict[str, tuple[str, bool]]] = {
     "ParkingExit": {"direction": (VALUE, False), "front_vehicle_distance": (VALUE, False),
                     "behind_vehicle_distance": (VALUE, False), "flow_distance": (VALUE, False),
                     "speed": (VALUE, False)},
+    "BackgroundActivityParametrizer": {name: (VALUE, False) for name in (
+        "num_front_vehicles", "num_back_vehicles", "road_spawn_dist", "opposite_source_dist", "opposite_max_actors",
+        "opposite_spawn_dist", "opposite_active", "junction_source_dist", "junction_max_actors",
+        "junction_spawn_dist", "junction_source_perc")},
 }
 
 
