@@ -291,8 +291,8 @@ def declared_sensors(rig: RigConfig, offset: tuple[float, float, float]) -> list
 def check_rig(rig: RigConfig) -> None:
     """The rig's declared sensors against what the leaderboard allows (validate_sensor_configuration), before
     anything starts: ToolError naming the camera and the limit. The mounts are checked as declared with the hero's
-    origin on the ground under its box centre (CARLA's cars have it there, to centimetres); the leaderboard checks
-    them again with the hero's own box at set-up."""
+    origin on the ground under its box centre: its real offset (a few tenths of a metre at most on CARLA's cars)
+    is known only once the hero exists, when the leaderboard checks them again."""
     cameras = rig.cameras
     if len(cameras) > MAX_RGB_CAMERAS:
         raise ToolError(f"--rig: {len(cameras)} cameras, but the leaderboard allows at most {MAX_RGB_CAMERAS} RGB "
