@@ -30,7 +30,7 @@ GOLDEN = TESTS / "golden"
 
 
 def route_file(short_routes: Path) -> Path:
-    return sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    return sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
 
 
 @pytest.fixture
@@ -244,7 +244,7 @@ def test_slurm_array_tasks_drive_carla_routes_standin_server_and_evaluator(slurm
     """bin/collect --slurm --world=carla on the real one-node cluster: each array task starts its stand-in server
     and evaluator (no GPU on the test cluster: --gpus 0; a CARLA collection asks for 1 by default)."""
     one = tmp_path / "routes"
-    for route in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+    for route in sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name):
         (one / route.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(route, one / route.parent.name / route.name)
     shutil.copytree(short_routes / "towns", one / "towns")
