@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from tools.collect.carla import run as carla_run
+from tools.collect.carla.agent import check_rig
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.inspect.py123d_export import export_after_run, require_py123d
@@ -69,6 +70,7 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     if cfg.world == "carla":  # the CARLA install, leaderboard, scenario_runner, client: before anything is claimed
         carla_setup = carla_run.check_setup()
         carla_run.check_route(route_path, r)
+        check_rig(cfg.load_rig())  # sensors the leaderboard would refuse end every attempt: refused here
         default_towns = carla_run.install_towns(carla_setup)
     towns_dir = find_towns_dir(route_path, towns, default_towns)
     xodr = town_file(route_path, r, towns_dir)

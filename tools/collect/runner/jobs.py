@@ -3,7 +3,6 @@ against its town before anything runs (`plan`), each a `Job` that local workers 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +21,6 @@ class Job:
     towns: Path
     key: RunKey
 
-
-
-def find_route_files(routes_dir: Path) -> list[Path]:
-    """Every *.xml under a folder, recursively, sorted; hidden files and folders and towns/ are skipped."""
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(routes_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "towns")
-        found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".xml") and not f.startswith(".")]
-    return found
 
 
 def plan(route_files: list[Path], towns: str | None, repetitions: int, default_towns: Path | None = None
