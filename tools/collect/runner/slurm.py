@@ -20,6 +20,10 @@ A scheduler that does not answer (slurmctld down or restarting: tools.dataset.sl
 says nothing about any task: that poll is dropped, nothing is taken as ended and nothing is submitted, and
 the monitor asks again after `--poll` seconds. A task the scheduler no longer remembers (no accounting,
 ended more than MinJobAge ago) whose route runs all have their result is counted COMPLETED, never UNKNOWN.
+
+A full disk stops the monitor with one line (tools.dataset.errors.DiskFull) instead of a new wave: when a task
+of the last wave was stopped by it (a run's logs/<S>/<run>/disk-full.log written since the wave was submitted
+and since this monitor started), or when the root's free space is below a route run's size.
 """
 
 from __future__ import annotations
@@ -37,10 +41,10 @@ from typing import Any
 
 from tools.collect.config import CollectSettings
 from tools.collect.routes import read_routes
-from tools.collect.runner.jobs import Job, duration
+from tools.collect.runner.jobs import Job, duration, route_run_bytes
 from tools.collect.runner.workers import Collector
 from tools.dataset import atomic, cli
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, disk_full, free_bytes
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
 from tools.dataset.results import (
@@ -318,6 +322,7 @@ class Monitor:
         self.log = log or (lambda message: print(f"collect: {message}", file=sys.stderr, flush=True))
         self.prefix = f"drivekit-{dataset_id(layout)[:8]}"
         self._max_array: int | None = None
+        self.started_at = time.time()  # (run() sets it again)
 
     @property
     def accounting(self) -> bool:
@@ -459,10 +464,28 @@ class Monitor:
                 redo.append(entry)
         return redo, counts
 
+    def check_space(self, redo: list[dict[str, Any]], waves: list[Wave]) -> None:
+        """DiskFull instead of a wave that could not write: a run to redo was stopped by a full disk since the
+        last wave was submitted (and since this monitor started: a rerun after freeing space tries again), or
+        the root has less free space than a route run takes."""
+        since = max([self.started_at, *(a.get("submitted", 0) for w in waves for a in w.arrays)])
+        stopped = 0
+        for entry in redo:
+            try:
+                stopped += self.layout.disk_full_log(run_key_of(entry)).stat().st_mtime >= since
+            except OSError:
+                continue
+        need = route_run_bytes(self.layout)
+        free = free_bytes(self.layout.root)
+        if stopped or (need is not None and free is not None and free < need[0]):
+            what = f"a route run ({stopped} stopped by it in the last wave, not counted)" if stopped else "a route run"
+            raise disk_full(self.layout.data, what, need)
+
     # --------------------------------------------------------------- the loop
     def run(self, planned: list[dict[str, Any]]) -> dict[str, Any]:
         """Submit what is to do and (with watch) poll until every planned run ended. Returns the summary."""
         started = time.monotonic()
+        self.started_at = time.time()
         silent_since: float | None = None  # when the scheduler stopped answering
         while True:
             try:
@@ -495,6 +518,7 @@ class Monitor:
         self.apply_throttle(waves, live_arrays)
         redo, counts = self.look(planned, p.live)
         if redo and p.queued_tasks == 0:  # the queue has drained: the next wave, in one piece
+            self.check_space(redo, waves)
             wave = self.new_wave(redo)
             self.log(f"wave {wave.wave}: {len(redo)} route runs in {wave.n_tasks} tasks")
             self.submit(wave, fresh=True)
