@@ -204,7 +204,7 @@ def test_a_full_disk_under_build_cache_is_one_line_with_the_records_size(collect
 def test_a_full_disk_under_training_is_one_line_with_a_checkpoints_size(train_root, tmp_path, small_disk):
     logdir = small_disk(tmp_path / "run", "1m")
     proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN,
-                    "max_steps=2", timeout=300)
+                    "max_steps=1", timeout=300)  # the first checkpoint: at the end of step 1
     line = assert_disk_full_line(proc, "train", logdir / "checkpoints")
     print(line)
     assert "model's, optimizer's" in line, line
