@@ -32,6 +32,9 @@ class SchedulerUnavailable(ToolError):
     """The scheduler did not answer: the state of every job is unknown, not ended. Ask again later."""
 
 
+#: What squeue and scontrol show job answer when they know none of the job ids asked for (ended long ago): an
+#: answer, not a failure.
+INVALID_JOB = ("Invalid job id specified",)
 #: sacct's answer on a cluster without accounting (slurm-wlm 22.05: "Slurm accounting storage is disabled").
 DISABLED = ("accounting storage is disabled",)
 

@@ -57,7 +57,7 @@ from tools.dataset.results import (
     run_state,
     write_result,
 )
-from tools.dataset.slurm import SchedulerUnavailable, SlurmCommands
+from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
@@ -72,8 +72,6 @@ DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when `scontrol show config` doe
 #: accounting may not know a new array yet; without accounting, scontrol forgets ended jobs after MinJobAge.
 FORGET_AFTER_S = 600.0
 
-#: squeue's answer when it knows none of the job ids asked for (they ended long ago): not a failure.
-INVALID_JOB = ("Invalid job id specified",)
 #: Job states of an ended task, as sacct and scontrol name them.
 ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "CANCELLED", "BOOT_FAIL",
          "DEADLINE")
@@ -216,7 +214,6 @@ class Scheduler(SlurmCommands):
         return states
 
     def _squeue(self, job_ids: list[str]) -> str:
-        # squeue answers "Invalid job id specified" (exit 1) when it knows none of the jobs: an answer.
         return self.query("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", benign=INVALID_JOB).stdout
 
     @staticmethod
