@@ -45,7 +45,7 @@ from tools.dataset.buckets import (
     read_collection,
     run_key,
 )
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, space_for
 from tools.dataset.frames import FrameError, indexed_measurements, read_measurements, read_run_head
 from tools.dataset.layout import FRAME_SUFFIX, Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
@@ -392,7 +392,8 @@ def assemble(plan: Plan, runs: dict[str, dict[str, Any]], state: dict[str, Any])
     return Built(plan, collection, counts, assignment, balance(assignment, runs, per_run))
 
 
-def write_collection(built: Built, unreadable: list[str]) -> None:
+def collection_text(built: Built, unreadable: list[str]) -> str:
+    """The bucket file of a built collection (written by `build`, after every text is made)."""
     collection, assignment, split = built.collection, built.assignment, built.plan.split
     data = {
         "format": BUCKETS_FORMAT,
@@ -411,7 +412,7 @@ def write_collection(built: Built, unreadable: list[str]) -> None:
         "unreadable": unreadable,
         "buckets": [bucket_to_json(b) for b in collection.buckets],
     }
-    atomic.write_text(built.plan.path, json.dumps(data, separators=(",", ":")) + "\n")
+    return json.dumps(data, separators=(",", ":")) + "\n"
 
 
 # ----------------------------------------------------------------------------- the command
@@ -512,13 +513,17 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
         index = {} if force else read_index(layout, state["dataset_id"])  # --force reads every frame again
         runs, reused, unreadable = _label_runs(layout, state, index, towns)
         built = [assemble(plan, runs, state) for plan in plans]
-        atomic.write_text(layout.bucket_index, json.dumps({
+        # Every file is made in memory first: a full disk says exactly how much they need.
+        files = [(layout.bucket_index, json.dumps({
             "format": INDEX_FORMAT, "dataset_id": state["dataset_id"], "rules": RULES,
             "runs": {rel: {**state["runs"][rel], "town": r["town"], "weather": r["weather"],
                            "labels": _rle(r["labels"])} for rel, r in runs.items()},
-        }, separators=(",", ":")) + "\n")
-        for one in built:
-            write_collection(one, unreadable)
+        }, separators=(",", ":")) + "\n")] + [(one.plan.path, collection_text(one, unreadable)) for one in built]
+        need = sum(len(text.encode()) for _, text in files)
+        with space_for(layout.buckets, f"the {len(files)} bucket files",
+                       lambda: (need, "their exact size, made in memory before writing")):
+            for path, text in files:
+                atomic.write_text(path, text)
     _summary(built, state, reused, unreadable, time.monotonic() - start)
 
 

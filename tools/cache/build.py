@@ -9,6 +9,7 @@ layout: tools.dataset.cache and docs/cache.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -40,7 +41,7 @@ from tools.dataset.cache import (
     settings_path,
     write_record,
 )
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, human, space_for
 from tools.dataset.frames import FrameError, indexed_measurements, read_frame, read_measurements
 from tools.dataset.layout import FRAME_SUFFIX, Layout, RunKey
 from tools.dataset.manifest import read_manifest
@@ -338,6 +339,23 @@ def preprocessors_for(settings: CacheSettings, sources: dict[RunKey, RunSource])
     return out
 
 
+def _space_needed(folder: Path, plans: list[_RunPlan], left: int) -> tuple[int, str] | None:
+    """What `left` more records take: their count times the mean size of up to 100 of the records there are."""
+    sizes: list[int] = []
+    for plan in plans:
+        for i in plan.wanted:
+            with contextlib.suppress(OSError):
+                sizes.append(record_path(folder, run_rel(plan.key), i).stat().st_size)
+            if len(sizes) == 100:
+                break
+        if len(sizes) == 100:
+            break
+    if not sizes:
+        return None
+    mean = sum(sizes) / len(sizes)
+    return int(left * mean), f"{left} records of {human(mean)}, the mean of {len(sizes)} records of this cache"
+
+
 def _build_runs(folder: Path, settings: CacheSettings, plans: list[_RunPlan], pres: dict[RunKey, Preprocessor],
                 force: bool, bar: tqdm, stats: dict[str, int]) -> None:
     """Build the records `plans` name; a run without a Preprocessor (its run.json is unreadable) counts
@@ -433,7 +451,9 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
         previous = None
     try:
         with tqdm(total=n_todo, unit="sample", desc=PROG, file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                  disable=n_todo == 0) as bar:
+                  disable=n_todo == 0) as bar, \
+                space_for(folder, "the records still to build",
+                          lambda: _space_needed(folder, plans, bar.total - bar.n)):
             _build_runs(folder, settings_, plans, pres, force or only_ is not None, bar, stats)
     except KeyboardInterrupt:
         _log(f"interrupted after {stats['built']} samples built; run the same command again to resume")

@@ -76,6 +76,9 @@ FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
 FRAME_SUFFIX = PurePosixPath(FRAME_NAME).suffix
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
+#: The log of the last attempt a full disk stopped: not an attempt log (it counts no attempt); its last line is
+#: the one line the collector repeats.
+DISK_FULL_LOG = "disk-full.log"
 RUN_LOCK = "run.lock"
 ATTEMPTS_RECORD = "attempts.json"
 EVALUATOR_CHECKPOINT = "leaderboard-{attempt:02d}.json"
@@ -222,6 +225,11 @@ class Layout:
         return self.evaluation.is_file()
 
     @property
+    def data(self) -> Path:
+        """ROOT/data: the route runs' frames."""
+        return self.root / DATA
+
+    @property
     def buckets(self) -> Path:
         return self.root / BUCKETS
 
@@ -291,6 +299,9 @@ class Layout:
 
     def attempt_log(self, key: RunKey, attempt: int) -> Path:
         return self.log_dir(key) / ATTEMPT_LOG.format(attempt=attempt)
+
+    def disk_full_log(self, key: RunKey) -> Path:
+        return self.log_dir(key) / DISK_FULL_LOG
 
     def evaluator_checkpoint(self, key: RunKey, attempt: int) -> Path:
         """A CARLA attempt's leaderboard checkpoint (--checkpoint): the evaluator writes it early, with no

@@ -133,11 +133,47 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class _Keeping:
+    """The file torch.save writes through, keeping the OSError of a failed write: torch turns it into a
+    RuntimeError without its errno ("unexpected pos"), and a full disk must stay an ENOSPC."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def _save(obj: Any, path: Path) -> None:
     with open(path, "wb") as f:
-        torch.save(obj, f)
+        out = _Keeping(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
         f.flush()
         os.fsync(f.fileno())
+
+
+def tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor in nested dicts, lists and tuples: about what torch.save writes of them."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def save(logdir: Path, step: int, model: dict, optimizer: dict, state: dict[str, Any], config: dict[str, Any],

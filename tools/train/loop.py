@@ -44,7 +44,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tools.dataset import atomic
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
 from tools.dataset.cache import SessionCache, read_frame_dt
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, space_for
 from tools.dataset.layout import Layout, run_key
 from tools.dataset.rig import RigConfig, run_rig
 from tools.dataset.samples import CacheSettings
@@ -414,8 +414,11 @@ def save(logdir: Path, cfg: TrainConfig, rt: Runtime, src: Source, model: TransF
         loop.update(batches.state())
         state = {"scheduler": opt.scheduler.state_dict(), "scaler": opt.scaler.state_dict() if opt.scaler else {},
                  "rng": checkpoint.rng_state(), "loop": dict(loop), "model_config": model.cfg.to_dict()}
-        path = checkpoint.save(logdir, loop["step"], model.state_dict(), opt.optimizer.state_dict(), state,
-                               {**cfg.to_dict(), "trained_on": src.recorded}, cfg.keep)
+        weights, moments = model.state_dict(), opt.optimizer.state_dict()
+        with space_for(logdir / checkpoint.CHECKPOINTS, "a checkpoint", lambda: (
+                checkpoint.tensor_bytes([weights, moments, state]), "the model's, optimizer's and state's tensors")):
+            path = checkpoint.save(logdir, loop["step"], weights, moments, state,
+                                   {**cfg.to_dict(), "trained_on": src.recorded}, cfg.keep)
     rt.barrier()
     return path
 

@@ -12,6 +12,10 @@ of the collector never finds more simulators than --workers.
 With --servers-per-gpu (CARLA servers on a machine's GPUs) every worker is a slot with a GPU of its own
 (`gpu_slots`): the child of slot i renders on GPU slots[i] (tools.collect.carla.server.GPU_ENV), and reserves its
 own ports when its server starts.
+
+A full disk stops the collection, counting no attempt: an attempt stopped by it (exit status EXIT_DISK_FULL:
+the child uncounted its attempt) is measured and discarded here (jobs.take_back), no new run starts, the
+running ones end, and the collector exits with the one line (tools.dataset.errors.DiskFull).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from tqdm import tqdm
 from tools.collect.carla.server import GPU_ENV
 from tools.collect.config import ROUTE_RUN_COMMAND
 from tools.collect.processes import die_with_parent, signal_group
-from tools.collect.runner.jobs import Job
+from tools.collect.runner.jobs import Job, route_run_bytes, take_back
+from tools.dataset.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -45,6 +50,7 @@ from tools.dataset.results import (
     attempts,
     claim_run,
     crash_message,
+    exclusive,
     is_failed,
     read_status,
     record_attempt,
@@ -107,6 +113,7 @@ class Collector:
         self.given_up: list[RunKey] = []
         self.retried = 0
         self.frames = 0
+        self.disk_full: DiskFull | None = None  # the first full disk met: no run starts after it
 
     # --------------------------------------------------------------- one attempt
     def _command(self, job: Job, attempt: int) -> list[str]:
@@ -143,6 +150,12 @@ class Collector:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True, pass_fds=(claim.fd,),
                                         preexec_fn=functools.partial(die_with_parent, os.getpid()))
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            claim.log.unlink(missing_ok=True)  # under the run's lock: the attempt never started, counts nothing
+            self.disk_full = self.disk_full or disk_full(claim.log.parent, "a route run", route_run_bytes(self.layout))
+            return "disk-full"
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
         self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(), slot))
@@ -162,6 +175,15 @@ class Collector:
     def _reap(self, w: Worker, rc: int, queue: deque[Job], bar: tqdm) -> None:
         key = w.job.key
         result = self.layout.result_path(key)
+        if rc == EXIT_DISK_FULL:  # the child uncounted its attempt: measure and discard what it wrote
+            with exclusive(self.layout, key) as mine:
+                if mine and not result.exists():
+                    error = take_back(self.layout, key)
+                else:
+                    error = disk_full(self.layout.data, "a route run", route_run_bytes(self.layout))
+            self.disk_full = self.disk_full or error
+            if not result.exists():
+                return
         if not result.exists() and run_state(self.layout, key) is not RunState.RUNNING:
             how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
             write_result(self.layout, key, RouteRecord(w.job.route.id, FAILED_SIMULATION))
@@ -221,8 +243,8 @@ class Collector:
         bar.set_postfix(finished=0, failed=0, refresh=False)
         try:
             last_refresh = 0.0
-            while (queue or self.running) and not self.signals:
-                while queue and len(self.running) < self.workers and not self.signals:
+            while (self.running or (queue and not self.disk_full)) and not self.signals:
+                while queue and len(self.running) < self.workers and not self.signals and not self.disk_full:
                     why = self._launch(job := queue.popleft())
                     if why == "finished":  # by someone else meanwhile
                         self.skipped += 1
@@ -253,6 +275,8 @@ class Collector:
                 self._stop_children()
             for s, h in handlers.items():
                 signal.signal(s, h)
+        if self.disk_full is not None and not self.signals:
+            raise self.disk_full
         if self.signals:
             name = signal.Signals(self.signals[0]).name
             print(f"collect: interrupted by {name}: {len(self.finished)} route runs finished before; "
