@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
-import json
 import math
 import os
 import signal
@@ -26,7 +25,7 @@ from typing import Any
 from tqdm import tqdm
 
 from tools.cache.preprocess import Preprocessor
-from tools.dataset import atomic, cli
+from tools.dataset import atomic, cli, files
 from tools.dataset.cache import (
     MIN_RECORD_BYTES,
     CacheRecordError,
@@ -158,7 +157,7 @@ def read_run_source(layout: Layout, key: RunKey) -> RunSource:
     """The rig and recording rate of a route run; FrameError when its run.json cannot say."""
     path = layout.run_settings(key)
     try:
-        run = json.loads(path.read_text())
+        run = files.read_json(path)
         return RunSource(key, run_rig(run), run_rate(run))
     except (OSError, ValueError, TypeError, AttributeError) as e:
         raise FrameError(f"{path}: cannot read the run's rig and recording rate ({e})") from None
@@ -241,7 +240,7 @@ def prepare_cache_dir(layout: Layout, settings: CacheSettings, sources: Iterable
         if cached is not None or frame_dt is None:
             return folder, frame_dt
         if path.exists():  # built before frame_dt was recorded: add it, the runs agree
-            atomic.write_json(path, {**json.loads(path.read_text()), "frame_dt": frame_dt})
+            atomic.write_json(path, {**files.read_json(path), "frame_dt": frame_dt})
             _log(f"{path}: recorded frame_dt {frame_dt:g} s (from the runs' run.json)")
             return folder, frame_dt
         content = {"format": CACHE_FORMAT, "key": settings.key(), "settings": settings.to_dict(), "frame_dt": frame_dt}

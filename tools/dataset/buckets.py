@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.dataset import files
 from tools.dataset import layout as _layout
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
@@ -84,7 +85,7 @@ def run_fingerprints(layout: Layout) -> dict[str, dict[str, Any]]:
             continue
         if text is None:  # its result appeared after the listing: run_state read it
             try:
-                text = layout.result_path(key).read_bytes()
+                text = files.read_bytes(layout.result_path(key), files.MAX_JSON_BYTES)
             except FileNotFoundError:  # deleted since: no longer finished
                 continue
         runs[run_rel(key)] = {"result": hashlib.sha256(text).hexdigest()[:16], "frames": layout.frame_count(key)}
@@ -259,7 +260,7 @@ def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Colle
         _check_split(split)
     fix = f"rebuild it: bin/build-buckets --root {path.parent.parent} --collection {path.stem} --force"
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as e:

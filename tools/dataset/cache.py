@@ -18,7 +18,6 @@ from the dataset in a separate process.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import stat
 import subprocess
@@ -31,6 +30,7 @@ from typing import Any
 import msgpack
 import zstandard
 
+from tools.dataset import files
 from tools.dataset import layout as _layout
 from tools.dataset.codec import decode_array, encode_array, zstd_compress, zstd_decompress
 from tools.dataset.errors import ToolError
@@ -74,7 +74,7 @@ def read_cache_settings(cache_root: Path) -> CacheSettings:
     """The settings a cache folder was built with (its settings.json)."""
     path = settings_path(cache_root)
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         if data.get("format") != CACHE_FORMAT:
             raise ToolError(f"{path}: cache format {data.get('format')}, this tool reads format {CACHE_FORMAT}; "
                             "build a new cache with bin/build-cache")
@@ -90,7 +90,7 @@ def recorded_frame_dt(cache_root: Path) -> float | None:
     before it was recorded). ToolError when settings.json is missing or its frame_dt is not a time."""
     path = settings_path(cache_root)
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         if "frame_dt" not in data:
             return None
         value = data["frame_dt"]
@@ -181,9 +181,11 @@ def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93) -> 
 def read_record_bytes(path: Path) -> bytes:
     """A record's raw bytes (for a session cache), CacheRecordError when the file is missing."""
     try:
-        return Path(path).read_bytes()
+        return files.read_bytes(path, _MAX_RECORD_BYTES)
     except FileNotFoundError:
         raise CacheRecordError(f"{path}: missing cache record; build the cache (bin/build-cache)") from None
+    except files.UnreadableFile as e:
+        raise CacheRecordError(str(e)) from None
     except OSError as e:
         raise CacheRecordError(f"{path}: cannot read the cache record ({e.strerror})") from None
 

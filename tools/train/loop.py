@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
 from tools.dataset.cache import SessionCache, read_frame_dt
 from tools.dataset.errors import ToolError
@@ -119,7 +119,7 @@ def bucket_record(layout: Layout, collection: Collection) -> dict[str, Any]:
     ToolError when the file on disk is no longer the one loaded (another process rebuilt it meanwhile)."""
     path = collection_path(layout, collection.name)
     try:
-        raw = path.read_bytes()
+        raw = files.read_bytes(path, files.MAX_JSON_BYTES)
         on_disk = json.loads(raw)["built_from"]["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         on_disk = None
@@ -143,7 +143,7 @@ def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collec
     for rel in sorted({run for run, _ in frames}):
         path = layout.run_settings(run_key(rel))
         try:
-            run = json.loads(path.read_text())
+            run = files.read_json(path)
             rigs[run_rig(run)] += 1
         except (OSError, ValueError, TypeError, AttributeError) as e:
             raise ToolError(f"{path}: cannot read the run's rig ({e}); repair the run.json, or collect the run "
