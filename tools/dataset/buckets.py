@@ -240,13 +240,19 @@ def bucket_to_json(bucket: Bucket) -> dict[str, Any]:
     }
 
 
-def _bucket_from_json(data: dict[str, Any]) -> Bucket:
+def _bucket_from_json(data: dict[str, Any], counts: dict[str, int]) -> Bucket:
+    """A bucket of a bucket file; each frame range must lie within the frames its run had when the file was
+    built (`counts`: built_from's runs), checked before any frame is listed (ValueError naming the range)."""
     frames = []
     for rel, ranges in data["frames"].items():
         run_key(rel)  # refuses absolute paths and ".." in a file from elsewhere
         rel = sys.intern(rel)
         for start, stop in ranges:
-            frames.extend((rel, i) for i in range(int(start), int(stop)))
+            if not all(isinstance(n, int) and not isinstance(n, bool) for n in (start, stop)) or \
+                    not 0 <= start < stop <= counts.get(rel, 0):
+                raise ValueError(f"bucket {str(data.get('name'))[:40]!r}: frame range [{str(start)[:20]}, "
+                                 f"{str(stop)[:20]}) of {rel} is not within its {counts.get(rel, 0)} frames")
+            frames.extend((rel, i) for i in range(start, stop))
     weights = [float(w) for w in data["weights"]]
     if data["split"] not in SPLITS or not weights or min(weights) < 0:
         raise ValueError(f"bucket {data.get('name')!r}: bad split or weights")
@@ -270,9 +276,10 @@ def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Colle
         raise ToolError(f"{path}: bucket file format {found}, this tool reads format "
                         f"{' or '.join(map(str, READABLE_FORMATS))}; {fix}")
     try:
+        counts = {str(rel): int(run["frames"]) for rel, run in data["built_from"]["runs"].items()}
         collection = Collection(
             name=str(data["collection"]),
-            buckets=[_bucket_from_json(b) for b in data["buckets"] if b["split"] in splits],
+            buckets=[_bucket_from_json(b, counts) for b in data["buckets"] if b["split"] in splits],
             built_from=dict(data["built_from"]),
             holdout=str(data["holdout"]),
             settings=dict(data["settings"]),

@@ -211,10 +211,12 @@ class Source:
     val_frames: list[data.Item]
     recorded: dict[str, Any]
     session: SessionCache | None
+    fingerprints: dict[str, str]  # run -> its recorded attempt (data.run_fingerprints)
 
     def dataset(self, items: list[data.Item]) -> data.RecordDataset:
         """The cache records of `items`: training batches, validation, the picture."""
-        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session)
+        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session,
+                                  self.fingerprints)
 
 
 def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, start: dict[str, Any] | None) -> Source:
@@ -228,8 +230,10 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
     collection = load_collection(layout, cfg.collection, horizon=settings.horizon, splits=TRAINING_SPLITS)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
     recorded = {}
+    items = collection.frames("train") + collection.frames("val")
+    fingerprints = data.run_fingerprints(layout, items)
     if rt.main:
-        data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
+        data.check_cache_complete(cache_root, layout, items, fingerprints)
         recorded = trained_on(layout, cache_root, settings, collection)
         before = start["config"] if start is not None else (ckpt["config"] if ckpt is not None else {})
         if start is not None:  # post-training from a pre-training checkpoint: name what that one read too
@@ -243,7 +247,7 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
         # "auto": SessionCache picks $SLURM_TMPDIR, else $TMPDIR (node-local disk)
         folder = None if cfg.session_cache == "auto" else Path(cfg.session_cache).expanduser().absolute()
         session = SessionCache(cache_root.name, int(cfg.session_cache_gb * 2**30), folder)
-    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session)
+    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session, fingerprints)
 
 
 def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any] | None,
