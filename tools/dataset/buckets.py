@@ -240,6 +240,10 @@ def bucket_to_json(bucket: Bucket) -> dict[str, Any]:
     }
 
 
+#: The most frames a route run may have in a bucket file (a 69-hour drive at 4 Hz): what bounds a hostile file.
+MAX_RUN_FRAMES = 1_000_000
+
+
 def _bucket_from_json(data: dict[str, Any], counts: dict[str, int]) -> Bucket:
     """A bucket of a bucket file; each frame range must lie within the frames its run had when the file was
     built (`counts`: built_from's runs), checked before any frame is listed (ValueError naming the range)."""
@@ -276,7 +280,11 @@ def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Colle
         raise ToolError(f"{path}: bucket file format {found}, this tool reads format "
                         f"{' or '.join(map(str, READABLE_FORMATS))}; {fix}")
     try:
-        counts = {str(rel): int(run["frames"]) for rel, run in data["built_from"]["runs"].items()}
+        counts = {str(rel): run["frames"] for rel, run in data["built_from"]["runs"].items()}
+        bad = [rel for rel, n in counts.items() if type(n) is not int or not 0 <= n <= MAX_RUN_FRAMES]
+        if bad:
+            raise ValueError(f"built_from says run {bad[0]} has {str(counts[bad[0]])[:20]} frames (at most "
+                             f"{MAX_RUN_FRAMES})")
         collection = Collection(
             name=str(data["collection"]),
             buckets=[_bucket_from_json(b, counts) for b in data["buckets"] if b["split"] in splits],

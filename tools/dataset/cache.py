@@ -215,7 +215,7 @@ def decode_record(data: bytes, path: Path | str = "<record>", settings: CacheSet
     shape (checked before anything is decompressed into it); without, each array is bounded by MAX_BLOB_BYTES."""
     body = _open_record(data, Path(path), run)
     specs = settings.sample_specs() if settings is not None else None
-    limit = settings.max_sample_bytes() if settings is not None else _MAX_RECORD_BYTES
+    limit = settings.max_sample_bytes() if settings is not None else MAX_BLOB_BYTES
     try:
         fields = msgpack.unpackb(zstd_decompress_bounded(body, limit), raw=False, max_bin_len=limit)
         if not isinstance(fields, dict):
