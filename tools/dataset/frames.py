@@ -92,8 +92,8 @@ def check_seal(data: bytes, path: Path | str) -> bool:
 
 def _check_format(found: Any, verified: bool, path: Path | str) -> None:
     if found not in READABLE_FRAME_FORMATS:
-        raise FrameError(f"{path}: frame format {found}, this tool reads format "
-                         f"{' or '.join(map(str, READABLE_FRAME_FORMATS))}")
+        raise FrameError(f"{path}: frame format {found}, this tool reads format {FRAME_FORMAT} (and 1, frames "
+                         "without a checksum)")
     if found != 1 and not verified:
         raise FrameError(f"{path}: no checksum at its end (truncated or damaged); its run must be recorded again "
                          "(bin/clean-failed, then bin/collect)")
