@@ -611,4 +611,6 @@ def test_a_result_file_that_is_a_fifo_or_dev_zero_is_a_damaged_run_not_a_hang(co
         proc = run_bin(*command, timeout=120)
         assert proc.returncode == 0, (command, proc.stderr[-2000:])
     assert "damaged result file" in run_bin("progress", root, timeout=60).stdout
+    again = collect(_routes_of(root), root, check=False)  # ends (every other run is finished); redoes nothing
+    assert "damaged" in again.stdout + again.stderr, again.stderr[-2000:]
     assert result.is_symlink() or result.is_fifo(), "a tool removed or replaced it"
