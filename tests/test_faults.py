@@ -434,6 +434,8 @@ def test_random_bytes_in_random_frames_and_records_are_every_one_found(train_roo
     _damage(damaged[1], rng, _blob_offset(damaged[1], "rgb_front"), zero=True)
     for path in damaged[2:]:
         _damage(path, rng)
+    index_of = rng.choice(sorted(layout.iter_runs()))  # and one run's measurements index
+    _damage(layout.run_measurements(index_of), rng)
     found = {}
     for key in layout.iter_runs():
         for problem in inspect_run(layout, key).problems:
@@ -441,6 +443,7 @@ def test_random_bytes_in_random_frames_and_records_are_every_one_found(train_roo
     for path in damaged:
         name = f"{path.parent.parent.relative_to(root / 'data')}/frames/{path.name}"
         assert name in found, (name, sorted(found))
+    assert f"{index_of}/measurements.msgpack" in found, sorted(found)
     # build-cache: the damaged frames' records are made again (removed first) and each frame is refused by name
     cache = next(p for p in (root / "cache").iterdir() if p.is_dir())
     for path in damaged:
