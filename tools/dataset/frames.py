@@ -86,7 +86,7 @@ def check_seal(data: bytes, path: Path | str) -> bool:
         return False
     if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "big"):
         raise FrameError(f"{path}: checksum mismatch: the file's bytes changed after it was written (damaged); "
-                         "its run must be recorded again (bin/clean-failed, then bin/collect)")
+                         "record its run again: delete its result file, then bin/collect")
     return True
 
 
@@ -95,8 +95,8 @@ def _check_format(found: Any, verified: bool, path: Path | str) -> None:
         raise FrameError(f"{path}: frame format {found}, this tool reads format {FRAME_FORMAT} (and 1, frames "
                          "without a checksum)")
     if found != 1 and not verified:
-        raise FrameError(f"{path}: no checksum at its end (truncated or damaged); its run must be recorded again "
-                         "(bin/clean-failed, then bin/collect)")
+        raise FrameError(f"{path}: no checksum at its end (truncated or damaged); record its run again: delete its "
+                         "result file, then bin/collect")
 
 
 def write_packed(path: Path, data: bytes) -> None:
