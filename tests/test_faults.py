@@ -600,6 +600,8 @@ def test_decompression_bombs_and_huge_ranges_are_refused_under_a_memory_cap(trai
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_a_result_file_that_is_a_fifo_or_dev_zero_is_a_damaged_run_not_a_hang(collected_root, tmp_path, kind):
+    """Every tool runs under a memory cap (a reader of /dev/zero would otherwise take the machine's memory)."""
+    capped = ("prlimit", f"--as={2 * BOMB_MEMORY}")
     root = copy_root(collected_root, tmp_path / "root")
     layout = Layout(root)
     key = sorted(layout.iter_runs())[0]
@@ -609,11 +611,17 @@ def test_a_result_file_that_is_a_fifo_or_dev_zero_is_a_damaged_run_not_a_hang(co
         os.mkfifo(result)
     else:
         result.symlink_to("/dev/zero")
-    assert run_state(layout, key) is RunState.DAMAGED
+    state = run_tool(*capped, PYTHON, "-c", "import sys; from pathlib import Path; "
+                     "from tools.dataset.layout import Layout, RunKey; from tools.dataset.results import run_state; "
+                     "print(run_state(Layout(Path(sys.argv[1])), RunKey(*sys.argv[2:])).value)",
+                     root, key.scenario, key.name, timeout=60)
+    assert state.stdout.strip() == RunState.DAMAGED.value, state.stderr[-2000:]
     for command in (("progress", root), ("clean-failed", root, "--yes"), ("build-buckets", "--root", root)):
-        proc = run_bin(*command, timeout=120)
+        proc = run_tool(*capped, REPO_BIN / command[0], *command[1:], timeout=120)
         assert proc.returncode == 0, (command, proc.stderr[-2000:])
-    assert "damaged result file" in run_bin("progress", root, timeout=60).stdout
-    again = collect(_routes_of(root), root, check=False)  # ends (every other run is finished); redoes nothing
+    assert "damaged result file" in run_tool(*capped, REPO_BIN / "progress", root, timeout=60).stdout
+    # collect ends (every other run is finished) and redoes nothing
+    again = run_tool(*capped, REPO_BIN / "collect", _routes_of(root), "--root", root, "--workers", "2", "--vehicles",
+                     "10", timeout=240)
     assert "damaged" in again.stdout + again.stderr, again.stderr[-2000:]
     assert result.is_symlink() or result.is_fifo(), "a tool removed or replaced it"
