@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from tools.buckets import splits as _splits
 from tools.buckets.splits import STRATIFIED, Assignment, SplitSettings, assign, balance, balance_lines, routes_of
-from tools.dataset import atomic, cli
+from tools.dataset import atomic, cli, files
 from tools.dataset.bucket_rules import BUCKETS, RULES, classify
 from tools.dataset.buckets import (
     BUCKETS_FORMAT,
@@ -102,7 +102,7 @@ def read_town(layout: Layout, rel: str) -> str:
     try:
         # parse_float=str: the dense route's thousands of floats stay text (40% of the parse, the bulk of a
         # first build's time before frames are read); the document is checked as fully as before.
-        return str(json.loads(path.read_text(), parse_float=str)["town"])
+        return str(files.read_json(path, parse_float=str)["town"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: cannot read the run's town ({type(e).__name__}: {e})") from None
 
@@ -186,7 +186,7 @@ def read_index(layout: Layout, this_id: str) -> dict[str, Any]:
     """The runs of ROOT/buckets/index.json that can be reused: same dataset, same rules. Else empty."""
     path = layout.bucket_index
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         if data["format"] == INDEX_FORMAT and data["dataset_id"] == this_id and data["rules"] == RULES:
             return dict(data["runs"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -56,9 +56,12 @@ from tools.dataset.errors import ToolError
 #: (obstacle), measurements `scenario`; a version-2 root reads as it is and becomes 3 when collected into.
 #: 4: LiDAR points stored in the zstd_shuffle codec (tools.dataset.codec); camera JPEGs written by libjpeg-turbo
 #: through simplejpeg. A version-3 root reads as it is (a blob names its codec) and becomes 4 when collected into.
-DATASET_FORMAT = 4
+#: 5: frames and measurements indexes end with a CRC-32 of their bytes (frame format 2, tools.dataset.frames).
+#: A version-2 to 4 root reads as it is, its frames unverifiable (validate says how many), and becomes 5 when
+#: collected into.
+DATASET_FORMAT = 5
 #: Versions this tool reads (the frames of each are a subset of the current version's).
-READABLE_FORMATS = (2, 3, 4)
+READABLE_FORMATS = (2, 3, 4, 5)
 
 MANIFEST = "manifest.json"
 CARD = "README.md"

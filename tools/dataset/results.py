@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import RESULTS, Layout, RunKey
 
@@ -176,7 +176,7 @@ def write_result(layout: Layout, key: RunKey, record: RouteRecord) -> Path:
 def read_status(path: Path) -> str | None:
     """The record status of a result file, or None when the file is unreadable or not a result."""
     try:
-        return _status(path.read_bytes())
+        return _status(files.read_bytes(path, files.MAX_JSON_BYTES))
     except OSError:
         return None
 
@@ -195,7 +195,7 @@ def publish_checkpoint(layout: Layout, key: RunKey, checkpoint: Path) -> str | N
     status, or None when there is none (nothing is published). The evaluator writes its checkpoint early,
     with no records, and in place: it never goes straight to `result_path`, whose existence ends a run."""
     try:
-        text = Path(checkpoint).read_bytes()  # read once: what is checked is what is published
+        text = files.read_bytes(checkpoint, files.MAX_JSON_BYTES)  # read once: what is checked is what is published
     except OSError:
         return None
     status = _status(text)
@@ -218,7 +218,7 @@ def write_heartbeat(layout: Layout, key: RunKey, tick: int) -> None:
 def heartbeat_alive(path: Path, now: float | None = None) -> bool:
     """A heartbeat is alive while it is fresh, and, on this host, while its process exists."""
     try:
-        beat = json.loads(path.read_text())
+        beat = files.read_json(path)
         age = (time.time() if now is None else now) - float(beat["time"])
         host, pid = str(beat["host"]), int(beat["pid"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -259,8 +259,8 @@ def read_results(layout: Layout, keys: Iterable[RunKey] | None = None
     for key in keys:
         if key in with_result:
             try:
-                text = layout.result_path(key).read_bytes()
-            except OSError:  # gone since the listing, a folder, unreadable: run_state says what it is
+                text = files.read_bytes(layout.result_path(key), files.MAX_JSON_BYTES)
+            except OSError:  # gone since the listing, a folder, a FIFO, unreadable: run_state says what it is
                 text = None
             if text is not None:
                 out[key] = (_result_state(layout, _status(text)), text)
@@ -507,7 +507,7 @@ def exclusive(layout: Layout, key: RunKey) -> Iterator[bool]:
 
 def _own_heartbeat(layout: Layout, key: RunKey) -> bool:
     try:
-        beat = json.loads(layout.heartbeat(key).read_text())
+        beat = files.read_json(layout.heartbeat(key))
         return beat.get("host") == socket.gethostname() and int(beat.get("pid")) == os.getpid()
     except (OSError, ValueError, TypeError):
         return False

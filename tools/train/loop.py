@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
 from tools.dataset.cache import SessionCache, read_frame_dt
 from tools.dataset.errors import ToolError, space_for
@@ -119,7 +119,7 @@ def bucket_record(layout: Layout, collection: Collection) -> dict[str, Any]:
     ToolError when the file on disk is no longer the one loaded (another process rebuilt it meanwhile)."""
     path = collection_path(layout, collection.name)
     try:
-        raw = path.read_bytes()
+        raw = files.read_bytes(path, files.MAX_JSON_BYTES)
         on_disk = json.loads(raw)["built_from"]["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         on_disk = None
@@ -143,7 +143,7 @@ def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collec
     for rel in sorted({run for run, _ in frames}):
         path = layout.run_settings(run_key(rel))
         try:
-            run = json.loads(path.read_text())
+            run = files.read_json(path)
             rigs[run_rig(run)] += 1
         except (OSError, ValueError, TypeError, AttributeError) as e:
             raise ToolError(f"{path}: cannot read the run's rig ({e}); repair the run.json, or collect the run "
@@ -211,10 +211,12 @@ class Source:
     val_frames: list[data.Item]
     recorded: dict[str, Any]
     session: SessionCache | None
+    fingerprints: dict[str, str]  # run -> its recorded attempt (data.run_fingerprints)
 
     def dataset(self, items: list[data.Item]) -> data.RecordDataset:
         """The cache records of `items`: training batches, validation, the picture."""
-        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session)
+        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session,
+                                  self.fingerprints)
 
 
 def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, start: dict[str, Any] | None) -> Source:
@@ -228,8 +230,10 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
     collection = load_collection(layout, cfg.collection, horizon=settings.horizon, splits=TRAINING_SPLITS)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
     recorded = {}
+    items = collection.frames("train") + collection.frames("val")
+    fingerprints = data.run_fingerprints(layout, items)
     if rt.main:
-        data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
+        data.check_cache_complete(cache_root, layout, items, fingerprints)
         recorded = trained_on(layout, cache_root, settings, collection)
         before = start["config"] if start is not None else (ckpt["config"] if ckpt is not None else {})
         if start is not None:  # post-training from a pre-training checkpoint: name what that one read too
@@ -243,7 +247,7 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
         # "auto": SessionCache picks $SLURM_TMPDIR, else $TMPDIR (node-local disk)
         folder = None if cfg.session_cache == "auto" else Path(cfg.session_cache).expanduser().absolute()
         session = SessionCache(cache_root.name, int(cfg.session_cache_gb * 2**30), folder)
-    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session)
+    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session, fingerprints)
 
 
 def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any] | None,
