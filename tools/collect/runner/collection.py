@@ -21,6 +21,7 @@ from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, 
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
+from tools.dataset.locks import require_flock
 from tools.dataset.manifest import read_manifest, update_manifest
 
 
@@ -43,6 +44,8 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
                         "(for one file: python -m tools.collect run --route FILE)")
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
+    layout.check_no_links()
+    require_flock(layout.root)  # without working locks two collectors would run the same route runs
 
     route_files = find_route_files(routes_path)
     if not route_files:

@@ -36,7 +36,7 @@ from tools.collect.runner.jobs import Job, duration
 from tools.collect.runner.workers import Collector
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -46,13 +46,14 @@ from tools.dataset.results import (
     exclusive,
     held_run_state,
     run_state,
+    run_states,
     write_result,
 )
 from tools.dataset.slurm import SlurmCommands
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
-SLURM_DIR = "slurm"
+SLURM_DIR = SLURM
 WAVES = "waves"
 WAVE_NAME = "wave-{wave:04d}.json"
 WAVE_FORMAT = 1
@@ -426,9 +427,10 @@ class Monitor:
         """One pass over the planned runs' states on disk: the runs that need a task (not finished, not in a
         live task, attempts left) and the counts for the summary line."""
         redo, counts = [], Counter()
+        states = run_states(self.layout, [run_key_of(entry) for entry in planned])  # one heartbeat watch for all
         for entry in planned:
             key = run_key_of(entry)
-            state = run_state(self.layout, key)
+            state = states[key]
             if state is RunState.FINISHED:
                 counts["finished"] += 1
             elif state is RunState.DAMAGED:

@@ -34,6 +34,7 @@ from tools.dataset.results import (
     FAILED_SIMULATION,
     HEARTBEAT_STALE_S,
     LOCK_FD_ENV,
+    HeartbeatWatch,
     RouteRecord,
     RunClaim,
     RunState,
@@ -42,6 +43,7 @@ from tools.dataset.results import (
     is_failed,
     read_status,
     run_state,
+    run_states,
     write_result,
 )
 
@@ -56,6 +58,7 @@ class Worker:
     log: Path
     proc: subprocess.Popen
     started: float
+    beat: HeartbeatWatch
 
 
 
@@ -124,16 +127,14 @@ class Collector:
                                         preexec_fn=functools.partial(die_with_parent, os.getpid()))
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
-        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time()))
+        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(),
+                                   HeartbeatWatch(self.layout.heartbeat(job.key))))
         return "started"
 
     def _watchdog(self, w: Worker) -> None:
-        """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever."""
-        try:
-            beat = self.layout.heartbeat(w.job.key).stat().st_mtime
-        except OSError:
-            return
-        if beat > w.started and time.time() - beat > HEARTBEAT_STALE_S:
+        """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever. Stale:
+        unchanged for HEARTBEAT_STALE_S on our own clock (results.HeartbeatWatch), not by a file server's mtime."""
+        if w.beat.stale():
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)
             signal_group(w.proc, signal.SIGKILL)
@@ -172,8 +173,9 @@ class Collector:
     # --------------------------------------------------------------- the loop
     def run(self, jobs: list[Job]) -> None:
         queue: deque[Job] = deque()
+        states = run_states(self.layout, [job.key for job in jobs])  # one heartbeat watch for all (liveness)
         for job in jobs:
-            state = run_state(self.layout, job.key)
+            state = states[job.key]
             if state is RunState.FINISHED:
                 self.skipped += 1
             elif state is RunState.RUNNING:
