@@ -406,9 +406,10 @@ class Monitor:
             if changed and act:
                 wave.save()
         out.infrastructure = Counter({s: n for s, n in out.ended.items() if s in INFRASTRUCTURE})
-        if act:
+        if act and ended_runs:
+            states = run_states(self.layout, [key for key, _, _ in ended_runs])  # one heartbeat watch for all
             for key, entry, state in ended_runs:
-                if key not in out.live:  # (not queued again in a newer wave meanwhile)
+                if key not in out.live and states[key] is RunState.CRASHED:  # (not queued again meanwhile)
                     self._close_crashed(key, entry, state)
         return out
 
