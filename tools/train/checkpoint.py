@@ -48,9 +48,11 @@ _held: dict[Path, int] = {}  # run folders this process holds the lock of
 
 def lock_run_folder(logdir: Path) -> None:
     """Hold LOGDIR's lock until this process ends: ToolError when another training holds it (two trainings in one
-    run folder would write over each other's step folders) or when the file system has no locks."""
+    run folder would write over each other's step folders) or when the file system has no locks. A folder that
+    does not exist yet is not created here (a refused run leaves nothing): `loop.open_run_folder` locks it when it
+    creates it, before its first write."""
     logdir = Path(logdir)
-    if logdir in _held:
+    if logdir in _held or not logdir.is_dir():
         return
     fd = locks.hold(logdir / RUN_LOCK)
     if fd is None:

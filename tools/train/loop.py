@@ -333,6 +333,7 @@ def open_run_folder(logdir: Path, cfg: TrainConfig, rt: Runtime, model: TransFus
     from torch.utils.tensorboard import SummaryWriter  # rank 0 only: the other ranks never load tensorboard
 
     logdir.mkdir(parents=True, exist_ok=True)
+    checkpoint.lock_run_folder(logdir)  # (a new folder: two trainings that started together, the second stops here)
     atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": model.cfg.to_dict(),
                                                "trained_on": src.recorded})
     # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
@@ -461,7 +462,7 @@ def train(cfg: TrainConfig) -> int:
     logdir = Path(cfg.logdir)
     t_start = time.time()
     if rt.main:  # one training per run folder: a second one is refused here, before it reads or writes anything
-        checkpoint.lock_run_folder(logdir)
+        checkpoint.lock_run_folder(logdir)  # (when the folder exists; else when open_run_folder makes it)
 
     # --- init or resume: where the weights come from (it settles the config), the data, the model, the optimizer
     # and the loop's state, the batches from the loop's position, the run folder
