@@ -41,6 +41,7 @@ from tools.collect.town import Town, opendrive_map
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import is_plain_name
+from tools.dataset.weather import weather_problem
 from tools.expert.planner import NoRoute, RoadOption, RoutePlanner, neighbours, turn_option
 
 #: Route run folder for a route without scenarios.
@@ -139,6 +140,9 @@ def read_routes(path: Path) -> list[Route]:
                     raise ValueError
             except ValueError:
                 raise RouteError(f"{where}: a <weather> has a non-numeric value {dict(w.attrib)}") from None
+            problem = weather_problem(weathers[-1])
+            if problem:
+                raise RouteError(f"{where}: a <weather>'s {problem} (CARLA WeatherParameters' range); fix the value")
         routes.append(Route(rid, town, waypoints, scenarios, weathers))
     if not routes:
         raise RouteError(f"{path}: no <route> in the file")

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tools.dataset import atomic
+from tools.dataset import atomic, locks
 from tools.dataset.errors import ToolError
 
 CHECKPOINTS = "checkpoints"
@@ -39,6 +39,26 @@ STEP_DIR = "step-{step:08d}"
 MARKER = "COMPLETE"
 _STEP_RE = re.compile(r"^step-(\d{8})$")
 PARTS = ("model.pt", "optimizer.pt", "state.pt", "config.json")
+
+
+#: LOGDIR/train.lock: locked (flock) by the training process that writes the run folder (rank 0), for its life.
+RUN_LOCK = "train.lock"
+_held: dict[Path, int] = {}  # run folders this process holds the lock of
+
+
+def lock_run_folder(logdir: Path) -> None:
+    """Hold LOGDIR's lock until this process ends: ToolError when another training holds it (two trainings in one
+    run folder would write over each other's step folders) or when the file system has no locks. A folder that
+    does not exist yet is not created here (a refused run leaves nothing): `loop.open_run_folder` locks it when it
+    creates it, before its first write."""
+    logdir = Path(logdir)
+    if logdir in _held or not logdir.is_dir():
+        return
+    fd = locks.hold(logdir / RUN_LOCK)
+    if fd is None:
+        raise ToolError(f"logdir {logdir}: another training runs in it (its lock {logdir / RUN_LOCK} is held); wait "
+                        "for it to end, or give another logdir=")
+    _held[logdir] = fd
 
 
 class CheckpointError(ToolError):
@@ -206,7 +226,10 @@ def purge(logdir: Path, keep: int) -> list[Path]:
     folder = Path(logdir) / CHECKPOINTS
     removed = complete_checkpoints(folder)[:-keep]
     for path in removed:
-        atomic.remove_tree(path)
+        try:
+            atomic.remove_tree(path)
+        except FileNotFoundError:  # removed meanwhile (by hand): nothing left to do
+            pass
     for path in folder.iterdir():
         if atomic.is_temporary(path) and not path.name.endswith(f"-{os.getpid()}"):
             shutil.rmtree(path, ignore_errors=True)  # a writer that died mid-save (only rank 0 saves)

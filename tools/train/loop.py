@@ -176,6 +176,12 @@ def data_text(recorded: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- init or resume
 
 
+#: Keys a resume must keep: the checkpoint's optimizer state holds the first two (a new value would be recorded in
+#: config.json and silently not used), the position in the epoch's sample order the last two. Others (max_steps,
+#: the loss weights, grad_clip, the schedule of side work) take effect when changed, and config.json says so.
+RESUME_FIXED = ("lr", "weight_decay", "seed", "collection")
+
+
 def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | None, dict | None]:
     """Where the weights come from: (cfg, ckpt, start). `ckpt`: LOGDIR's newest complete checkpoint, to resume
     (checkpoint.load); else for posttrain `start`: the pre-training checkpoint (checkpoint.load_model_only); else
@@ -187,6 +193,14 @@ def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | 
         if ckpt["config"].get("phase") != cfg.phase:
             raise ToolError(f"logdir {logdir} holds {ckpt['config'].get('phase')} checkpoints, not {cfg.phase}: "
                             "give another logdir=")
+        changed = [f"{k}={getattr(cfg, k)!r}" for k in RESUME_FIXED if k in ckpt["config"]
+                   and ckpt["config"][k] != getattr(cfg, k)]
+        if changed:
+            was = ", ".join(f"{k}={ckpt['config'][k]!r}" for k in RESUME_FIXED if ckpt["config"].get(k, getattr(
+                cfg, k)) != getattr(cfg, k))
+            raise ToolError(f"{', '.join(changed)}: logdir {logdir} resumes a run trained with {was} ({resume.name}), "
+                            "which a resume cannot change (the optimizer state and the sample order hold them); give "
+                            f"{was}, or a new logdir= to start over")
         if ckpt["config"].get("model") != cfg.model:
             data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
             cfg = dataclasses.replace(cfg, model=ckpt["config"]["model"])
@@ -323,6 +337,7 @@ def open_run_folder(logdir: Path, cfg: TrainConfig, rt: Runtime, model: TransFus
     from torch.utils.tensorboard import SummaryWriter  # rank 0 only: the other ranks never load tensorboard
 
     logdir.mkdir(parents=True, exist_ok=True)
+    checkpoint.lock_run_folder(logdir)  # (a new folder: two trainings that started together, the second stops here)
     atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": model.cfg.to_dict(),
                                                "trained_on": src.recorded})
     # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
@@ -458,6 +473,8 @@ def train(cfg: TrainConfig) -> int:
     stop = StopFlag()
     logdir = Path(cfg.logdir)
     t_start = time.time()
+    if rt.main:  # one training per run folder: a second one is refused here, before it reads or writes anything
+        checkpoint.lock_run_folder(logdir)  # (when the folder exists; else when open_run_folder makes it)
 
     # --- init or resume: where the weights come from (it settles the config), the data, the model, the optimizer
     # and the loop's state, the batches from the loop's position, the run folder

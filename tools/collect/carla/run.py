@@ -368,14 +368,6 @@ def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: f
             return f"the CARLA server died mid-route (exit status {died}); {ended}"
         if time.monotonic() - last_beat >= results.HEARTBEAT_EVERY_S:
             last_beat = time.monotonic()
-            if _age(layout.heartbeat(key)) >= results.HEARTBEAT_EVERY_S:  # the agent's own beat (with its tick) stands
+            if results.heartbeat_age(layout.heartbeat(key)) >= results.HEARTBEAT_EVERY_S:  # the agent's beat stands
                 results.write_heartbeat(layout, key, 0)
         time.sleep(POLL_S)
-
-
-def _age(path: Path) -> float:
-    """Seconds since `path` was written (infinite when it does not exist)."""
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return float("inf")

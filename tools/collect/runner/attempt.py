@@ -41,6 +41,7 @@ from tools.collect.town import Town
 from tools.dataset import atomic, cli, results
 from tools.dataset.errors import DiskFull, ToolError, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
+from tools.dataset.locks import require_flock
 from tools.dataset.manifest import read_manifest, update_manifest
 from tools.expert.drivers import make_expert
 
@@ -83,8 +84,14 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     check_routes([(route_path, r)], towns_dir)
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
+    try:
+        key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
+    except ValueError as e:
+        raise ToolError(f"{route_path}: route {r.id}: {e}") from None
+    layout.check_no_links()
+    layout.check_run_paths(key)
+    require_flock(layout.root)
     layout.root.mkdir(parents=True, exist_ok=True)
-    key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
     lone = attempt is None
     if lone:  # run alone: record it in the manifest (collect has done so for its runs)
         routes = [route_path.absolute()]

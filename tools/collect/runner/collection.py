@@ -24,6 +24,7 @@ from tools.collect.runner.workers import gpu_slots
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
+from tools.dataset.locks import require_flock
 from tools.dataset.manifest import read_manifest, update_manifest
 
 
@@ -49,6 +50,8 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
     settings = absolute_flags(settings)  # what every worker and SLURM task is passed: paths that mean the same there
+    layout.check_no_links()
+    require_flock(layout.root)  # without working locks two collectors would run the same route runs
 
     route_files = find_route_files(routes_path)
     if not route_files:

@@ -47,7 +47,7 @@ from tools.collect.runner.jobs import Job, duration, route_run_bytes
 from tools.collect.runner.workers import Collector, gpu_slots
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError, disk_full, free_bytes
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -65,7 +65,7 @@ from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
-SLURM_DIR = "slurm"
+SLURM_DIR = SLURM
 WAVES = "waves"
 WAVE_NAME = "wave-{wave:04d}.json"
 WAVE_FORMAT = 1
@@ -432,9 +432,10 @@ class Monitor:
             if changed and act:
                 wave.save()
         out.infrastructure = Counter({s: n for s, n in out.ended.items() if s in INFRASTRUCTURE})
-        if act:
+        if act and ended_runs:
+            states = run_states(self.layout, [key for key, _, _ in ended_runs])  # one heartbeat watch for all
             for key, entry, state in ended_runs:
-                if key not in out.live:  # (not queued again in a newer wave meanwhile)
+                if key not in out.live and states[key] is RunState.CRASHED:  # (not queued again meanwhile)
                     self._close_crashed(key, entry, state)
         return out
 
@@ -461,9 +462,10 @@ class Monitor:
         """One pass over the planned runs' states on disk: the runs that need a task (not finished, not in a
         live task, attempts left) and the counts for the summary line."""
         redo, counts = [], Counter()
+        states = run_states(self.layout, [run_key_of(entry) for entry in planned])  # one heartbeat watch for all
         for entry in planned:
             key = run_key_of(entry)
-            state = run_state(self.layout, key)
+            state = states[key]
             if state is RunState.FINISHED:
                 counts["finished"] += 1
             elif state is RunState.DAMAGED:

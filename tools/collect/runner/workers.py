@@ -44,6 +44,7 @@ from tools.dataset.results import (
     FAILED_SIMULATION,
     HEARTBEAT_STALE_S,
     LOCK_FD_ENV,
+    HeartbeatWatch,
     RouteRecord,
     RunClaim,
     RunState,
@@ -55,6 +56,7 @@ from tools.dataset.results import (
     read_status,
     record_attempt,
     run_state,
+    run_states,
     write_result,
 )
 
@@ -69,6 +71,7 @@ class Worker:
     log: Path
     proc: subprocess.Popen
     started: float
+    beat: HeartbeatWatch
     slot: int = 0  # which worker slot it runs in (its GPU, with --servers-per-gpu)
 
 
@@ -158,16 +161,14 @@ class Collector:
             return "disk-full"
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
-        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(), slot))
+        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(),
+                                   HeartbeatWatch(self.layout.heartbeat(job.key)), slot))
         return "started"
 
     def _watchdog(self, w: Worker) -> None:
-        """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever."""
-        try:
-            beat = self.layout.heartbeat(w.job.key).stat().st_mtime
-        except OSError:
-            return
-        if beat > w.started and time.time() - beat > HEARTBEAT_STALE_S:
+        """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever. Stale:
+        unchanged for HEARTBEAT_STALE_S on our own clock (results.HeartbeatWatch), not by a file server's mtime."""
+        if w.beat.stale():
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)
             signal_group(w.proc, signal.SIGKILL)
@@ -217,8 +218,9 @@ class Collector:
     # --------------------------------------------------------------- the loop
     def run(self, jobs: list[Job]) -> None:
         queue: deque[Job] = deque()
+        states = run_states(self.layout, [job.key for job in jobs])  # one heartbeat watch for all (liveness)
         for job in jobs:
-            state = run_state(self.layout, job.key)
+            state = states[job.key]
             if state is RunState.FINISHED:
                 self.skipped += 1
             elif state is RunState.RUNNING:
