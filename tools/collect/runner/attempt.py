@@ -30,7 +30,7 @@ from tools.collect.inspect.py123d_export import export_after_run, require_py123d
 from tools.collect.routes import check_routes, find_towns_dir, select_route, town_file
 from tools.collect.runner.record import collection_record
 from tools.collect.sim.drive import DriverFactory, drive
-from tools.collect.town import Town
+from tools.collect.town import keep_town, kept_town, open_town
 from tools.dataset import atomic, cli, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
@@ -72,6 +72,10 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         default_towns = carla_run.install_towns(carla_setup)
     towns_dir = find_towns_dir(route_path, towns, default_towns)
     xodr = town_file(route_path, r, towns_dir)
+    town, kept = None, kept_town(xodr) is not None
+    if carla_setup is None:  # the town kept by the worker that forked us (tools.collect.runner.zygote), else loaded
+        town = open_town(xodr)
+        keep_town(town)  # the route's check below reads the same carla.Map
     check_routes([(route_path, r)], towns_dir)
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
@@ -108,14 +112,15 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     results.discard_run(layout, key)
 
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
-    log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
+    log.info("%s: attempt %s, town %s (%s), seed %d", key, attempt, xodr,
+             "kept by this worker" if kept else "loaded by this route run", seed)
     try:  # the claim (the run's lock) is held until the result is written
         try:
             if carla_setup is not None:
                 record = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
                                          carla_setup)
             else:
-                record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt), make_driver)
+                record = drive(layout, key, r, town, cfg, repetition, seed, int(attempt), make_driver)
         except ToolError as e:  # the attempt could not drive (a CARLA server that never came up, a town it lacks)
             log.error("%s: the attempt ends as %s (%s)", key, results.FAILED_SIMULATION, type(e).__name__)
             results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))

@@ -28,7 +28,9 @@ from tqdm import tqdm
 
 from tools.collect.config import ROUTE_RUN_COMMAND
 from tools.collect.processes import die_with_parent, signal_group
+from tools.collect.routes import town_file
 from tools.collect.runner.jobs import Job
+from tools.collect.runner.zygote import RouteRun, Zygote
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -54,9 +56,16 @@ class Worker:
     job: Job
     attempt: int
     log: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen | RouteRun
     started: float
 
+
+def _signal(proc: subprocess.Popen | RouteRun, sig: int) -> None:
+    """Signal a route run's process group, a child we started or one a zygote forked."""
+    if isinstance(proc, RouteRun):
+        proc.signal_group(sig)
+    else:
+        signal_group(proc, sig)
 
 
 # ----------------------------------------------------------------------------- the collector
@@ -91,6 +100,10 @@ class Collector:
         self.given_up: list[RunKey] = []
         self.retried = 0
         self.frames = 0
+        # The embedded world's route runs are forked from a zygote per town that loaded the town once
+        # (tools.collect.runner.zygote); at most one per worker, the least recently used idle one ended first.
+        self.zygotes: dict[Path, Zygote] = {}
+        self.use_zygotes = str(settings.get("world", "sim")) == "sim"
 
     # --------------------------------------------------------------- one attempt
     def _command(self, job: Job, attempt: int) -> list[str]:
@@ -116,16 +129,32 @@ class Collector:
                 out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}\n"
                           f"$ {shlex.join(cmd)}\n".encode())
                 out.flush()
-                # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
-                # child with everything it started by signalling its group. The child inherits the run's
-                # lock (pass_fds) and dies with us (die_with_parent).
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True, pass_fds=(claim.fd,),
-                                        preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                if self.use_zygotes:  # the same command, forked from the town's zygote
+                    proc = self._zygote(town_file(job.route_file, job.route, job.towns)).spawn(
+                        cmd[2:], claim.log, claim.fd)
+                else:
+                    # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
+                    # child with everything it started by signalling its group. The child inherits the run's
+                    # lock (pass_fds) and dies with us (die_with_parent).
+                    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True, pass_fds=(claim.fd,),
+                                            preexec_fn=functools.partial(die_with_parent, os.getpid()))
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
         self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time()))
         return "started"
+
+    def _zygote(self, town: Path) -> Zygote:
+        """The zygote of `town`, started when there is none (a dead one is replaced); beyond one per worker, the
+        least recently used idle one is ended first."""
+        z = self.zygotes.pop(town, None)
+        if z is None or z.dead:
+            idle = [t for t, other in self.zygotes.items() if not other.busy]
+            while len(self.zygotes) >= self.workers and idle:
+                self.zygotes.pop(idle.pop(0)).close()
+            z = Zygote(town, self.layout.root)
+        self.zygotes[town] = z  # the most recently used last
+        return z
 
     def _watchdog(self, w: Worker) -> None:
         """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever."""
@@ -136,7 +165,7 @@ class Collector:
         if beat > w.started and time.time() - beat > HEARTBEAT_STALE_S:
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)
-            signal_group(w.proc, signal.SIGKILL)
+            _signal(w.proc, signal.SIGKILL)
 
     def _reap(self, w: Worker, rc: int, queue: deque[Job], bar: tqdm) -> None:
         key = w.job.key
@@ -172,6 +201,8 @@ class Collector:
     # --------------------------------------------------------------- the loop
     def run(self, jobs: list[Job]) -> None:
         queue: deque[Job] = deque()
+        if self.use_zygotes:  # a town's runs one after the other: its zygote loads the town once for them
+            jobs = sorted(jobs, key=lambda j: str(town_file(j.route_file, j.route, j.towns)))
         for job in jobs:
             state = run_state(self.layout, job.key)
             if state is RunState.FINISHED:
@@ -228,6 +259,9 @@ class Collector:
             bar.close()
             if self.running:
                 self._stop_children()
+            for z in self.zygotes.values():
+                z.close()
+            self.zygotes.clear()
             for s, h in handlers.items():
                 signal.signal(s, h)
         if self.signals:
@@ -244,12 +278,13 @@ class Collector:
     def _stop_children(self) -> None:
         """End our own children by their process groups: SIGTERM, then SIGKILL after a grace period."""
         for w in self.running:
-            signal_group(w.proc, signal.SIGTERM)
+            _signal(w.proc, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
         for w in self.running:
             while w.proc.poll() is None and time.monotonic() < deadline and len(self.signals) < 2:
                 time.sleep(0.05)
-            if w.proc.poll() is None:  # too slow, or a second Ctrl-C
-                signal_group(w.proc, signal.SIGKILL)
-                w.proc.wait()
+            if w.proc.poll() is None:  # too slow, or a second Ctrl-C (a run its zygote has not forked yet: the
+                _signal(w.proc, signal.SIGKILL)  # zygote's end below ends it)
+                if not isinstance(w.proc, RouteRun):
+                    w.proc.wait()
         self.running.clear()

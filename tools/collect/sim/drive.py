@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tools.collect.config import CollectSettings
+from tools.collect.processes import peak_memory_mb, process_age
 from tools.collect.recording import RunRecorder
 from tools.collect.referee import Referee
 from tools.collect.routes import Route
@@ -69,6 +70,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     """Drive the route with the driver `make_driver` makes; record frames (unless settings.record is off).
     Returns the record for the result file."""
     started = time.time()
+    begun = started - process_age()  # the route run's process began (a worker's zygote forked it: runner.zygote)
     dense = RoutePlanner(town.carla_map).trace(route.waypoints)
     driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
     rig = driver.rig or settings.load_rig()
@@ -82,7 +84,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     clock = StageClock()
     parts: dict[str, float] = {}
-    setup_s = time.time() - started  # planning, the driver, the scene and renderer, SUMO's start: before the first tick
+    # Imports and the town (unless kept by the worker), planning, the driver, the scene and renderer, SUMO's start:
+    # everything since the process began until the first tick.
+    setup_s = time.time() - begun
     try:
         while referee.status is None and not referee.arrived:
             s_ego = float(dense.s[referee.index])
@@ -123,9 +127,10 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
                                  route_completion=referee.completion, route_length=dense.length,
                                  duration_game=world.time, duration_system=time.time() - started,
                                  scenarios=scenarios.states())
-    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up)%s",
-             key, record.status, n_frames, record.route_completion, dense.length, world.time, record.duration_system,
-             setup_s, f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
+    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up; "
+             "peak %.0f MB)%s", key, record.status, n_frames, record.route_completion, dense.length, world.time,
+             time.time() - begun, setup_s, peak_memory_mb(),
+             f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
     if n_frames:
         log.info("%s: wall time per recorded frame: %s", key, clock.per(n_frames))
     return record
