@@ -2,7 +2,9 @@
 `python -m tools.collect run` (a policy's: `python -m tools.evaluate route`) in its own process group, writing
 its stdout and stderr to the run's attempt log. All state lives on disk (results, heartbeats, attempt logs),
 so a killed collector loses nothing: run it again. A local collection runs N of them at once; a SLURM array
-task runs its share one after the other.
+task runs its share one after the other. In the embedded world the child runs that same command forked from the
+town's zygote (tools.collect.runner.zygote), which loaded the town once for all the worker's runs there; the
+runs are ordered by town, and at most one zygote per worker is kept.
 
 The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the

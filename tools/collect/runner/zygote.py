@@ -157,7 +157,15 @@ class Zygote:
     def _died(self) -> None:
         self.dead = True
         self.sock.close()
-        for run in self.runs.values():  # its children die with it (PR_SET_PDEATHSIG): SIGKILL
+        # Its children die with it (PR_SET_PDEATHSIG: SIGKILL), a moment later: they are gone, their runs' locks
+        # released, before their ends are reported (the collector then finds the runs crashed, not running).
+        deadline = time.monotonic() + 5.0
+        for run in self.runs.values():
+            if run.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(run.pid, signal.SIGKILL)
+                while _alive(run.pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
             run.returncode = -signal.SIGKILL
         self.runs.clear()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -184,6 +192,14 @@ class Zygote:
             if run.returncode is None:
                 run.returncode = -signal.SIGKILL
         self.runs.clear()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie has exited: its files, the run's lock among them, are closed)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 # ----------------------------------------------------------------------------- the zygote's side
