@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 
 from tools.collect.processes import die_with_parent
+from tools.dataset.atomic import process_alive
 from tools.dataset.results import LOCK_FD_ENV
 
 #: The size of one protocol message at most (a route run's command line).
@@ -159,12 +160,12 @@ class Zygote:
         self.sock.close()
         # Its children die with it (PR_SET_PDEATHSIG: SIGKILL), a moment later: they are gone, their runs' locks
         # released, before their ends are reported (the collector then finds the runs crashed, not running).
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 30.0  # (a process in uninterruptible sleep dies when it wakes)
         for run in self.runs.values():
             if run.pid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(run.pid, signal.SIGKILL)
-                while _alive(run.pid) and time.monotonic() < deadline:
+                while process_alive(run.pid) and time.monotonic() < deadline:
                     time.sleep(0.01)
             run.returncode = -signal.SIGKILL
         self.runs.clear()
@@ -192,14 +193,6 @@ class Zygote:
             if run.returncode is None:
                 run.returncode = -signal.SIGKILL
         self.runs.clear()
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` still runs (a zombie has exited: its files, the run's lock among them, are closed)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 # ----------------------------------------------------------------------------- the zygote's side
