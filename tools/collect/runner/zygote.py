@@ -165,7 +165,7 @@ class Zygote:
             if run.pid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(run.pid, signal.SIGKILL)
-                while process_alive(run.pid) and time.monotonic() < deadline:
+                while not _gone(run.pid) and time.monotonic() < deadline:
                     time.sleep(0.01)
             run.returncode = -signal.SIGKILL
         self.runs.clear()
@@ -193,6 +193,17 @@ class Zygote:
             if run.returncode is None:
                 run.returncode = -signal.SIGKILL
         self.runs.clear()
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has ended with all its threads, its files (the run's lock among them) closed: a killed
+    process's first thread turns zombie while its other threads may still be exiting and holding its files."""
+    if not process_alive(pid):
+        try:
+            return os.listdir(f"/proc/{pid}/task") == [str(pid)]
+        except OSError:  # reaped (or no /proc)
+            return True
+    return False
 
 
 # ----------------------------------------------------------------------------- the zygote's side
