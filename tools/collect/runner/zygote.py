@@ -56,7 +56,6 @@ class RouteRun:
         self.number = number
         self.pid: int | None = None
         self.returncode: int | None = None
-        self._pending_signals: list[int] = []
 
     def poll(self) -> int | None:
         self.zygote.pump()
