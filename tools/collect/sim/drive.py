@@ -60,6 +60,8 @@ class StageClock:
                          for stage, t in sorted(self.seconds.items(), key=lambda kv: -kv[1]))
 
 
+#: Whether this process has driven a route run already (drive's set-up then counts from its own start).
+_driven = False
 #: The stage seconds of the last route run driven in this process (StageClock.seconds, plus "frames"): read by
 #: benchmarks/bench_world.py.
 last_stages: dict[str, float] = {}
@@ -70,7 +72,11 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     """Drive the route with the driver `make_driver` makes; record frames (unless settings.record is off).
     Returns the record for the result file."""
     started = time.time()
-    begun = started - process_age()  # the route run's process began (a worker's zygote forked it: runner.zygote)
+    # The first route run of a process counts its set-up from the process's start (its imports and town included;
+    # a worker's zygote forked it: tools.collect.runner.zygote); a later one in the same process from here.
+    global _driven
+    begun = started - (process_age() if not _driven else 0.0)
+    _driven = True
     dense = RoutePlanner(town.carla_map).trace(route.waypoints)
     driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
     rig = driver.rig or settings.load_rig()
