@@ -37,7 +37,7 @@ from tools.collect.routes import check_routes, find_towns_dir, select_route, tow
 from tools.collect.runner.jobs import route_run_bytes, take_back
 from tools.collect.runner.record import collection_record
 from tools.collect.sim.drive import DriverFactory, drive
-from tools.collect.town import Town
+from tools.collect.town import Town, keep_town, kept_town, open_town
 from tools.dataset import atomic, cli, results
 from tools.dataset.errors import DiskFull, ToolError, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
@@ -81,6 +81,10 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         default_towns = carla_run.install_towns(carla_setup)
     towns_dir = find_towns_dir(route_path, towns, default_towns)
     xodr = town_file(route_path, r, towns_dir)
+    town, kept = None, kept_town(xodr) is not None
+    if carla_setup is None:  # the town kept by the worker that forked us (tools.collect.runner.zygote), else loaded
+        town = open_town(xodr)
+        keep_town(town)  # the route's check below reads the same carla.Map
     check_routes([(route_path, r)], towns_dir)
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
@@ -123,8 +127,8 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
     try:  # the claim (the run's lock) is held until the result is written
         try:
-            _attempt(layout, key, r, route_path, xodr, cfg, repetition, seed, int(attempt), carla_setup, make_driver,
-                     claim.log)
+            _attempt(layout, key, r, route_path, xodr, town, kept, cfg, repetition, seed, int(attempt), carla_setup,
+                     make_driver, claim.log)
         except (OSError, DiskFull) as e:
             if not isinstance(e, DiskFull) and not is_disk_full(e):
                 raise
@@ -150,12 +154,14 @@ def _take_back(layout: Layout, key: RunKey, claim: results.RunClaim, lone: bool)
     return error
 
 
-def _attempt(layout: Layout, key: RunKey, r, route_path: Path, xodr: Path, cfg: CollectSettings, repetition: int,
-             seed: int, attempt: int, carla_setup, make_driver: DriverFactory, attempt_log: Path) -> None:
+def _attempt(layout: Layout, key: RunKey, r, route_path: Path, xodr: Path, town: Town | None, kept: bool,
+             cfg: CollectSettings, repetition: int, seed: int, attempt: int, carla_setup, make_driver: DriverFactory,
+             attempt_log: Path) -> None:
     """Steps 1 to 3 of an attempt (module docstring), under the claim; the attempt's record (its status, and for a
     crash what crashed) in the run's attempts record."""
     results.discard_run(layout, key)
-    log.info("%s: attempt %s, town %s, seed %d", key, attempt, xodr, seed)
+    log.info("%s: attempt %s, town %s (%s), seed %d", key, attempt, xodr,
+             "kept by this worker" if kept else "loaded by this route run", seed)
 
     def crashed(message: str) -> None:  # the attempt's result and record, when it could not drive
         results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
@@ -167,7 +173,7 @@ def _attempt(layout: Layout, key: RunKey, r, route_path: Path, xodr: Path, cfg: 
             record, why = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
                                           carla_setup)
         else:
-            record = drive(layout, key, r, Town(xodr), cfg, repetition, seed, int(attempt), make_driver)
+            record = drive(layout, key, r, town, cfg, repetition, seed, int(attempt), make_driver)
     except DiskFull:
         raise
     except ToolError as e:  # the attempt could not drive (a CARLA server that never came up, a town it lacks)

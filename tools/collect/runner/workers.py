@@ -2,7 +2,9 @@
 `python -m tools.collect run` (a policy's: `python -m tools.evaluate route`) in its own process group, writing
 its stdout and stderr to the run's attempt log. All state lives on disk (results, heartbeats, attempt logs),
 so a killed collector loses nothing: run it again. A local collection runs N of them at once; a SLURM array
-task runs its share one after the other.
+task runs its share one after the other. In the embedded world the child runs that same command forked from the
+town's zygote (tools.collect.runner.zygote), which loaded the town once for all the worker's runs there; the
+runs are ordered by town, and at most one zygote per worker is kept.
 
 The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
@@ -37,7 +39,9 @@ from tqdm import tqdm
 from tools.collect.carla.server import GPU_ENV
 from tools.collect.config import ROUTE_RUN_COMMAND
 from tools.collect.processes import die_with_parent, signal_group
+from tools.collect.routes import town_file
 from tools.collect.runner.jobs import Job, route_run_bytes, take_back
+from tools.collect.runner.zygote import RouteRun, Zygote
 from tools.dataset.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (
@@ -69,11 +73,18 @@ class Worker:
     job: Job
     attempt: int
     log: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen | RouteRun
     started: float
     beat: HeartbeatWatch
     slot: int = 0  # which worker slot it runs in (its GPU, with --servers-per-gpu)
 
+
+def _signal(proc: subprocess.Popen | RouteRun, sig: int) -> None:
+    """Signal a route run's process group, a child we started or one a zygote forked."""
+    if isinstance(proc, RouteRun):
+        proc.signal_group(sig)
+    else:
+        signal_group(proc, sig)
 
 
 # ----------------------------------------------------------------------------- the collector
@@ -117,6 +128,10 @@ class Collector:
         self.retried = 0
         self.frames = 0
         self.disk_full: DiskFull | None = None  # the first full disk met: no run starts after it
+        # The embedded world's route runs are forked from a zygote per town that loaded the town once
+        # (tools.collect.runner.zygote); at most one per worker, the least recently used idle one ended first.
+        self.zygotes: dict[Path, Zygote] = {}
+        self.use_zygotes = str(settings.get("world", "sim")) == "sim"
 
     # --------------------------------------------------------------- one attempt
     def _command(self, job: Job, attempt: int) -> list[str]:
@@ -147,12 +162,16 @@ class Collector:
                 out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}{where}\n"
                           f"$ {shlex.join(cmd)}\n".encode())
                 out.flush()
-                # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
-                # child with everything it started by signalling its group. The child inherits the run's
-                # lock (pass_fds) and dies with us (die_with_parent).
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True, pass_fds=(claim.fd,),
-                                        preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                if self.use_zygotes:  # the same command, forked from the town's zygote
+                    proc = self._zygote(town_file(job.route_file, job.route, job.towns)).spawn(
+                        cmd[2:], claim.log, claim.fd)
+                else:
+                    # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
+                    # child with everything it started by signalling its group. The child inherits the run's
+                    # lock (pass_fds) and dies with us (die_with_parent).
+                    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True, pass_fds=(claim.fd,),
+                                            preexec_fn=functools.partial(die_with_parent, os.getpid()))
         except OSError as e:
             if not is_disk_full(e):
                 raise
@@ -165,13 +184,25 @@ class Collector:
                                    HeartbeatWatch(self.layout.heartbeat(job.key)), slot))
         return "started"
 
+    def _zygote(self, town: Path) -> Zygote:
+        """The zygote of `town`, started when there is none (a dead one is replaced); beyond one per worker, the
+        least recently used idle one is ended first."""
+        z = self.zygotes.pop(town, None)
+        if z is None or z.dead:
+            idle = [t for t, other in self.zygotes.items() if not other.busy]
+            while len(self.zygotes) >= self.workers and idle:
+                self.zygotes.pop(idle.pop(0)).close()
+            z = Zygote(town, self.layout.root)
+        self.zygotes[town] = z  # the most recently used last
+        return z
+
     def _watchdog(self, w: Worker) -> None:
         """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever. Stale:
         unchanged for HEARTBEAT_STALE_S on our own clock (results.HeartbeatWatch), not by a file server's mtime."""
         if w.beat.stale():
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)
-            signal_group(w.proc, signal.SIGKILL)
+            _signal(w.proc, signal.SIGKILL)
 
     def _reap(self, w: Worker, rc: int, queue: deque[Job], bar: tqdm) -> None:
         key = w.job.key
@@ -218,6 +249,8 @@ class Collector:
     # --------------------------------------------------------------- the loop
     def run(self, jobs: list[Job]) -> None:
         queue: deque[Job] = deque()
+        if self.use_zygotes:  # a town's runs one after the other: its zygote loads the town once for them
+            jobs = sorted(jobs, key=lambda j: str(town_file(j.route_file, j.route, j.towns)))
         states = run_states(self.layout, [job.key for job in jobs])  # one heartbeat watch for all (liveness)
         for job in jobs:
             state = states[job.key]
@@ -275,6 +308,9 @@ class Collector:
             bar.close()
             if self.running:
                 self._stop_children()
+            for z in self.zygotes.values():
+                z.close()
+            self.zygotes.clear()
             for s, h in handlers.items():
                 signal.signal(s, h)
         if self.disk_full is not None and not self.signals:
@@ -293,12 +329,13 @@ class Collector:
     def _stop_children(self) -> None:
         """End our own children by their process groups: SIGTERM, then SIGKILL after a grace period."""
         for w in self.running:
-            signal_group(w.proc, signal.SIGTERM)
+            _signal(w.proc, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
         for w in self.running:
             while w.proc.poll() is None and time.monotonic() < deadline and len(self.signals) < 2:
                 time.sleep(0.05)
-            if w.proc.poll() is None:  # too slow, or a second Ctrl-C
-                signal_group(w.proc, signal.SIGKILL)
-                w.proc.wait()
+            if w.proc.poll() is None:  # too slow, or a second Ctrl-C (a run its zygote has not forked yet: the
+                _signal(w.proc, signal.SIGKILL)  # zygote's end below ends it)
+                if not isinstance(w.proc, RouteRun):
+                    w.proc.wait()
         self.running.clear()
