@@ -204,6 +204,76 @@ def test_expert_yields_to_a_car_crossing_its_path(straight):
     assert _distance_on_route(dense, world.ego_box()) > 80.0  # and then it went on
 
 
+def _turning_car(v0: float, accel: float, turn: float, seconds: float, dt: float) -> np.ndarray:
+    """(N, 4) x, y, yaw, speed every dt of a car leaving (0, 0) heading 0 degrees, speeding up and turning (deg/s)
+    until it has turned 90 degrees."""
+    x = y = yaw = 0.0
+    v, out = v0, []
+    for _ in range(round(seconds / dt)):
+        out.append((x, y, yaw, v))
+        v += accel * dt
+        yaw = max(yaw + turn * dt, -90.0) if turn < 0 else min(yaw + turn * dt, 90.0)
+        x += v * math.cos(math.radians(yaw)) * dt
+        y += v * math.sin(math.radians(yaw)) * dt
+    return np.array(out)
+
+
+def test_expert_yields_to_an_oncoming_car_that_pulls_away_turning_across_its_lane(straight):
+    """The demo's collision (NonSignalizedJunctionRightTurn): an oncoming bus at 1.3 m/s, two lanes over, pulled
+    away turning left across the ego's lane (2 m/s^2, 14 deg/s). Forecast at constant velocity it stayed out of
+    the ego's lane until too late to stop (the ego hit it 2.3 s on); forecast with its acceleration and turn rate
+    the ego stops before its sweep and goes on behind it."""
+    decisions, hits, sweep, end = _drive_past_a_turning_car(*straight, v0=1.3, accel=2.0, turn=14.0, lane=6.0,
+                                                            v_ego=8.0)
+    assert any(d.reason == "collision" and "vehicle 5" in d.detail for d in decisions)
+    assert not any(hits), f"the ego hit the turning bus {0.05 * hits.index(True):.2f} s on"
+    assert end > sweep + 30.0  # and then it went on
+
+
+def _drive_past_a_turning_car(town, dense, v0: float, accel: float, turn: float, lane: float, v_ego: float):
+    """The ego at v_ego m/s on the straight road; a bus in the oncoming lane `lane` m to its left pulls away from v0
+    m/s, speeding up at `accel` and turning left at `turn` deg/s across the ego's lane, timed so that the ego, not
+    braking, would meet it. The decisions, whether the boxes touched each tick, the route s where the bus's sweep
+    across the ego's lane begins, and the ego's route s at the end."""
+    dt = 0.05
+    ego = _start(dense)
+    ego.speed = v_ego
+    world = StandInWorld(ego, speed_limit=v_ego)
+    # The bus's way in its own frame: speeding up, turning left (CARLA: the yaw falls). Its box's corners step by
+    # step, and those in the ego's lane (the strip `lane` m to its left, as wide as the ego): it starts where the
+    # ego's front, not braking, gets to the nearest of them as the bus first reaches the lane.
+    way = _turning_car(v0, accel, -turn, 14.0, dt)
+    rad = np.radians(way[:, 2])[:, None]
+    along, across = np.array([1, 1, -1, -1]) * 3.75, np.array([1, -1, 1, -1]) * 1.2
+    cx = way[:, :1] + along * np.cos(rad) - across * np.sin(rad)
+    cy = way[:, 1:2] + along * np.sin(rad) + across * np.cos(rad)
+    inside = np.abs(cy + lane) < 1.05
+    k = int(np.flatnonzero(inside.any(axis=1))[0])
+    s0 = 3.0 + 4.9 / 2 + v_ego * k * dt + float(cx[k][inside[k]].max())  # route s where it starts
+    x0, y0, yaw0 = _at(dense, s0)
+    back = math.radians(yaw0 + 180.0)
+    left = np.array([math.sin(math.radians(yaw0)), -math.cos(math.radians(yaw0))])  # CARLA: y to the right
+    origin = np.array([x0, y0]) + lane * left
+    rot = np.array([[math.cos(back), -math.sin(back)], [math.sin(back), math.cos(back)]])
+    expert = Expert(dense, world.dt, town.carla_map)
+    hits, step = [], {"i": 0}
+
+    def move(w: StandInWorld) -> None:
+        i = min(step["i"], len(way) - 1)
+        step["i"] += 1
+        bx, by = origin + rot @ way[i, :2]
+        box = Box(id=5, cls=sem.BUS, x=float(bx), y=float(by), z=1.5, yaw=float(yaw0 + 180.0 + way[i, 2]),
+                  length=7.5, width=2.4, height=3.0, speed=float(way[i, 3]))
+        w.actors = [box]
+        e = w.ego_box()
+        hits.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
+                                       np.array([box.x, box.y, box.yaw, box.length, box.width]))))
+
+    move(world)
+    decisions = world.drive(expert, 14.0, move)
+    return decisions, hits, s0 - float(cx[inside].max()), _distance_on_route(dense, world.ego_box())
+
+
 def test_the_expert_imports_nothing_of_sumo():
     """The same expert will drive in CARLA: importing it (and its controllers) loads no SUMO module."""
     code = ("import sys, tools.expert.expert, tools.expert.control; "

@@ -62,7 +62,7 @@ from tools.collect.scenario_types import (
 )
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import wrap_degrees
-from tools.expert.planner import DenseRoute, neighbours
+from tools.expert.planner import DenseRoute, lane_at, neighbours
 
 log = logging.getLogger("collect.scenarios")
 
@@ -268,9 +268,7 @@ class Scenarios:
         return site
 
     def _lane(self, x: float, y: float):
-        import carla
-
-        wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
+        wp = lane_at(self.map, x, y)
         if wp is None:
             raise ValueError(f"no driving lane at ({x:.1f}, {y:.1f})")
         return wp
