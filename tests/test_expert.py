@@ -67,6 +67,32 @@ def test_expert_drives_a_real_town_route_of_two_far_apart_waypoints_to_its_last_
     assert not layout.frame_paths(key)  # --record=False drives without writing frames
 
 
+def test_lane_at_finds_the_lane_under_a_point_of_a_town_high_up(carla_towns):
+    """Town11 lies about 275 m up. carla.Map.get_waypoint at height 0 put the accident's police car (a metre right
+    of the ego's lane centre) on the oncoming lane, so the expert found no lane to pass it in and stood behind it
+    until blocked (benchmarks/bench_towns.py, Town11 AccidentTwoWays); the scenarios placed their actors from the
+    same wrong lane. planner.lane_at takes the road's height first."""
+    import carla
+
+    from tools.expert.planner import lane_at
+
+    cmap = Town(carla_towns / "Town11.xodr").carla_map
+    start = cmap.get_waypoint(carla.Location(-1812.9, -10183.8, 275.0), project_to_road=True,
+                              lane_type=carla.LaneType.Driving)
+    assert (start.road_id, start.lane_id) == (405, 1)
+    wrong_at_zero = 0
+    for wp in [start, *(start.next(float(d))[0] for d in range(2, 40, 2))]:
+        loc, rad = wp.transform.location, math.radians(wp.transform.rotation.yaw)
+        for off in (-1.0, 1.0):  # a metre to either side of the lane's centre
+            x, y = loc.x - off * math.sin(rad), loc.y + off * math.cos(rad)
+            found = lane_at(cmap, x, y)
+            assert (found.road_id, found.lane_id) == (wp.road_id, wp.lane_id), (x, y)
+            at_zero = cmap.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True,
+                                        lane_type=carla.LaneType.Driving)
+            wrong_at_zero += (at_zero.road_id, at_zero.lane_id) != (wp.road_id, wp.lane_id)
+    assert wrong_at_zero > 0  # the stretch is one where height 0 goes wrong
+
+
 # --------------------------------------------------------------------------------- the stand-in world
 
 
@@ -171,6 +197,29 @@ def test_expert_waits_behind_an_obstacle_then_passes_it_in_the_next_lane_without
     lateral = np.hypot(*(np.array(_at(dense, _distance_on_route(dense, world.ego_box()))[:2])
                          - [world.ego.x, world.ego.y]))
     assert lateral < 0.8, "the ego is not back in its lane after passing"
+
+
+def test_expert_passes_a_car_standing_on_its_lanes_centre_through_the_oncoming_lane(carla_towns):
+    """Town01, one lane each way: a car standing on the lane's centre, a millimetre to the left, counted as
+    standing left of it, where the oncoming lane is not for passing (a SUMO car queued behind
+    HazardAtSideLaneTwoWays' bicycles: the expert stood behind it until blocked). Within CENTRED_M of the centre
+    it stands on neither side."""
+    import carla
+
+    town = Town(carla_towns / "Town01.xodr")
+    wp = town.carla_map.get_waypoint(carla.Location(396.3, 297.3, 0.0))  # road 8, where it stood
+    a, b = wp.previous(70.0)[0].transform.location, wp.next(60.0)[0].transform.location
+    dense = RoutePlanner(town.carla_map).trace(np.array([[a.x, a.y], [b.x, b.y]]))
+    assert not dense.junction.any()
+    world = StandInWorld(_start(dense))
+    x, y, yaw = _at(dense, 70.0)
+    rad = math.radians(yaw)
+    x, y = x + 0.001 * math.sin(rad), y - 0.001 * math.cos(rad)  # a millimetre left of the centre
+    world.actors = [Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)]
+    expert = Expert(dense, world.dt, town.carla_map)
+    decisions = world.drive(expert, 40.0)
+    assert any(d.reason == "passing" for d in decisions)
+    assert _distance_on_route(dense, world.ego_box()) > 100.0, "the ego did not get past the car"
 
 
 def test_expert_yields_to_a_car_crossing_its_path(straight):
@@ -336,9 +385,10 @@ def test_the_referee_counts_a_stop_sign_run_and_not_a_stop(stop_sign_route):
         assert len(referee.infractions["stop_infraction"]) == expected
 
 
-def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr, short_routes):
+def test_an_ego_or_a_block_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr, short_routes):
     """SUMO teleports a vehicle that stood 60 s (--time-to-teleport): the world puts its ego back at once, where
-    the bicycle is, and traffic keeps seeing it."""
+    the bicycle is, and traffic keeps seeing it; so too a scenario's block (an accident's car: SUMO's traffic
+    drove through the obstacle the ego still waited behind)."""
     from tools.collect.routes import read_routes
     from tools.collect.sim.world import EGO, SumoWorld
     from tools.expert.control import Control
@@ -349,9 +399,18 @@ def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr,
     world = SumoWorld(town, dense, seed=1, vehicles=10, sim_hz=20)
     try:
         start = (world.ego.x, world.ego.y)
+        site = next(float(v) for v in dense.s if v > 15.0 and not dense.junction[np.abs(dense.s - v) < 5.0].any())
+        x, y, yaw = _at(dense, site)
+        block = f"block{world.add_static(sem.CAR, x, y, yaw, 4.6, 1.9, 1.5, block=True)}"
         for _ in range(int(75 * 20)):
             world.step(Control(brake=1.0))
             assert EGO in world.ls.vehicle.getIDList()
+            assert block in world.ls.vehicle.getIDList()
+        bx, by = world.ls.vehicle.getPosition(block)  # its front, where it was put
+        rad = math.radians(yaw)
+        front = town.carla_to_sumo(np.array([x + 2.3 * math.cos(rad), y + 2.3 * math.sin(rad)]))
+        assert math.hypot(bx - front[0], by - front[1]) < 0.5
+        assert world._stand_ins >= 2  # SUMO did take it out, and it was put back
         assert (world.ego.x, world.ego.y) == start
         assert world._ego_adds == 2  # SUMO did take it out once, and it was put back
         fx, fy = world.ls.vehicle.getPosition(EGO)

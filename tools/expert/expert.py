@@ -85,6 +85,9 @@ PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
 #: a row of cones), metres.
 PASS_CLUSTER_M = 15.0
 PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
+#: An obstacle this close to its lane's centre (metres) stands on neither side: it may be passed through the oncoming
+#: lane (a car queued behind an obstacle stands on the centre, a hair to the left as often as not).
+CENTRED_M = 0.3
 #: A pass that stood this long before reaching the obstacle (traffic came) is given up: back into the lane.
 PASS_ABORT_S = 5.0
 
@@ -549,7 +552,7 @@ class Expert:
             return None
         lanes = neighbours(wp)
         centre, rad = wp.transform.location, math.radians(wp.transform.rotation.yaw)
-        obstacle_left = (x - centre.x) * math.sin(rad) - (y - centre.y) * math.cos(rad) > 0.0
+        obstacle_left = (x - centre.x) * math.sin(rad) - (y - centre.y) * math.cos(rad) > CENTRED_M
         away, near = ((lanes.right, -1.0), (lanes.left, 1.0)) if obstacle_left else ((lanes.left, 1.0),
                                                                                      (lanes.right, -1.0))
         oncoming = (None if obstacle_left else lanes.oncoming, 1.0)  # through the oncoming lane
