@@ -199,18 +199,24 @@ def test_expert_waits_behind_an_obstacle_then_passes_it_in_the_next_lane_without
     assert lateral < 0.8, "the ego is not back in its lane after passing"
 
 
+def _town01_road8(carla_towns):
+    """Town01, one lane each way: a dense route of 130 m along road 8, no junction on it."""
+    import carla
+
+    town = Town(carla_towns / "Town01.xodr")
+    wp = town.carla_map.get_waypoint(carla.Location(396.3, 297.3, 0.0))
+    a, b = wp.previous(70.0)[0].transform.location, wp.next(60.0)[0].transform.location
+    dense = RoutePlanner(town.carla_map).trace(np.array([[a.x, a.y], [b.x, b.y]]))
+    assert not dense.junction.any()
+    return town, dense
+
+
 def test_expert_passes_a_car_standing_on_its_lanes_centre_through_the_oncoming_lane(carla_towns):
     """Town01, one lane each way: a car standing on the lane's centre, a millimetre to the left, counted as
     standing left of it, where the oncoming lane is not for passing (a SUMO car queued behind
     HazardAtSideLaneTwoWays' bicycles: the expert stood behind it until blocked). Within CENTRED_M of the centre
     it stands on neither side."""
-    import carla
-
-    town = Town(carla_towns / "Town01.xodr")
-    wp = town.carla_map.get_waypoint(carla.Location(396.3, 297.3, 0.0))  # road 8, where it stood
-    a, b = wp.previous(70.0)[0].transform.location, wp.next(60.0)[0].transform.location
-    dense = RoutePlanner(town.carla_map).trace(np.array([[a.x, a.y], [b.x, b.y]]))
-    assert not dense.junction.any()
+    town, dense = _town01_road8(carla_towns)
     world = StandInWorld(_start(dense))
     x, y, yaw = _at(dense, 70.0)
     rad = math.radians(yaw)
@@ -220,6 +226,35 @@ def test_expert_passes_a_car_standing_on_its_lanes_centre_through_the_oncoming_l
     decisions = world.drive(expert, 40.0)
     assert any(d.reason == "passing" for d in decisions)
     assert _distance_on_route(dense, world.ego_box()) > 100.0, "the ego did not get past the car"
+
+
+def test_expert_past_the_obstacle_goes_back_into_its_lane_before_oncoming_cars_that_stopped_for_it(carla_towns):
+    """Town01 ParkedObstacleTwoWays: past the parked car, still in the oncoming lane, the oncoming cars had
+    stopped for the ego 9 m ahead of it; its gentle ramp back ran into them, so it stood, and they stood, until
+    it was blocked. Past the obstacle, with traffic in the way, it goes back on half a ramp."""
+    town, dense = _town01_road8(carla_towns)
+    world = StandInWorld(_start(dense))
+    x, y, yaw = _at(dense, 70.0)
+    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    world.actors = [parked]
+    expert = Expert(dense, world.dt, town.carla_map)
+    touched = []
+
+    def oncoming_stops(w: StandInWorld) -> None:
+        e = w.ego_box()
+        s_ego = _distance_on_route(dense, e)
+        if len(w.actors) == 1 and expert.passing is not None and s_ego - 4.9 / 2 > 70.0 + 2.3 + 2.0:
+            ox, oy, oyaw = _at(dense, s_ego + 11.0)
+            rad = math.radians(oyaw)
+            w.actors = [parked, Box(id=8, cls=sem.CAR, x=ox + 4.0 * math.sin(rad), y=oy - 4.0 * math.cos(rad),
+                                    z=0.75, yaw=oyaw + 180.0, length=4.6, width=1.9, height=1.5, speed=0.0)]
+        rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in w.actors])
+        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any()))
+
+    world.drive(expert, 45.0, oncoming_stops)
+    assert len(world.actors) == 2, "the oncoming car never stopped ahead of the passing ego"
+    assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > 110.0, "the ego stood in the oncoming lane"
 
 
 def test_expert_yields_to_a_car_crossing_its_path(straight):

@@ -153,6 +153,7 @@ class _Pass:
     offset: float  # metres to the left
     obstacle: int  # the actor id (the first of the obstacle's actors)
     obstacle_s: float  # route s of the obstacle
+    clear_s: float = math.inf  # route s where the obstacle's last actor ends
     others: tuple[int, ...] = ()  # the obstacle's other standing actors, passed with it
     kind: int = 0  # the obstacle's class
 
@@ -247,6 +248,11 @@ class Expert:
             target = 0.0
             reason = "junction" if junction_ahead else "collision"
             detail = f"{actor_kind(cls)} {other} would meet the ego in {when:.1f} s"
+            p = self.passing
+            if p is not None and s_ego - ego.length / 2 > p.clear_s + 1.0:
+                # Past the obstacle, and traffic in the way of the ramp back (oncoming cars that stopped for the
+                # ego): back into the lane at once, on half a ramp.
+                p.end = min(p.end, s_ego + PASS_RAMP_M / 2)
 
         self._maybe_pass(ego, v, leader, light, near, actors, s_ego)
         if self.passing is not None:
@@ -516,7 +522,7 @@ class Expert:
                 return
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
-                             obstacle_s=s_obst, others=others, kind=leader["cls"])
+                             obstacle_s=s_obst, clear_s=last, others=others, kind=leader["cls"])
 
     def _cluster(self, leader: dict, near: np.ndarray) -> tuple[tuple[int, ...], float]:
         """The standing actors in the route's lane that follow the obstacle with gaps under PASS_CLUSTER_M (their
