@@ -286,7 +286,7 @@ def _junctions(path, signalized: set[int]) -> list[dict]:
 
 def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> dict:
     t = wp.transform
-    return {"name": f"{name}_1", "type": name, "trigger": [t.location.x, t.location.y, 0.0, t.rotation.yaw],
+    return {"name": f"{name}_1", "type": name, "trigger": [t.location.x, t.location.y, t.location.z, t.rotation.yaw],
             "params": params or {}}
 
 
@@ -393,6 +393,9 @@ def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray 
             return None
     out = np.zeros((len(kept), 3))
     out[:, :2] = xy[kept]
+    # The road's height, as the leaderboard's route files have it: a lane looked up at height 0 on a town high up
+    # (Town12) is the wrong one, and the run's planner joined two waypoints only by a detour.
+    out[:, 2] = [walk[candidates[k]].transform.location.z for k in kept]
     return out
 
 
