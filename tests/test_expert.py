@@ -268,6 +268,41 @@ def test_expert_past_the_obstacle_goes_back_into_its_lane_before_oncoming_cars_t
     assert _distance_on_route(dense, world.ego_box()) > 110.0, "the ego stood in the oncoming lane"
 
 
+def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(straight):
+    """Town13 Accident: SUMO's cars squeezed past the accident in the next lane, slowly, one after another; the
+    whole pass was never free of them, and the expert stood until blocked. Into a lane of its own direction it
+    merges in front of a car far enough behind and follows the one ahead."""
+    town, dense = straight
+    world = StandInWorld(_start(dense))
+    x, y, yaw = _at(dense, 60.0)
+    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    expert = Expert(dense, world.dt, town.carla_map)
+    offset = None
+    touched = []
+
+    def stream(w: StandInWorld) -> None:  # cars 30 m apart at 4 m/s in the lane to pass in, without end
+        nonlocal offset
+        if offset is None:
+            offset = expert._neighbour_offset(x, y)
+        cars = []
+        for k in range(12):
+            s = (4.0 * w.time + 30.0 * k) % 360.0 - 40.0
+            if 0.0 < s < dense.length:
+                cx, cy, cyaw = _at(dense, s)
+                rad = math.radians(cyaw)
+                cars.append(Box(id=20 + k, cls=sem.CAR, x=cx + offset * math.sin(rad), y=cy - offset * math.cos(rad),
+                                z=0.75, yaw=cyaw, length=4.6, width=1.9, height=1.5, speed=4.0))
+        w.actors = [parked, *cars]
+        e = w.ego_box()
+        rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in w.actors])
+        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any()))
+
+    stream(world)
+    world.drive(expert, 60.0, stream)
+    assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
+
+
 def test_expert_yields_to_a_car_crossing_its_path(straight):
     """The constant-velocity forecast sees the conflict seconds ahead: the ego brakes before the crossing car
     is in its lane (reason "collision"), lets it pass, and goes on."""

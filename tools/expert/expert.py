@@ -91,6 +91,10 @@ PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
 #: An obstacle this close to its lane's centre (metres) stands on neither side: it may be passed through the oncoming
 #: lane (a car queued behind an obstacle stands on the centre, a hair to the left as often as not).
 CENTRED_M = 0.3
+#: Into a lane of its own direction the ego merges in front of a car this far behind it and this many seconds of
+#: that car's speed (metres, seconds).
+MERGE_GAP_M = 5.0
+MERGE_HEADWAY_S = 2.0
 #: A pass that stood this long before reaching the obstacle (traffic came) is given up: back into the lane.
 PASS_ABORT_S = 5.0
 
@@ -514,6 +518,8 @@ class Expert:
         if len(traffic):  # first those that could get there at all: as far as they drive meanwhile, and 3 m
             near_path = np.hypot(traffic[:, None, 0] - shifted[None, :, 0], traffic[:, None, 1] - shifted[None, :, 1])
             traffic = traffic[near_path.min(axis=1) < traffic[:, 5] * duration + 3.0]
+        if len(traffic):  # who drives its way ahead of it, or far enough behind, may stay
+            traffic = traffic[~self._merges_behind_or_follows(ego, traffic, s_ego)]
         if len(traffic):
             # Each actor's constant-velocity forecast over the pass (driven at PASS_SPEED) keeps 3 m from it.
             times = np.arange(0.0, duration + 1e-6, FORECAST_STEP_S)
@@ -526,6 +532,20 @@ class Expert:
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
                              obstacle_s=s_obst, clear_s=last, others=others, kind=leader["cls"])
+
+    def _merges_behind_or_follows(self, ego: Box, traffic: np.ndarray, s_ego: float) -> np.ndarray:
+        """Which of the actors need not keep off the pass: those driving the ego's way (a lane of its direction)
+        ahead of it, whom it follows on the shifted path, and those behind it with MERGE_GAP_M plus MERGE_HEADWAY_S
+        of their speed to spare (the ego merges in front of them). Slow traffic beside an obstacle, SUMO's cars
+        squeezing past it in the next lane, never left the whole pass free (Town13 Accident: blocked)."""
+        r = self.route
+        k = np.hypot(traffic[:, None, 0] - r.xy[None, :, 0], traffic[:, None, 1] - r.xy[None, :, 1]).argmin(axis=1)
+        same_way = (np.abs(wrap_degrees(traffic[:, 2] - r.yaw[k])) < 45.0) & (traffic[:, 5] > STANDING_SPEED)
+        half = traffic[:, 3] / 2
+        ahead = r.s[k] - half > s_ego + ego.length / 2
+        room_behind = (s_ego - ego.length / 2) - (r.s[k] + half)
+        behind = room_behind > MERGE_GAP_M + MERGE_HEADWAY_S * traffic[:, 5]
+        return same_way & (ahead | behind)
 
     def _cluster(self, leader: dict, near: np.ndarray) -> tuple[tuple[int, ...], float]:
         """The standing actors in the route's lane that follow the obstacle with gaps under PASS_CLUSTER_M (their
