@@ -67,6 +67,32 @@ def test_expert_drives_a_real_town_route_of_two_far_apart_waypoints_to_its_last_
     assert not layout.frame_paths(key)  # --record=False drives without writing frames
 
 
+def test_lane_at_finds_the_lane_under_a_point_of_a_town_high_up(carla_towns):
+    """Town11 lies about 275 m up. carla.Map.get_waypoint at height 0 put the accident's police car (a metre right
+    of the ego's lane centre) on the oncoming lane, so the expert found no lane to pass it in and stood behind it
+    until blocked (benchmarks/bench_towns.py, Town11 AccidentTwoWays); the scenarios placed their actors from the
+    same wrong lane. planner.lane_at takes the road's height first."""
+    import carla
+
+    from tools.expert.planner import lane_at
+
+    cmap = Town(carla_towns / "Town11.xodr").carla_map
+    start = cmap.get_waypoint(carla.Location(-1812.9, -10183.8, 275.0), project_to_road=True,
+                              lane_type=carla.LaneType.Driving)
+    assert (start.road_id, start.lane_id) == (405, 1)
+    wrong_at_zero = 0
+    for wp in [start, *(start.next(float(d))[0] for d in range(2, 40, 2))]:
+        loc, rad = wp.transform.location, math.radians(wp.transform.rotation.yaw)
+        for off in (-1.0, 1.0):  # a metre to either side of the lane's centre
+            x, y = loc.x - off * math.sin(rad), loc.y + off * math.cos(rad)
+            found = lane_at(cmap, x, y)
+            assert (found.road_id, found.lane_id) == (wp.road_id, wp.lane_id), (x, y)
+            at_zero = cmap.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True,
+                                        lane_type=carla.LaneType.Driving)
+            wrong_at_zero += (at_zero.road_id, at_zero.lane_id) != (wp.road_id, wp.lane_id)
+    assert wrong_at_zero > 0  # the stretch is one where height 0 goes wrong
+
+
 # --------------------------------------------------------------------------------- the stand-in world
 
 
@@ -173,6 +199,110 @@ def test_expert_waits_behind_an_obstacle_then_passes_it_in_the_next_lane_without
     assert lateral < 0.8, "the ego is not back in its lane after passing"
 
 
+def _town01_road8(carla_towns):
+    """Town01, one lane each way: a dense route of 130 m along road 8, no junction on it."""
+    import carla
+
+    town = Town(carla_towns / "Town01.xodr")
+    wp = town.carla_map.get_waypoint(carla.Location(396.3, 297.3, 0.0))
+    a, b = wp.previous(70.0)[0].transform.location, wp.next(60.0)[0].transform.location
+    dense = RoutePlanner(town.carla_map).trace(np.array([[a.x, a.y], [b.x, b.y]]))
+    assert not dense.junction.any()
+    return town, dense
+
+
+def test_expert_passes_a_bus_standing_on_its_lanes_centre_through_the_oncoming_lane_untouched(carla_towns):
+    """Town01, one lane each way: a bus standing on the lane's centre, as SUMO's traffic queues behind an obstacle.
+    A millimetre left of the centre it counted as standing left of it, where the oncoming lane is not for
+    passing (behind HazardAtSideLaneTwoWays' bicycles the expert stood until blocked): within CENTRED_M of the
+    centre it stands on neither side. Stopped 3 m behind it, the ego clipped its corner moving out (Town01
+    AccidentTwoWays): behind a standing actor it stops STANDING_GAP back."""
+    town, dense = _town01_road8(carla_towns)
+    world = StandInWorld(_start(dense))
+    x, y, yaw = _at(dense, 70.0)
+    rad = math.radians(yaw)
+    x, y = x + 0.001 * math.sin(rad), y - 0.001 * math.cos(rad)  # a millimetre left of the centre
+    bus = Box(id=7, cls=sem.BUS, x=x, y=y, z=1.6, yaw=yaw, length=11.0, width=2.5, height=3.2, speed=0.0)
+    world.actors = [bus]
+    expert = Expert(dense, world.dt, town.carla_map)
+    touched = []
+
+    def check(w: StandInWorld) -> None:
+        e = w.ego_box()
+        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
+                                          np.array([bus.x, bus.y, bus.yaw, bus.length, bus.width]))))
+
+    decisions = world.drive(expert, 40.0, check)
+    assert min(d.leader["gap"] for d in decisions if d.leader and d.leader["id"] == 7) > 4.5  # room to steer out
+    assert any(d.reason == "passing" for d in decisions)
+    assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > 100.0, "the ego did not get past the bus"
+
+
+def test_expert_past_the_obstacle_goes_back_into_its_lane_before_oncoming_cars_that_stopped_for_it(carla_towns):
+    """Town01 ParkedObstacleTwoWays: past the parked car, still in the oncoming lane, the oncoming cars had
+    stopped for the ego 9 m ahead of it; its gentle ramp back ran into them, so it stood, and they stood, until
+    it was blocked. Past the obstacle, with traffic in the way, it goes back on half a ramp."""
+    town, dense = _town01_road8(carla_towns)
+    world = StandInWorld(_start(dense))
+    x, y, yaw = _at(dense, 70.0)
+    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    world.actors = [parked]
+    expert = Expert(dense, world.dt, town.carla_map)
+    touched = []
+
+    def oncoming_stops(w: StandInWorld) -> None:
+        e = w.ego_box()
+        s_ego = _distance_on_route(dense, e)
+        if len(w.actors) == 1 and expert.passing is not None and s_ego - 4.9 / 2 > 70.0 + 2.3 + 2.0:
+            ox, oy, oyaw = _at(dense, s_ego + 11.0)
+            rad = math.radians(oyaw)
+            w.actors = [parked, Box(id=8, cls=sem.CAR, x=ox + 4.0 * math.sin(rad), y=oy - 4.0 * math.cos(rad),
+                                    z=0.75, yaw=oyaw + 180.0, length=4.6, width=1.9, height=1.5, speed=0.0)]
+        rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in w.actors])
+        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any()))
+
+    world.drive(expert, 45.0, oncoming_stops)
+    assert len(world.actors) == 2, "the oncoming car never stopped ahead of the passing ego"
+    assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > 110.0, "the ego stood in the oncoming lane"
+
+
+def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(straight):
+    """Town13 Accident: SUMO's cars squeezed past the accident in the next lane, slowly, one after another; the
+    whole pass was never free of them, and the expert stood until blocked. Into a lane of its own direction it
+    merges in front of a car far enough behind and follows the one ahead."""
+    town, dense = straight
+    world = StandInWorld(_start(dense))
+    x, y, yaw = _at(dense, 60.0)
+    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    expert = Expert(dense, world.dt, town.carla_map)
+    offset = None
+    touched = []
+
+    def stream(w: StandInWorld) -> None:  # cars 30 m apart at 4 m/s in the lane to pass in, without end
+        nonlocal offset
+        if offset is None:
+            offset = expert._neighbour_offset(x, y)
+        cars = []
+        for k in range(12):
+            s = (4.0 * w.time + 30.0 * k) % 360.0 - 40.0
+            if 0.0 < s < dense.length:
+                cx, cy, cyaw = _at(dense, s)
+                rad = math.radians(cyaw)
+                cars.append(Box(id=20 + k, cls=sem.CAR, x=cx + offset * math.sin(rad), y=cy - offset * math.cos(rad),
+                                z=0.75, yaw=cyaw, length=4.6, width=1.9, height=1.5, speed=4.0))
+        w.actors = [parked, *cars]
+        e = w.ego_box()
+        rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in w.actors])
+        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any()))
+
+    stream(world)
+    world.drive(expert, 60.0, stream)
+    assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
+
+
 def test_expert_yields_to_a_car_crossing_its_path(straight):
     """The constant-velocity forecast sees the conflict seconds ahead: the ego brakes before the crossing car
     is in its lane (reason "collision"), lets it pass, and goes on."""
@@ -202,6 +332,76 @@ def test_expert_yields_to_a_car_crossing_its_path(straight):
     assert any(d.reason == "collision" and "vehicle 3" in d.detail for d in decisions)
     assert not any(hits)
     assert _distance_on_route(dense, world.ego_box()) > 80.0  # and then it went on
+
+
+def _turning_car(v0: float, accel: float, turn: float, seconds: float, dt: float) -> np.ndarray:
+    """(N, 4) x, y, yaw, speed every dt of a car leaving (0, 0) heading 0 degrees, speeding up and turning (deg/s)
+    until it has turned 90 degrees."""
+    x = y = yaw = 0.0
+    v, out = v0, []
+    for _ in range(round(seconds / dt)):
+        out.append((x, y, yaw, v))
+        v += accel * dt
+        yaw = max(yaw + turn * dt, -90.0) if turn < 0 else min(yaw + turn * dt, 90.0)
+        x += v * math.cos(math.radians(yaw)) * dt
+        y += v * math.sin(math.radians(yaw)) * dt
+    return np.array(out)
+
+
+def test_expert_yields_to_an_oncoming_car_that_pulls_away_turning_across_its_lane(straight):
+    """The demo's collision (NonSignalizedJunctionRightTurn): an oncoming bus at 1.3 m/s, two lanes over, pulled
+    away turning left across the ego's lane (2 m/s^2, 14 deg/s). Forecast at constant velocity it stayed out of
+    the ego's lane until too late to stop (the ego hit it 2.3 s on); forecast with its acceleration and turn rate
+    the ego stops before its sweep and goes on behind it."""
+    decisions, hits, sweep, end = _drive_past_a_turning_car(*straight, v0=1.3, accel=2.0, turn=14.0, lane=6.0,
+                                                            v_ego=8.0)
+    assert any(d.reason == "collision" and "vehicle 5" in d.detail for d in decisions)
+    assert not any(hits), f"the ego hit the turning bus {0.05 * hits.index(True):.2f} s on"
+    assert end > sweep + 30.0  # and then it went on
+
+
+def _drive_past_a_turning_car(town, dense, v0: float, accel: float, turn: float, lane: float, v_ego: float):
+    """The ego at v_ego m/s on the straight road; a bus in the oncoming lane `lane` m to its left pulls away from v0
+    m/s, speeding up at `accel` and turning left at `turn` deg/s across the ego's lane, timed so that the ego, not
+    braking, would meet it. The decisions, whether the boxes touched each tick, the route s where the bus's sweep
+    across the ego's lane begins, and the ego's route s at the end."""
+    dt = 0.05
+    ego = _start(dense)
+    ego.speed = v_ego
+    world = StandInWorld(ego, speed_limit=v_ego)
+    # The bus's way in its own frame: speeding up, turning left (CARLA: the yaw falls). Its box's corners step by
+    # step, and those in the ego's lane (the strip `lane` m to its left, as wide as the ego): it starts where the
+    # ego's front, not braking, gets to the nearest of them as the bus first reaches the lane.
+    way = _turning_car(v0, accel, -turn, 14.0, dt)
+    rad = np.radians(way[:, 2])[:, None]
+    along, across = np.array([1, 1, -1, -1]) * 3.75, np.array([1, -1, 1, -1]) * 1.2
+    cx = way[:, :1] + along * np.cos(rad) - across * np.sin(rad)
+    cy = way[:, 1:2] + along * np.sin(rad) + across * np.cos(rad)
+    inside = np.abs(cy + lane) < 1.05
+    k = int(np.flatnonzero(inside.any(axis=1))[0])
+    s0 = 3.0 + 4.9 / 2 + v_ego * k * dt + float(cx[k][inside[k]].max())  # route s where it starts
+    x0, y0, yaw0 = _at(dense, s0)
+    back = math.radians(yaw0 + 180.0)
+    left = np.array([math.sin(math.radians(yaw0)), -math.cos(math.radians(yaw0))])  # CARLA: y to the right
+    origin = np.array([x0, y0]) + lane * left
+    rot = np.array([[math.cos(back), -math.sin(back)], [math.sin(back), math.cos(back)]])
+    expert = Expert(dense, world.dt, town.carla_map)
+    hits, step = [], {"i": 0}
+
+    def move(w: StandInWorld) -> None:
+        i = min(step["i"], len(way) - 1)
+        step["i"] += 1
+        bx, by = origin + rot @ way[i, :2]
+        box = Box(id=5, cls=sem.BUS, x=float(bx), y=float(by), z=1.5, yaw=float(yaw0 + 180.0 + way[i, 2]),
+                  length=7.5, width=2.4, height=3.0, speed=float(way[i, 3]))
+        w.actors = [box]
+        e = w.ego_box()
+        hits.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
+                                       np.array([box.x, box.y, box.yaw, box.length, box.width]))))
+
+    move(world)
+    decisions = world.drive(expert, 14.0, move)
+    return decisions, hits, s0 - float(cx[inside].max()), _distance_on_route(dense, world.ego_box())
 
 
 def test_the_expert_imports_nothing_of_sumo():
@@ -296,9 +496,10 @@ def test_stop_on_infraction_ends_an_embedded_run_at_its_first_infraction_as_fail
         assert referee.arrived and referee.final_status() == results.COMPLETED and referee.stopped is None
 
 
-def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr, short_routes):
+def test_an_ego_or_a_block_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr, short_routes):
     """SUMO teleports a vehicle that stood 60 s (--time-to-teleport): the world puts its ego back at once, where
-    the bicycle is, and traffic keeps seeing it."""
+    the bicycle is, and traffic keeps seeing it; so too a scenario's block (an accident's car: SUMO's traffic
+    drove through the obstacle the ego still waited behind)."""
     from tools.collect.routes import read_routes
     from tools.collect.sim.world import EGO, SumoWorld
     from tools.expert.control import Control
@@ -309,9 +510,18 @@ def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr,
     world = SumoWorld(town, dense, seed=1, vehicles=10, sim_hz=20)
     try:
         start = (world.ego.x, world.ego.y)
+        site = next(float(v) for v in dense.s if v > 15.0 and not dense.junction[np.abs(dense.s - v) < 5.0].any())
+        x, y, yaw = _at(dense, site)
+        block = f"block{world.add_static(sem.CAR, x, y, yaw, 4.6, 1.9, 1.5, block=True)}"
         for _ in range(int(75 * 20)):
             world.step(Control(brake=1.0))
             assert EGO in world.ls.vehicle.getIDList()
+            assert block in world.ls.vehicle.getIDList()
+        bx, by = world.ls.vehicle.getPosition(block)  # its front, where it was put
+        rad = math.radians(yaw)
+        front = town.carla_to_sumo(np.array([x + 2.3 * math.cos(rad), y + 2.3 * math.sin(rad)]))
+        assert math.hypot(bx - front[0], by - front[1]) < 0.5
+        assert world._stand_ins >= 2  # SUMO did take it out, and it was put back
         assert (world.ego.x, world.ego.y) == start
         assert world._ego_adds == 2  # SUMO did take it out once, and it was put back
         fx, fy = world.ls.vehicle.getPosition(EGO)

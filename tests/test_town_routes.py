@@ -66,6 +66,24 @@ def test_routes_command_writes_one_route_per_file_in_scenario_folders(tmp_path, 
     check_routes([(f, read_routes(f)[0]) for f in files], tmp_path / "towns")
 
 
+def test_generated_routes_carry_the_roads_height_as_the_leaderboards_do(tmp_path, town_xodr):
+    """Waypoints and trigger points at the road's height: written at height 0, a Town12 route (362 m up) had
+    waypoints that the run's planner put on the wrong lane and joined only by a 693 m detour (Simulation crashed)."""
+    towns = tmp_path / "in" / "towns"
+    towns.mkdir(parents=True)
+    raised = town_xodr.read_text().replace('<elevation s="0" a="0.00"', '<elevation s="0" a="50.00"')
+    assert raised != town_xodr.read_text()
+    (towns / "town.xodr").write_text(raised)
+    run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(towns / "town.xodr"), "--count", "2",
+             "--out", str(tmp_path / "out"), "--seed", "1", "--scenarios", "ParkedObstacle", check=True)
+    files = sorted(p for p in (tmp_path / "out").rglob("*.xml") if "towns" not in p.parts)
+    assert files
+    for f in files:
+        (route,) = read_routes(f)
+        assert np.allclose(route.waypoints[:, 2], 50.0, atol=0.5)
+        assert all(abs(sc["trigger"][2] - 50.0) < 0.5 for sc in route.scenarios)
+
+
 def test_route_file_round_trip(tmp_path):
     route = Route("7", "town", np.array([[1.0, 2.0, 0.0], [30.0, 2.0, 0.0]]),
                   [{"name": "X_1", "type": "X", "trigger": [1.0, 2.0, 0.0, 90.0]}], [{"cloudiness": 10.0}])

@@ -13,8 +13,9 @@ Each tick (`Expert.step`), in this order (the design follows PDM-Lite's, carla_g
   4. car following (IDM) behind the nearest actor in the path's corridor, and behind the stop line of a
      red light, or of a yellow one it can still stop for;
   5. a collision check: the ego's boxes along the path at the speeds of that plan against every other
-     actor's box forecast at constant velocity, HORIZON_S ahead (longer approaching a junction, which
-     is how it yields at a junction without lights); a conflict means stop;
+     actor's box forecast HORIZON_S ahead (longer approaching a junction, which is how it yields at a
+     junction without lights): at constant velocity, a vehicle with the acceleration and turn rate it
+     showed over the last MOTION_BASE_S; a conflict means stop;
   6. passing: behind an obstacle that has not moved for PASS_AFTER_S, with no light or queue ahead, it
      moves over into the neighbouring lane (the same direction's, else the oncoming one) once that lane
      is free for the whole pass;
@@ -32,9 +33,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from tools.dataset.geometry import OrientedBoxes, boxes_overlap, oriented_overlap, wrap_degrees
-from tools.dataset.semantics import actor_kind
+from tools.dataset.semantics import VEHICLES, actor_kind
 from tools.expert.control import Control, Controller
-from tools.expert.planner import DenseRoute, neighbours, stop_signs
+from tools.expert.planner import DenseRoute, lane_at, neighbours, stop_signs
 from tools.expert.state import Box, Light, Snapshot
 
 #: Plans per simulated second; the controllers run every tick on the latest plan.
@@ -44,6 +45,9 @@ IDM_ACCEL = 2.0  # maximum acceleration, m/s^2
 IDM_DECEL = 3.0  # comfortable deceleration, m/s^2
 IDM_HEADWAY_S = 1.2  # desired time gap to the leader, s
 IDM_MIN_GAP = 3.0  # standstill gap to a leader, m
+#: Standstill gap to a leader that stands (below STANDING_SPEED), m: room to steer out past it should it be an
+#: obstacle (3 m behind an 11 m bus queued at an accident, the ego clipped its corner moving out).
+STANDING_GAP = 5.0
 STOP_LINE_GAP = 1.0  # standstill gap to a stop line, m
 #: The target speed is the speed the IDM acceleration reaches after this long (what the controller tracks).
 PLAN_S = 0.5
@@ -57,6 +61,16 @@ FORECAST_STEP_S = 0.5
 JUNCTION_AHEAD_M = 20.0
 #: Below this speed an actor stands (m/s): the collision check spares it the ego's margins.
 STANDING_SPEED = 0.3
+#: A vehicle's forecast keeps the acceleration and turn rate it showed over the last MOTION_BASE_S (a car pulling
+#: away from the edge of a junction turns and speeds up into the ego's lane: a constant-velocity forecast sees it a
+#: second late), within these bounds: speeding up only (m/s^2), up to MOTION_MAX_SPEED m/s, turning at most
+#: MOTION_MAX_TURN deg/s and MOTION_MAX_HEADING degrees in all, the turn only above MOTION_TURN_SPEED m/s.
+MOTION_BASE_S = 0.3
+MOTION_MAX_ACCEL = 3.0
+MOTION_MAX_SPEED = 14.0
+MOTION_MAX_TURN = 40.0
+MOTION_MAX_HEADING = 90.0
+MOTION_TURN_SPEED = 1.0
 #: Margins added to the ego's box in the collision check (ahead, to each side), metres.
 FRONT_MARGIN_M = 1.5
 SIDE_MARGIN_M = 0.3
@@ -74,6 +88,13 @@ PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
 #: a row of cones), metres.
 PASS_CLUSTER_M = 15.0
 PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
+#: An obstacle this close to its lane's centre (metres) stands on neither side: it may be passed through the oncoming
+#: lane (a car queued behind an obstacle stands on the centre, a hair to the left as often as not).
+CENTRED_M = 0.3
+#: Into a lane of its own direction the ego merges in front of a car this far behind it and this many seconds of
+#: that car's speed (metres, seconds).
+MERGE_GAP_M = 5.0
+MERGE_HEADWAY_S = 2.0
 #: A pass that stood this long before reaching the obstacle (traffic came) is given up: back into the lane.
 PASS_ABORT_S = 5.0
 
@@ -139,6 +160,7 @@ class _Pass:
     offset: float  # metres to the left
     obstacle: int  # the actor id (the first of the obstacle's actors)
     obstacle_s: float  # route s of the obstacle
+    clear_s: float = math.inf  # route s where the obstacle's last actor ends
     others: tuple[int, ...] = ()  # the obstacle's other standing actors, passed with it
     kind: int = 0  # the obstacle's class
 
@@ -161,6 +183,8 @@ class Expert:
         self.stops = stop_signs(route, carla_map) if carla_map is not None else np.zeros(0)
         self._stops_served = 0
         self._pass_stuck_since: float | None = None
+        #: The actors' (time, speed, yaw) of recent plans, oldest first: their acceleration and turn rate.
+        self._seen: list[tuple[float, dict[int, tuple[float, float]]]] = []
         # Curve speed at every route point: sqrt(A_LAT / curvature), curvature over +-3 m.
         yaw = np.unwrap(np.radians(route.yaw))
         ahead = np.minimum(np.arange(len(yaw)) + 3, len(yaw) - 1)
@@ -200,8 +224,10 @@ class Expert:
 
         actors = _boxes(snap.actors)
         near = actors[np.hypot(actors[:, 0] - ego.x, actors[:, 1] - ego.y) < PATH_AHEAD_M + 10.0]
+        motion = self._motion(near)
         if self.passing is not None:  # the obstacle being passed is no leader: the path leads around it
-            near = near[~np.isin(near[:, 6], (self.passing.obstacle, *self.passing.others))]
+            others = ~np.isin(near[:, 6], (self.passing.obstacle, *self.passing.others))
+            near, motion = near[others], motion[others]
         accel, leader = self._follow(ego, v, free, near, path, path_s, path_yaw, s_ego)
         if leader is not None and leader["accel"] < idm(v, free, math.inf, 0.0, IDM_MIN_GAP) - 0.05:
             reason, detail = "leader", (f"{actor_kind(leader['cls'])} {leader['id']} at {leader['gap']:.1f} m, "
@@ -223,12 +249,17 @@ class Expert:
         junction_ahead = bool(self.route.junction[lo : lo + int(JUNCTION_AHEAD_M)].any())
         horizon = JUNCTION_HORIZON_S if junction_ahead else HORIZON_S
         conflict = self._conflict(ego, v, max(target, min(free, v + IDM_ACCEL * 1.0)), near, path, path_s,
-                                  path_yaw, s_ego, horizon, skip=leader["id"] if leader else None)
+                                  path_yaw, s_ego, horizon, skip=leader["id"] if leader else None, motion=motion)
         if conflict is not None:
             other, cls, when = conflict
             target = 0.0
             reason = "junction" if junction_ahead else "collision"
             detail = f"{actor_kind(cls)} {other} would meet the ego in {when:.1f} s"
+            p = self.passing
+            if p is not None and s_ego - ego.length / 2 > p.clear_s + 1.0:
+                # Past the obstacle, and traffic in the way of the ramp back (oncoming cars that stopped for the
+                # ego): back into the lane at once, on half a ramp.
+                p.end = min(p.end, s_ego + PASS_RAMP_M / 2)
 
         self._maybe_pass(ego, v, leader, light, near, actors, s_ego)
         if self.passing is not None:
@@ -290,7 +321,7 @@ class Expert:
             return accel, None
         i = int(np.flatnonzero(inside)[np.argmin(gap[inside])])
         speed = max(float(near[i, 5] * math.cos(rel_yaw[i])), 0.0)
-        a = idm(v, free, float(gap[i]), v - speed, IDM_MIN_GAP)
+        a = idm(v, free, float(gap[i]), v - speed, STANDING_GAP if speed < STANDING_SPEED else IDM_MIN_GAP)
         return min(accel, a), {"id": int(near[i, 6]), "gap": round(float(gap[i]), 3), "speed": round(speed, 3),
                                "accel": a, "s": float(path_s[k[i]]), "cls": int(near[i, 7])}
 
@@ -349,11 +380,52 @@ class Expert:
                 best, best_d = i, dist
         return best
 
+    def _motion(self, near: np.ndarray) -> np.ndarray:
+        """(N, 2) acceleration (m/s^2, speeding up only) and turn rate (deg/s) of each actor in `near`, within the
+        MOTION_* bounds, from its speed and heading at least MOTION_BASE_S ago (zeros for one not seen then, and
+        for all but vehicles: walkers and props move as the world sets them, in steps). Remembers this plan's."""
+        t = self._time
+        self._seen.append((t, {int(a[6]): (float(a[5]), float(a[2])) for a in near}))
+        while len(self._seen) > 1 and t - self._seen[1][0] >= MOTION_BASE_S - 1e-6:
+            self._seen.pop(0)
+        out = np.zeros((len(near), 2))
+        t0, before = self._seen[0]
+        if t - t0 < MOTION_BASE_S - 1e-6:
+            return out
+        for i, a in enumerate(near):
+            seen = before.get(int(a[6]))
+            if seen is None or int(a[7]) not in VEHICLES:
+                continue
+            out[i, 0] = min(max((a[5] - seen[0]) / (t - t0), 0.0), MOTION_MAX_ACCEL)
+            if a[5] > MOTION_TURN_SPEED:
+                out[i, 1] = float(np.clip(wrap_degrees(a[2] - seen[1]) / (t - t0), -MOTION_MAX_TURN, MOTION_MAX_TURN))
+        return out
+
+    @staticmethod
+    def _forecast(actors: np.ndarray, motion: np.ndarray | None, times: np.ndarray) -> OrientedBoxes:
+        """The actors' boxes at `times` (T,): at constant velocity, or speeding up and turning as `motion` says
+        (integrated in steps of FORECAST_STEP_S / 5)."""
+        ar = np.radians(actors[:, 2])
+        a_cos, a_sin = np.cos(ar), np.sin(ar)
+        half = (actors[:, 3] / 2, actors[:, 4] / 2)
+        if motion is None or not motion.any():
+            return OrientedBoxes(actors[:, 0] + a_cos * actors[:, 5] * times[:, None],
+                                 actors[:, 1] + a_sin * actors[:, 5] * times[:, None], a_cos, a_sin, *half)
+        dt = FORECAST_STEP_S / 5
+        fine = np.arange(1, int(round(times[-1] / dt)) + 1) * dt  # (F,)
+        speed = np.minimum(actors[:, 5] + motion[:, 0] * fine[:, None], np.maximum(actors[:, 5], MOTION_MAX_SPEED))
+        turn = np.clip(motion[:, 1] * fine[:, None], -MOTION_MAX_HEADING, MOTION_MAX_HEADING)
+        heading = ar + np.radians(turn)  # (F, A)
+        x = actors[:, 0] + np.cumsum(speed * np.cos(heading) * dt, axis=0)
+        y = actors[:, 1] + np.cumsum(speed * np.sin(heading) * dt, axis=0)
+        k = np.rint(times / dt).astype(int) - 1
+        return OrientedBoxes(x[k], y[k], np.cos(heading[k]), np.sin(heading[k]), *half)
+
     def _conflict(self, ego: Box, v: float, v_plan: float, near: np.ndarray, path: np.ndarray,
-                  path_s: np.ndarray, path_yaw: np.ndarray, s_ego: float, horizon: float, skip: int | None
-                  ) -> tuple[int, int, float] | None:
+                  path_s: np.ndarray, path_yaw: np.ndarray, s_ego: float, horizon: float, skip: int | None,
+                  motion: np.ndarray | None = None) -> tuple[int, int, float] | None:
         """(actor id, class, seconds) of the first predicted overlap of the ego's planned boxes with an actor's
-        constant-velocity forecast; None when the plan is free."""
+        forecast (`_forecast`, with `motion`: `_motion` of `near`); None when the plan is free."""
         if len(near) == 0 or len(path) < 2:
             return None
         # Not the leader (car following handles it), not what the ego overlaps already (a collision in
@@ -364,11 +436,13 @@ class Expert:
         same_way = np.abs(wrap_degrees(near[:, 2] - ego.yaw)) < 45.0
         keep = ~((ego_x < -ego.length / 2) & same_way) & (near[:, 6] != (skip if skip is not None else -1))
         # Only what can reach the ego's path within the horizon (a distance bound), and not overlapping now.
-        keep &= np.hypot(dx, dy) < (near[:, 5] + v_plan) * horizon + ego.length + 10
+        faster = motion[:, 0] * horizon / 2 if motion is not None else 0.0  # a speeding-up actor's extra reach
+        keep &= np.hypot(dx, dy) < (near[:, 5] + faster + v_plan) * horizon + ego.length + 10
         if not keep.any():
             return None
         keep[keep] = ~boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), near[keep, :5])
         actors = near[keep]
+        motion = motion[keep] if motion is not None else None
         if len(actors) == 0:
             return None
         times = np.arange(FORECAST_STEP_S, horizon + 1e-6, FORECAST_STEP_S)
@@ -391,18 +465,15 @@ class Expert:
         # The box ahead of the centre grows by FRONT_MARGIN_M: shift the centre by half of it.
         ego_boxes = OrientedBoxes(xs + cos * FRONT_MARGIN_M / 2, ys + sin * FRONT_MARGIN_M / 2, cos, sin,
                                   (ego.length + FRONT_MARGIN_M) / 2, (ego.width + 2 * SIDE_MARGIN_M) / 2)
-        ar = np.radians(actors[:, 2])
-        a_cos, a_sin = np.cos(ar), np.sin(ar)
-        forecast = OrientedBoxes(actors[:, 0] + a_cos * actors[:, 5] * times[:, None],
-                                 actors[:, 1] + a_sin * actors[:, 5] * times[:, None], a_cos, a_sin,
-                                 actors[:, 3] / 2, actors[:, 4] / 2)
+        forecast = self._forecast(actors, motion, times)
         hit = oriented_overlap(ego_boxes, forecast)  # (times, actors)
         # A standing actor conflicts only where the ego's own box (no margins) would touch it: one waiting at
         # the edge of a junction, its nose near the ego's path, yields to the ego, and the ego must go past it.
         standing = actors[:, 5] < STANDING_SPEED
         if standing.any() and hit[:, standing].any():
             plain = OrientedBoxes(xs, ys, cos, sin, ego.length / 2, ego.width / 2)
-            hit[:, standing] = oriented_overlap(plain, OrientedBoxes(*(f[..., standing] for f in forecast)))
+            hit[:, standing] = oriented_overlap(plain, OrientedBoxes(*(np.broadcast_to(f, hit.shape)[:, standing]
+                                                                      for f in forecast)))
         if not hit.any():
             return None
         t, a = np.argwhere(hit)[0]
@@ -447,6 +518,8 @@ class Expert:
         if len(traffic):  # first those that could get there at all: as far as they drive meanwhile, and 3 m
             near_path = np.hypot(traffic[:, None, 0] - shifted[None, :, 0], traffic[:, None, 1] - shifted[None, :, 1])
             traffic = traffic[near_path.min(axis=1) < traffic[:, 5] * duration + 3.0]
+        if len(traffic):  # who drives its way ahead of it, or far enough behind, may stay
+            traffic = traffic[~self._merges_behind_or_follows(ego, traffic, s_ego)]
         if len(traffic):
             # Each actor's constant-velocity forecast over the pass (driven at PASS_SPEED) keeps 3 m from it.
             times = np.arange(0.0, duration + 1e-6, FORECAST_STEP_S)
@@ -458,7 +531,21 @@ class Expert:
                 return
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
-                             obstacle_s=s_obst, others=others, kind=leader["cls"])
+                             obstacle_s=s_obst, clear_s=last, others=others, kind=leader["cls"])
+
+    def _merges_behind_or_follows(self, ego: Box, traffic: np.ndarray, s_ego: float) -> np.ndarray:
+        """Which of the actors need not keep off the pass: those driving the ego's way (a lane of its direction)
+        ahead of it, whom it follows on the shifted path, and those behind it with MERGE_GAP_M plus MERGE_HEADWAY_S
+        of their speed to spare (the ego merges in front of them). Slow traffic beside an obstacle, SUMO's cars
+        squeezing past it in the next lane, never left the whole pass free (Town13 Accident: blocked)."""
+        r = self.route
+        k = np.hypot(traffic[:, None, 0] - r.xy[None, :, 0], traffic[:, None, 1] - r.xy[None, :, 1]).argmin(axis=1)
+        same_way = (np.abs(wrap_degrees(traffic[:, 2] - r.yaw[k])) < 45.0) & (traffic[:, 5] > STANDING_SPEED)
+        half = traffic[:, 3] / 2
+        ahead = r.s[k] - half > s_ego + ego.length / 2
+        room_behind = (s_ego - ego.length / 2) - (r.s[k] + half)
+        behind = room_behind > MERGE_GAP_M + MERGE_HEADWAY_S * traffic[:, 5]
+        return same_way & (ahead | behind)
 
     def _cluster(self, leader: dict, near: np.ndarray) -> tuple[tuple[int, ...], float]:
         """The standing actors in the route's lane that follow the obstacle with gaps under PASS_CLUSTER_M (their
@@ -489,14 +576,12 @@ class Expert:
         the same direction on the side away from the obstacle (it stands left or right of its lane's centre),
         else the oncoming lane on the left, else a same-direction lane on the obstacle's side; None when there
         is none."""
-        import carla
-
-        wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
+        wp = lane_at(self.map, x, y)
         if wp is None:
             return None
         lanes = neighbours(wp)
         centre, rad = wp.transform.location, math.radians(wp.transform.rotation.yaw)
-        obstacle_left = (x - centre.x) * math.sin(rad) - (y - centre.y) * math.cos(rad) > 0.0
+        obstacle_left = (x - centre.x) * math.sin(rad) - (y - centre.y) * math.cos(rad) > CENTRED_M
         away, near = ((lanes.right, -1.0), (lanes.left, 1.0)) if obstacle_left else ((lanes.left, 1.0),
                                                                                      (lanes.right, -1.0))
         oncoming = (None if obstacle_left else lanes.oncoming, 1.0)  # through the oncoming lane

@@ -151,13 +151,9 @@ def stop_signs(route: DenseRoute, cmap) -> np.ndarray:
     """Distances from the route's start (metres) of the stop lines of the stop signs along the route: the
     stop positions carla.Map gives for the stop-sign landmarks ahead of the route's lanes, kept where they
     lie on the route. The expert stops there; the referee judges that it did."""
-    import carla
-
     found: dict[tuple[int, int, int], float] = {}
     for i in range(0, len(route.s), 5):
-        x, y = route.xy[i]
-        wp = cmap.get_waypoint(carla.Location(float(x), float(y), 0.0), project_to_road=True,
-                               lane_type=carla.LaneType.Driving)
+        wp = lane_at(cmap, *route.xy[i])
         for mark in wp.get_landmarks_of_type(10.0, STOP_SIGN, False) if wp is not None else []:
             at = mark.waypoint
             key = (mark.id, at.road_id, at.lane_id) if at is not None else None
@@ -177,6 +173,23 @@ class Neighbours:
     left: object | None  # of the same direction, on the left
     right: object | None  # of the same direction, on the right
     oncoming: object | None  # of the other direction, on the left
+
+
+def lane_at(cmap, x: float, y: float, z: float | None = None):
+    """The driving lane's waypoint nearest (x, y): the one rule for finding the lane under a point in the top view.
+    carla.Map.get_waypoint looks in 3-D, and a point at height 0 on a town hundreds of metres up (Town11 lies at
+    about 275 m) lands a lane off, beside the right one; without `z` the height is first taken from that lane.
+    None: no driving lane."""
+    import carla
+
+    if z is None:
+        near = cmap.get_waypoint(carla.Location(float(x), float(y), 0.0), project_to_road=True,
+                                 lane_type=carla.LaneType.Driving)
+        if near is None:
+            return None
+        z = near.transform.location.z
+    return cmap.get_waypoint(carla.Location(float(x), float(y), float(z)), project_to_road=True,
+                             lane_type=carla.LaneType.Driving)
 
 
 def neighbours(wp) -> Neighbours:
@@ -642,9 +655,7 @@ class RoutePlanner:
         import carla
 
         g = self.graph
-        z = float(p[2]) if len(p) > 2 else 0.0
-        w = self.map.get_waypoint(carla.Location(float(p[0]), float(p[1]), z), project_to_road=True,
-                                  lane_type=carla.LaneType.Driving)
+        w = lane_at(self.map, p[0], p[1], float(p[2]) if len(p) > 2 else None)
         if w is None:
             raise NoRoute(f"route waypoint {i} ({p[0]:.1f}, {p[1]:.1f}) is on no driving lane")
         edge = g.lane_edge(_lane_key(w))

@@ -62,7 +62,7 @@ from tools.collect.scenario_types import (
 )
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import wrap_degrees
-from tools.expert.planner import DenseRoute, neighbours
+from tools.expert.planner import DenseRoute, lane_at, neighbours
 
 log = logging.getLogger("collect.scenarios")
 
@@ -268,9 +268,7 @@ class Scenarios:
         return site
 
     def _lane(self, x: float, y: float):
-        import carla
-
-        wp = self.map.get_waypoint(carla.Location(x, y, 0.0), project_to_road=True, lane_type=carla.LaneType.Driving)
+        wp = lane_at(self.map, x, y)
         if wp is None:
             raise ValueError(f"no driving lane at ({x:.1f}, {y:.1f})")
         return wp
@@ -355,8 +353,10 @@ class Scenarios:
             end = max(min(site + 9.0 + drive, self._limit(a.trigger_s) - PASS_ROOM_M), site + EXTENT_M[name])
             for start in (site, site + 9.0):
                 path = self._lane_path(start, end - (site + 9.0 - start), 0.55 * width / 2, side)
-                mover = Mover(world.add_static(BICYCLE[3], *path[0], 0.0, *BICYCLE[:3]), BICYCLE, path, speed,
-                              started=world.time)
+                # SUMO's traffic keeps behind them (it used to drive through them, into the ego passing them).
+                yaw = math.degrees(math.atan2(*(path[1] - path[0])[::-1]))
+                mover = Mover(world.add_static(BICYCLE[3], *path[0], yaw, *BICYCLE[:3], block=True), BICYCLE, path,
+                              speed, started=world.time)
                 a.movers.append(mover)
             a.site_s = end
         elif name == "InvadingTurn":

@@ -192,7 +192,9 @@ class SumoWorld:
         #: Boxes of the actors scenarios place and move (tools.collect.sim.scenarios), by box id; the SUMO vehicles
         #: that stand in for the standing ones, so that SUMO's traffic stops behind them (not reported itself).
         self._statics: dict[int, Box] = {}
+        self._blocks: dict[str, int] = {}  # SUMO id of a block -> its box id
         self._hidden: set[str] = set()
+        self._stand_ins = 0  # SUMO stand-ins added (each on a route of its own)
         self._next_sc = 0
         #: The ego's stand-in in a neighbouring lane while its box reaches into it (passing an obstacle): SUMO
         #: maps the ego onto one lane, and its drivers see only what is in theirs. (SUMO id, lane) or None.
@@ -529,23 +531,44 @@ class SumoWorld:
                                  height=height)
         self._snap = None
         if block:
-            sx, sy = self.town.carla_to_sumo((x, y))
-            edge, _, _ = self.ls.simulation.convertRoad(sx, sy, False, "passenger")
-            if edge and not edge.startswith(":"):
-                vid = f"block{aid}"
-                self._add_stand_in(vid, edge, f"bg{semantics.CAR}")
-                self.ls.vehicle.setLength(vid, length)
-                self.ls.vehicle.setWidth(vid, width)
-                rad = math.radians(yaw)
-                fx, fy = self.town.carla_to_sumo((x + math.cos(rad) * length / 2, y + math.sin(rad) * length / 2))
-                self.ls.vehicle.moveToXY(vid, "", -1, fx, fy, Town.yaw_to_sumo_angle(yaw), 2, 10.0)
-                self.ls.vehicle.setSpeed(vid, 0.0)
+            self._blocks[f"block{aid}"] = aid
+            self._add_block(f"block{aid}")
         return aid
+
+    def _add_block(self, vid: str) -> None:
+        """A box's SUMO stand-in (add_static's `block`), where the box is."""
+        b = self._statics[self._blocks[vid]]
+        sx, sy = self.town.carla_to_sumo((b.x, b.y))
+        edge, _, _ = self.ls.simulation.convertRoad(sx, sy, False, "passenger")
+        if edge and not edge.startswith(":"):
+            self._add_stand_in(vid, edge, f"bg{semantics.CAR}")
+            self.ls.vehicle.setLength(vid, b.length)
+            self.ls.vehicle.setWidth(vid, b.width)
+            self._move_block(vid, b)
+            self.ls.vehicle.setSpeed(vid, 0.0)
+
+    def _restore_blocks(self, present: set[str]) -> None:
+        """Put back the blocks SUMO took out: standing --time-to-teleport seconds, a block counts as jammed and is
+        teleported away, and SUMO's traffic drove through the obstacle the ego still waited behind."""
+        for vid in self._blocks:
+            if vid not in present:
+                try:
+                    self._add_block(vid)
+                except self.ls.TraCIException:  # SUMO still holds it (teleporting): again on the next step
+                    pass
+
+    def _move_block(self, vid: str, b: Box) -> None:
+        """Put a box's SUMO stand-in (add_static's `block`) where the box is: SUMO's traffic keeps behind it."""
+        rad = math.radians(b.yaw)
+        fx, fy = self.town.carla_to_sumo((b.x + math.cos(rad) * b.length / 2, b.y + math.sin(rad) * b.length / 2))
+        self.ls.vehicle.moveToXY(vid, "", -1, fx, fy, Town.yaw_to_sumo_angle(b.yaw), 2, 10.0)
 
     def _add_stand_in(self, vid: str, edge: str, type_id: str, lane: str = "first") -> None:
         """A SUMO vehicle that SUMO never moves (placed by moveToXY), left out of the world's actors."""
-        self.ls.route.add(f"r_{vid}", [edge])
-        self.ls.vehicle.add(vid, f"r_{vid}", typeID=type_id, depart="now", departLane=lane, departSpeed="0")
+        self._stand_ins += 1
+        route = f"r_{vid}_{self._stand_ins}"  # a route id is for good: a stand-in put back needs a new one
+        self.ls.route.add(route, [edge])
+        self.ls.vehicle.add(vid, route, typeID=type_id, depart="now", departLane=lane, departSpeed="0")
         self.ls.vehicle.setSpeedMode(vid, 0)
         self.ls.vehicle.setLaneChangeMode(vid, 0)
         self._hidden.add(vid)
@@ -556,6 +579,11 @@ class SumoWorld:
             self._statics[aid] = Box(id=aid, cls=b.cls, x=x, y=y, z=b.z, yaw=yaw, length=b.length, width=b.width,
                                      height=b.height, speed=speed)
             self._snap = None
+            if f"block{aid}" in self._blocks:  # a moving block (HazardAtSideLane's bicycles): its stand-in goes along
+                try:
+                    self._move_block(f"block{aid}", self._statics[aid])
+                except self.ls.TraCIException:  # taken out by SUMO: put back after the next step
+                    pass
 
     def flow_route(self, source: tuple[float, float], sink: tuple[float, float]) -> tuple[list[str], int, float] | None:
         """SUMO's way from a source point to a sink point (CARLA frame): (edges, source lane index, source
@@ -668,8 +696,11 @@ class SumoWorld:
         arrived = set(self.ls.simulation.getArrivedIDList())
         if self._shadow is not None and self._shadow[0] in arrived:
             self._shadow = None  # it arrived at its (one-edge) route's end: placed anew on the next tick
-        if EGO in arrived or EGO not in self.ls.vehicle.getIDList():
+        present = set(self.ls.vehicle.getIDList()) if self._blocks or EGO not in arrived else set()
+        if EGO in arrived or EGO not in present:
             self._add_ego()
+        if self._blocks:
+            self._restore_blocks(present)
         return arrived
 
     def _front(self) -> tuple[float, float]:
