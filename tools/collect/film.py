@@ -56,6 +56,8 @@ class RunFilm:
         self.path, self.every_s, self.max_frames = Path(path), float(every_s), int(max_frames)
         self.camera = RGB.format(camera=rig.cameras[0].name) if rig is not None and rig.cameras else None
         self.grid = BevGrid.of_rig(rig.bev if rig is not None else BevConfig())
+        # The top view drawn from the world is drawn at the panel's size (no resize): the same view, coarser.
+        self.drawn = BevGrid(HEIGHT, self.grid.width / HEIGHT, self.grid.ahead)
         self.frames: list[_Frame] = []
         self._next = 0.0
         self._sensors: dict | None = None  # the last ones rendered: an infraction between frame ticks shows them
@@ -104,7 +106,7 @@ class RunFilm:
     def _top(self, ego: Box, decision: Decision, bev: np.ndarray | None, actors: list[Box],
              route_xy: np.ndarray | None) -> Image.Image:
         """The BEV (or a top view drawn from the world) with the plan, HEIGHT pixels square."""
-        g = self.grid
+        g = self.grid if bev is not None else self.drawn
         if bev is not None:
             img = Image.fromarray(sem.BEV_PALETTE[bev.astype(np.uint8)])
         else:
@@ -129,7 +131,7 @@ class RunFilm:
                 draw.line(pts, fill=PLAN_RGB, width=2)
             for c, r in pts if len(pts) <= 40 else ():  # a policy's waypoints: their spacing shows its speed
                 draw.ellipse([c - 2, r - 2, c + 2, r + 2], fill=PLAN_RGB)
-        return img.resize((HEIGHT, HEIGHT), Image.Resampling.NEAREST if bev is not None else Image.Resampling.BILINEAR)
+        return img.resize((HEIGHT, HEIGHT), Image.Resampling.NEAREST) if img.height != HEIGHT else img
 
     def write(self) -> Path | None:
         """The animated WebP at `path` (atomically); None when no frame was taken."""
@@ -139,7 +141,7 @@ class RunFilm:
         width = max(i.width for i in images)  # a camera may appear after the first frame: one size for all
         images = [i if i.width == width else _pad(i, width) for i in images]
         out = io.BytesIO()
-        images[0].save(out, format="WEBP", save_all=True, append_images=images[1:], loop=0, quality=60, method=4,
+        images[0].save(out, format="WEBP", save_all=True, append_images=images[1:], loop=0, quality=60, method=1,
                        duration=[INFRACTION_MS if f.infraction else FRAME_MS for f in self.frames])
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_bytes(self.path, out.getvalue(), durable=False)

@@ -126,7 +126,10 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     finally:
         world.close()
     if film is not None:
-        film.write()
+        t = time.perf_counter()
+        written = film.write()
+        log.info("%s: picture %s: %d frames, %.1f s of wall time (%.1f s writing)", key, written, len(film.frames),
+                 clock.seconds.get("film", 0.0) + time.perf_counter() - t, time.perf_counter() - t)
     recorder.close(town.name)
     n_frames = recorder.frames
     global last_stages
