@@ -9,6 +9,8 @@ aggregate (tools.dataset.score). Intervals are 95% Student-t intervals of the me
 
 from __future__ import annotations
 
+import json
+
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, resolve_root
@@ -32,8 +34,6 @@ def _runs(agg: Aggregate) -> dict[tuple[str, int], RunScore]:
 
 
 def _seed_offset(layout: Layout) -> object:
-    import json
-
     try:
         return (json.loads(layout.evaluation.read_text()).get("settings") or {}).get("seed")
     except (OSError, ValueError, AttributeError):
