@@ -153,6 +153,8 @@ def main() -> None:
         ax.axhline(expert[key][0], linestyle=":", color=ax.lines[-1].get_color(), label=f"expert {label}")
     axes[0].set(xscale="log", xlabel="training routes", ylabel="score (95% interval)", ylim=(-5, 105),
                 title="closed loop, held-out routes")
+    for ax in axes:
+        ax.minorticks_off()
     axes[0].set_xticks(ns, [str(n) for n in ns])
     axes[0].legend(fontsize=7)
     ades = [(r[0], r[2]) for r in rows if r[2] is not None]
