@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.collect.runner.jobs import find_route_files, plan  # noqa: E402
+from tools.collect.routes import find_route_files  # noqa: E402
+from tools.collect.runner.jobs import plan  # noqa: E402
 from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions  # noqa: E402
 from tools.dataset.layout import Layout  # noqa: E402
 from tools.dataset.manifest import update_manifest  # noqa: E402

@@ -379,9 +379,19 @@ class SlurmCluster:
     def restart_controller(self) -> None:
         """Stop slurmctld (SIGTERM, it saves its state) and start it again on the current slurm.conf; queued
         and running jobs carry on."""
+        self.stop_controller()
+        self.start_controller()
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld by its pid (SIGTERM: it saves its state). Until start_controller, every SLURM command
+        but sacct with accounting fails ("Unable to contact slurm controller") after MessageTimeout; slurmd
+        goes on running the jobs it has."""
         proc = self.procs["slurmctld"]
         proc.terminate()
         proc.wait(timeout=30)
+
+    def start_controller(self) -> None:
+        """Start slurmctld again (after stop_controller); its saved jobs carry on."""
         self._start_slurmctld()
         # slurmd rereads slurm.conf and registers now (else the node stays UNKNOWN for ~4 s, jobs waiting).
         self.run("scontrol", "reconfigure")

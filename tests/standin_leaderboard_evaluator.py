@@ -2,7 +2,7 @@
 aec81319): no CARLA server runs here. Placed as LEADERBOARD_ROOT/leaderboard/leaderboard_evaluator.py of a tree a
 test makes, so the collector runs it with its real command line and environment.
 
-Like the real one it parses the same flags with the same argparse definitions (main()), loads the agent file as
+Like the real one it parses the same flags with the same argparse definitions in main(), loads the agent file as
 LeaderboardEvaluator.__init__ does (its folder first on sys.path, then get_entry_point()), needs CARLA's `agents`
 package on PYTHONPATH (scenario_runner imports it) and SCENARIO_RUNNER_ROOT/srunner, asks the server for its
 version with the real carla client, and writes its checkpoint as StatisticsManager does: first with no records
@@ -56,26 +56,6 @@ INFRACTIONS = ["collisions_layout", "collisions_pedestrian", "collisions_vehicle
                "scenario_timeouts", "route_dev", "vehicle_blocked", "route_timeout"]
 
 
-def parse() -> argparse.Namespace:
-    """The real evaluator's argparse, flag for flag (defaults and types included)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--host', default='localhost')
-    parser.add_argument('--port', default=2000, type=int)
-    parser.add_argument('--traffic-manager-port', default=8000, type=int)
-    parser.add_argument('--traffic-manager-seed', default=0, type=int)
-    parser.add_argument('--debug', type=int, default=0)
-    parser.add_argument('--record', type=str, default='')
-    parser.add_argument('--timeout', default=300.0, type=float)
-    parser.add_argument('--routes', required=True)
-    parser.add_argument('--routes-subset', default='', type=str)
-    parser.add_argument('--repetitions', type=int, default=1)
-    parser.add_argument("-a", "--agent", type=str, required=True)
-    parser.add_argument("--agent-config", type=str, default="")
-    parser.add_argument("--track", type=str, default='SENSORS')
-    parser.add_argument('--resume', type=bool, default=False)
-    parser.add_argument("--checkpoint", type=str, default='./simulation_results.json')
-    parser.add_argument("--debug-checkpoint", type=str, default='./live_results.txt')
-    return parser.parse_args()
 
 
 def results(records: list, entry_status: str, global_record: dict | None = None) -> dict:
@@ -163,7 +143,28 @@ def mode_of(agent_config: str) -> str:
 
 
 def main() -> None:
-    args = parse()
+    """The real evaluator's argparse in main(), flag for flag (defaults and types included), then the run."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--host', default='localhost')
+    parser.add_argument('--port', default=2000, type=int)
+    parser.add_argument('--traffic-manager-port', default=8000, type=int)
+    parser.add_argument('--traffic-manager-seed', default=0, type=int)
+    parser.add_argument('--debug', type=int, default=0)
+    parser.add_argument('--record', type=str, default='')
+    parser.add_argument('--timeout', default=300.0, type=float)
+    parser.add_argument('--routes', required=True)
+    parser.add_argument('--routes-subset', default='', type=str)
+    parser.add_argument('--repetitions', type=int, default=1)
+    parser.add_argument("-a", "--agent", type=str, required=True)
+    parser.add_argument("--agent-config", type=str, default="")
+    parser.add_argument("--track", type=str, default='SENSORS')
+    parser.add_argument('--resume', type=bool, default=False)
+    parser.add_argument("--checkpoint", type=str, default='./simulation_results.json')
+    parser.add_argument("--debug-checkpoint", type=str, default='./live_results.txt')
+    run(parser.parse_args())
+
+
+def run(args: argparse.Namespace) -> None:
     mode = mode_of(args.agent_config)
     if os.environ.get("STANDIN_EVALUATOR_PIDS"):
         with open(os.environ["STANDIN_EVALUATOR_PIDS"], "a") as f:

@@ -336,7 +336,8 @@ BAD_INPUTS = {
     "empty_dataset": ("empty", [], "no route runs in"),
     "only_failed_routes": ("failed", [], "no finished route runs in {root}: 4 failed; see bin/progress {root}"),
     "unknown_collection": ("built", ["--collection", "finetune"], "--collection finetune: unknown collection"),
-    "unknown_scenario_holdout": ("built", ["--holdout", "scenario:Nope"], "scenario types: SignalizedJunction"),
+    "unknown_scenario_holdout": ("built", ["--holdout", "scenario:Nope"],
+                                 "scenario types: NoScenario, SignalizedJunctionLeftTurn"),
     "unknown_town_holdout": ("built", ["--holdout", "town:Town99"], "towns: town"),
     "holdout_leaving_no_training_frames": ("built", ["--holdout", "town:town"], "leaves no training frames"),
     "malformed_holdout": ("built", ["--holdout", "sideways"], "--holdout sideways: unknown rule; expected stratified, "

@@ -26,6 +26,7 @@ from tools.collect.carla.agent import (
     SEMANTIC_LIDAR_DTYPE,
     AgentConfig,
     actor_box,
+    actor_class,
     depth_of,
     own_sensors,
 )
@@ -336,6 +337,40 @@ def test_at_a_fork_the_agent_drives_the_leaderboards_plan_not_its_own_search_sta
     run = json.loads(Layout(tmp_path / "root").run_settings(key).read_text())
     assert np.allclose(np.array(run["dense_route"]["xy"]), plan.xy, atol=0.01)
     agent.destroy()
+
+
+def test_the_agent_never_prints_a_line_per_tick_standin_leaderboard(standin_leaderboard, capsys):
+    """The leaderboard's AutonomousAgent.__call__ prints every tick (attempt logs of megabytes); ours does not, and
+    hands the run step what the base would: the sensor interface's data of the frame, the game time."""
+    from leaderboard.autoagents.autonomous_agent import AutonomousAgent
+    from srunner.scenariomanager.timer import GameTime
+
+    agent = getattr(standin_leaderboard, ENTRY_POINT)("127.0.0.1", 2000, 0)
+    seen = []
+    agent.run_step = lambda data, t: seen.append((data, t)) or carla.VehicleControl(throttle=0.5,
+                                                                                   manual_gear_shift=True)
+    agent.sensor_interface.data = {"rgb_front": (12, "pixels")}
+    GameTime.frame, GameTime.time = 12, 3.5
+    control = agent()
+    assert capsys.readouterr().out == ""
+    assert seen == [({"rgb_front": (12, "pixels")}, 3.5)]
+    assert control.throttle == pytest.approx(0.5) and control.manual_gear_shift is False
+    AutonomousAgent.__call__(agent)  # the base class (stand-in) does print: what ours leaves out
+    assert "[Agent]" in capsys.readouterr().out
+
+
+def test_parked_cars_of_the_large_towns_are_boxed_as_cars():
+    """Leaderboard 2.0 spawns Town12/Town13's parked cars as static.prop.mesh actors of a car's mesh; cameras and
+    LiDAR see a car there, and the box says so (a mesh prop whose mesh_path names another mesh stays static)."""
+    parked = StandinActor(7, "static.prop.mesh", (2.3, 1.0, 0.7))
+    parked.attributes["mesh_path"] = ("/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Lincoln/"
+                                      "SM_LincolnParked.SM_LincolnParked")  # leaderboard/utils/parked_vehicles.py
+    other = StandinActor(8, "static.prop.mesh", (0.5, 0.5, 0.5))
+    other.attributes["mesh_path"] = "/Game/Carla/Static/Dynamic/Trash/SM_Bin.SM_Bin"
+    assert actor_class(parked) == semantics.CAR
+    assert actor_class(StandinActor(6, "static.prop.mesh", (2.3, 1.0, 0.7))) == semantics.CAR  # no mesh_path read
+    assert actor_class(other) == semantics.STATIC
+    assert actor_class(StandinActor(9, "static.prop.trafficcone01", (0.2, 0.2, 0.4))) == semantics.STATIC
 
 
 def test_carla_depth_decodes_to_centimetres_with_the_sky_at_zero():

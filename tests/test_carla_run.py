@@ -34,7 +34,7 @@ GOLDEN = TESTS / "golden"
 
 
 def route_file(short_routes: Path) -> Path:
-    return sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    return sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
 
 
 @pytest.fixture
@@ -247,6 +247,24 @@ def test_routes_without_towns_take_the_carla_installs_and_a_town_it_lacks_is_one
     assert results.run_state(layout, key) is results.RunState.FINISHED
 
 
+@pytest.mark.parametrize("cameras, message", [
+    ([{"name": "rear", "x": -2.0, "z": 2.3, "yaw": 180.0}],
+     "camera 'rear' at x -2, y 0, z 2.3 is 3.05 m from the ego's origin; the leaderboard refuses sensors beyond 3 m"),
+    ([{"name": f"c{i}"} for i in range(9)], "9 cameras, but the leaderboard allows at most 8 RGB cameras"),
+])
+def test_a_rig_the_leaderboard_refuses_is_one_line_before_anything_starts_standin_server(
+        tmp_path, short_routes, carla_env, cameras, message):
+    """The leaderboard refuses sensors beyond 3 m of the hero's origin and more than 8 RGB cameras: every attempt
+    would end as "Agent's sensors were invalid". Refused before a server starts or the run is claimed."""
+    rig = tmp_path / "rig.json"
+    rig.write_text(json.dumps({"cameras": cameras}))
+    proc = run(route_file(short_routes), tmp_path / "root", carla_env, f"--rig={rig}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().startswith(f"collect: --rig: {message}") and "\n" not in proc.stderr.strip(), \
+        proc.stderr
+    assert not (tmp_path / "root").exists() and not pids(carla_env["STANDIN_PID_FILE"])
+
+
 def test_standin_server_of_another_version_is_one_line(tmp_path, short_routes, carla_env):
     proc = run(route_file(short_routes), tmp_path / "root", {**carla_env, "STANDIN_MODE": "version"})
     assert proc.returncode == 2
@@ -319,7 +337,8 @@ def test_a_slurm_task_runs_gpus_times_k_servers_at_once_on_the_gpus_slurm_gave_i
     """An array task given GPUs 4 and 5 (SLURM_JOB_GPUS; SLURM renumbers CUDA_VISIBLE_DEVICES from 0, which Vulkan
     ignores): with --servers-per-gpu 1 its two runs drive at once, one server on each GPU. Run by hand as
     bin/collect-task (no cluster needed; the SLURM tests cover submission)."""
-    from tools.collect.runner.jobs import find_route_files, plan
+    from tools.collect.routes import find_route_files
+    from tools.collect.runner.jobs import plan
     from tools.collect.runner.slurm import WAVE_NAME, Wave, waves_dir
 
     routes = copy_routes(short_routes, tmp_path / "routes")
@@ -387,7 +406,7 @@ def test_slurm_array_tasks_drive_carla_routes_standin_server_and_evaluator(slurm
     crashes the simulator on every attempt, the other once: the monitor's second wave retries both, and its
     summary names the first, with its crash and attempts, apart from the second."""
     one = tmp_path / "routes"
-    for route in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+    for route in sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name):
         (one / route.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(route, one / route.parent.name / route.name)
     shutil.copytree(short_routes / "towns", one / "towns")
@@ -510,6 +529,14 @@ def test_a_route_the_leaderboard_cannot_select_is_refused(tmp_path):
         carla_run.check_route(path, first)
     with pytest.raises(ToolError, match="route 2 has no <scenarios> element"):
         carla_run.check_route(path, second)
+    path.write_text('<routes><route id="3" town="Town01"><waypoints><position x="0" y="0" z="0"/>'
+                    '<position x="9" y="0" z="0"/></waypoints><scenarios><scenario name="S_1" '
+                    'type="SignalizedJunctionStraight"><trigger_point x="0" y="0" z="0" yaw="0"/></scenario>'
+                    '</scenarios></route></routes>')
+    (third,) = read_routes(path)
+    with pytest.raises(ToolError, match="type 'SignalizedJunctionStraight', which no scenario class of "
+                                        "scenario_runner implements"):
+        carla_run.check_route(path, third)
 
 
 # ----------------------------------------------------------------------------- golden command line and environment

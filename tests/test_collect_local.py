@@ -48,7 +48,7 @@ def routes(tmp_path, short_routes) -> Path:
 def one_route(tmp_path, short_routes) -> Path:
     """A folder with the first of the short routes and the town."""
     d = tmp_path / "one-route"
-    first = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    first = sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
     (d / first.parent.name).mkdir(parents=True)
     shutil.copy(first, d / first.parent.name / first.name)
     shutil.copytree(short_routes / "towns", d / "towns")

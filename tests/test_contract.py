@@ -159,7 +159,7 @@ def test_a_version_2_root_reads_and_becomes_version_4_when_collected_into_and_ve
     layout = Layout(tmp_path)
     layout.manifest.write_text(json.dumps({"format_version": 2, "dataset_id": "x", "collections": [], "runs": {}}))
     assert read_manifest(layout)["format_version"] == 2
-    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 4
+    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 5
     assert json.loads(layout.manifest.read_text())["format_version"] == 4
     layout.manifest.write_text(json.dumps({"format_version": 1}))
     with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3, 4 and writes version 4"):

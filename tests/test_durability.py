@@ -31,7 +31,7 @@ def test_frames_are_not_fsynced_one_by_one_and_one_sync_comes_before_the_result(
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(atomic, "sync_filesystem", sync_filesystem)
     monkeypatch.setattr(results, "write_result", write_result)
-    route = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    route = sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
     key = run_route(route=str(route), root=str(tmp_path / "root"), repetition=0, towns=None, route_id=None,
                     attempt=None, force=False, settings={"vehicles": 2})
     layout = Layout(tmp_path / "root")

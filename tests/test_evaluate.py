@@ -52,7 +52,7 @@ def routes_with(short_routes: Path, dest: Path, turn: bool) -> Path:
     """A folder with one route of `short_routes` (and its town) that turns at a junction, or goes straight."""
     dest.mkdir(parents=True)
     shutil.copytree(short_routes / "towns", dest / "towns")
-    for path in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+    for path in sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name):
         route = read_routes(path)[0]
         dense = RoutePlanner(Town(dest / "towns" / f"{route.town}.xodr").carla_map).trace(route.waypoints)
         turns = bool(np.isin(dense.option, [RoadOption.LEFT, RoadOption.RIGHT]).any())

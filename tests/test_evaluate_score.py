@@ -268,7 +268,8 @@ def test_score_aggregates_an_evaluation_root_again_and_prints_the_table(evaluate
 
 def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_failed_one(tmp_path, short_routes):
     """The resume of `bin/evaluate`: runs that drove to an outcome are final; nothing is started again."""
-    from tools.collect.runner.jobs import find_route_files, plan
+    from tools.collect.routes import find_route_files
+    from tools.collect.runner.jobs import plan
 
     keys = [job.key for job in plan(find_route_files(short_routes), None, 1)]
     layout = make_root(tmp_path / "out", keys)

@@ -304,7 +304,7 @@ def test_an_ego_standing_longer_than_sumos_jam_time_stays_where_it_is(town_xodr,
     from tools.expert.control import Control
 
     town = Town(town_xodr)
-    route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    route_file = sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
     dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
     world = SumoWorld(town, dense, seed=1, vehicles=10, sim_hz=20)
     try:
@@ -333,7 +333,7 @@ def test_no_background_vehicle_starts_on_or_just_behind_the_ego(town_xodr, short
     from tools.expert.control import Control
 
     town = Town(town_xodr)
-    for route_file in sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts):
+    for route_file in sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name):
         dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
         world = SumoWorld(town, dense, seed=3, vehicles=250, sim_hz=20)
         try:

@@ -390,3 +390,238 @@ def test_build_cache_on_a_read_only_root_is_one_line(collected_root, tmp_path):
     assert tree(root) == before
 
 
+
+
+# ----------------------------------------------------------------------------- silent corruption, stale caches, bombs
+
+CORRUPTIONS = 6  # damaged frames per trial; and as many damaged records
+
+
+def _damage(path: Path, rng: random.Random, offset: int | None = None, zero: bool = False) -> None:
+    """Overwrite 64 bytes of a file (at `offset`, else at a random place) with random bytes (or zeros) that differ
+    from what was there."""
+    data = bytearray(path.read_bytes())
+    at = rng.randrange(0, len(data) - 64) if offset is None else offset
+    new = bytes(64) if zero else bytes(rng.randrange(256) for _ in range(64))
+    if data[at:at + 64] == new:
+        new = bytes(b ^ 0xFF for b in new)
+    data[at:at + 64] = new
+    path.write_bytes(bytes(data))
+
+
+def _blob_offset(path: Path, sensor: str) -> int:
+    """Where the middle of a sensor's encoded bytes lies in a frame file."""
+    import msgpack
+
+    raw = path.read_bytes()
+    blob = msgpack.unpackb(raw, raw=False)["sensors"][sensor]["data"]
+    return raw.index(blob) + len(blob) // 2 - 32
+
+
+def test_random_bytes_in_random_frames_and_records_are_every_one_found(train_root, tmp_path):
+    """A seeded trial: 64 zeroed bytes in a LiDAR blob and in a camera JPEG (the bytes still decode), and 64
+    random bytes at random places of random frames: validate names every damaged frame, build-cache refuses each
+    one by name, and `verify` finds every record damaged the same way."""
+    from tools.dataset.cache import record_path, run_rel
+    from tools.dataset.validate import inspect_run
+
+    root = copy_root(train_root, tmp_path / "root")
+    layout = Layout(root)
+    rng = random.Random("corruption")
+    frames = [p for key in layout.iter_runs() for p in layout.frame_paths(key)]
+    damaged = rng.sample(frames, CORRUPTIONS)
+    _damage(damaged[0], rng, _blob_offset(damaged[0], "lidar"), zero=True)
+    _damage(damaged[1], rng, _blob_offset(damaged[1], "rgb_front"), zero=True)
+    for path in damaged[2:]:
+        _damage(path, rng)
+    index_of = rng.choice(sorted(layout.iter_runs()))  # and one run's measurements index
+    _damage(layout.run_measurements(index_of), rng)
+    found = {}
+    for key in layout.iter_runs():
+        for problem in inspect_run(layout, key).problems:
+            found.setdefault(f"{key}/{problem.split(':')[0]}", problem)
+    for path in damaged:
+        name = f"{path.parent.parent.relative_to(root / 'data')}/frames/{path.name}"
+        assert name in found, (name, sorted(found))
+    assert f"{index_of}/measurements.msgpack" in found, sorted(found)
+    # build-cache: the damaged frames' records are made again (removed first) and each frame is refused by name
+    cache = next(p for p in (root / "cache").iterdir() if p.is_dir())
+    for path in damaged:
+        record_path(cache, f"data/{path.parent.parent.relative_to(root / 'data')}", int(path.stem)).unlink()
+    proc = run_bin("build-cache", "--root", root)
+    assert proc.returncode != 0
+    for path in damaged:
+        assert f"{path}: checksum mismatch" in proc.stderr, (path, proc.stderr[-3000:])
+    # records: random bytes anywhere in random records, each found by verify
+    items = [(run_rel(k), int(p.stem)) for k in layout.iter_runs() for p in layout.frame_paths(k)
+             if p not in damaged]
+    for rel, index in rng.sample(items, CORRUPTIONS):
+        _damage(record_path(cache, rel, index), rng)
+    verify = run_tool(PYTHON, "-m", "tools.cache", "verify", "--root", root)
+    assert verify.returncode != 0
+    assert f"{CORRUPTIONS} damaged, {CORRUPTIONS} missing" in verify.stderr, verify.stderr[-2000:]
+
+
+def test_a_run_recorded_again_makes_its_cache_records_stale_and_build_cache_rebuilds_them(train_root, tmp_path):
+    from tools.dataset.cache import read_run_fingerprint, record_path, record_run, run_rel
+    from tools.train import data
+
+    root = copy_root(train_root, tmp_path / "root")
+    layout = Layout(root)
+    key = sorted(layout.iter_runs())[0]
+    cache = next(p for p in (root / "cache").iterdir() if p.is_dir())
+    before = read_run_fingerprint(layout, key)
+    layout.result_path(key).unlink()  # what validate advises for a bad run: delete its result, collect again
+    collect(_routes_of(train_root), root, check=True)
+    assert run_state(layout, key) is RunState.FINISHED and read_run_fingerprint(layout, key) != before
+    items = [(run_rel(k), i) for k in layout.iter_runs() for i in range(layout.frame_count(k))]
+    with pytest.raises(Exception, match="earlier recording"):
+        data.check_cache_complete(cache, layout, items, data.run_fingerprints(layout, items))
+    verify = run_tool(PYTHON, "-m", "tools.cache", "verify", "--root", root)
+    assert verify.returncode != 0 and "stale" in verify.stderr, verify.stderr[-2000:]
+    built = run_bin("build-cache", "--root", root)
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert "made from an earlier recording" in built.stderr and str(key) in built.stderr
+    now = read_run_fingerprint(layout, key)
+    assert all(record_run(record_path(cache, run_rel(key), i)) == now for i in range(layout.frame_count(key)))
+    verify = run_tool(PYTHON, "-m", "tools.cache", "verify", "--root", root)
+    assert verify.returncode == 0 and "0 damaged, 0 missing, 0 stale" in verify.stderr, verify.stderr[-2000:]
+    data.check_cache_complete(cache, layout, items, data.run_fingerprints(layout, items))
+
+
+def _routes_of(root: Path) -> Path:
+    """The route folder a root was collected from (its manifest's routes_dir)."""
+    import json
+
+    return Path(json.loads((root / "manifest.json").read_text())["collections"][0]["routes_dir"])
+
+
+#: The memory a reader may use while meeting the bombs below (address space of the child process).
+BOMB_MEMORY = 1_500_000_000
+
+#: Run in a child process under BOMB_MEMORY: each reader meets its bomb and must refuse it in one line.
+BOMB_READERS = r"""
+import sys, json
+from pathlib import Path
+from tools.dataset import cache, frames, files
+from tools.dataset.buckets import read_collection
+from tools.dataset.errors import ToolError
+from tools.dataset.rig import run_rig
+from tools.dataset.samples import CacheSettings
+
+work, run_json = Path(sys.argv[1]), Path(sys.argv[2])
+rig = run_rig(json.loads(run_json.read_text()))
+cases = []
+for path in sorted(work.glob("frame-*")):
+    cases += [(path.name + " (rig)", lambda p=path: frames.read_frame(p, rig=rig)),
+              (path.name, lambda p=path: frames.read_frame(p))]
+for path in sorted(work.glob("record-*")):
+    cases += [(path.name, lambda p=path: cache.read_record(p, CacheSettings())),
+              (path.name + " (no settings)", lambda p=path: cache.read_record(p))]
+for path in sorted(work.glob("bucket-*")):
+    cases.append((path.name, lambda p=path: read_collection(p)))
+for name, read in cases:
+    try:
+        read()
+        print(f"READ {name}")
+    except (frames.FrameError, cache.CacheRecordError, ToolError) as e:
+        print(f"refused {name}: {e}")
+    except MemoryError:
+        print(f"MEMORY {name}")
+"""
+
+
+def _zstd_declaring(size: int) -> bytes:
+    """A zstd frame whose header declares `size` bytes of content (one raw block of 8 follows)."""
+    import struct
+
+    return b"\x28\xb5\x2f\xfd\xe0" + struct.pack("<Q", size) + b"\x41\x00\x00" + bytes(8)
+
+
+def test_decompression_bombs_and_huge_ranges_are_refused_under_a_memory_cap(train_root, tmp_path):
+    """A frame's LiDAR declaring 8 GiB (in its shape, or only in its zstd header), a JPEG whose header says
+    60000 x 60000, a cache record whose body or one of its arrays declares 8 GiB (checksums valid: planted, not
+    damaged), a bucket file with a range [0, 1e10] or a negative one: every reader refuses each in one line,
+    under a 1.5 GB memory cap (RLIMIT_AS)."""
+    import json
+    import zlib
+
+    import msgpack
+
+    from tools.dataset.frames import seal
+
+    layout = Layout(train_root)
+    key = sorted(layout.iter_runs())[0]
+    frame = msgpack.unpackb(layout.frame_path(key, 0).read_bytes(), raw=False)
+    frame.pop("crc32")
+    work = tmp_path / "bombs"
+    work.mkdir()
+
+    def planted(name: str, sensor: str, **blob) -> None:
+        sensors = {**frame["sensors"], sensor: {**frame["sensors"][sensor], **blob}}
+        (work / f"frame-{name}").write_bytes(seal({**frame, "sensors": sensors}))
+
+    planted("lidar-shape", "lidar", shape=[1 << 29, 4], data=_zstd_declaring(8 << 30))
+    planted("lidar-header", "lidar", data=_zstd_declaring(8 << 30))
+    jpeg = bytearray(frame["sensors"]["rgb_front"]["data"])
+    sof = jpeg.index(b"\xff\xc0")
+    jpeg[sof + 5:sof + 9] = (60000).to_bytes(2, "big") * 2
+    planted("jpeg-header", "rgb_front", data=bytes(jpeg))
+    planted("jpeg-shape", "rgb_front", data=bytes(jpeg), shape=[60000, 60000, 3])
+
+    from tools.dataset.cache import record_path, run_rel
+
+    cache = next(p for p in (train_root / "cache").iterdir() if p.is_dir())
+    outer = msgpack.unpackb(record_path(cache, run_rel(key), 0).read_bytes(), raw=False)
+    fields = msgpack.unpackb(__import__("zstandard").ZstdDecompressor().decompress(outer["body"]), raw=False)
+    bodies = {"body": _zstd_declaring(8 << 30),
+              "array": __import__("zstandard").ZstdCompressor().compress(msgpack.packb(
+                  {**fields, "depth": {**fields["depth"], "codec": "zstd", "shape": [1 << 16, 1 << 16],
+                                       "data": _zstd_declaring(8 << 30)}}, use_bin_type=True))}
+    for name, body in bodies.items():
+        (work / f"record-{name}").write_bytes(msgpack.packb({**outer, "crc32": zlib.crc32(body), "body": body},
+                                                            use_bin_type=True))
+
+    bucket_file = next(p for p in (train_root / "buckets").glob("*.json") if p.name != "index.json")
+    data = json.loads(bucket_file.read_text())
+    bucket = next(b for b in data["buckets"] if b["frames"])
+    run = next(iter(bucket["frames"]))
+    for name, ranges in {"huge": [[0, 10 ** 10]], "negative": [[-5, 3]]}.items():
+        bucket["frames"][run] = ranges
+        (work / f"bucket-{name}.json").write_text(json.dumps(data))
+
+    proc = run_tool("prlimit", f"--as={BOMB_MEMORY}", PYTHON, "-c", BOMB_READERS, work,
+                    layout.run_settings(key), env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+                    timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4 * 2 + 2 * 2 + 2 and all(line.startswith("refused ") for line in lines), proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_result_file_that_is_a_fifo_or_dev_zero_is_a_damaged_run_not_a_hang(collected_root, tmp_path, kind):
+    """Every tool runs under a memory cap (a reader of /dev/zero would otherwise take the machine's memory)."""
+    capped = ("prlimit", f"--as={2 * BOMB_MEMORY}")
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = sorted(layout.iter_runs())[0]
+    result = layout.result_path(key)
+    result.unlink()
+    if kind == "fifo":
+        os.mkfifo(result)
+    else:
+        result.symlink_to("/dev/zero")
+    state = run_tool(*capped, PYTHON, "-c", "import sys; from pathlib import Path; "
+                     "from tools.dataset.layout import Layout, RunKey; from tools.dataset.results import run_state; "
+                     "print(run_state(Layout(Path(sys.argv[1])), RunKey(*sys.argv[2:])).value)",
+                     root, key.scenario, key.name, timeout=60)
+    assert state.stdout.strip() == RunState.DAMAGED.value, state.stderr[-2000:]
+    for command in (("progress", root), ("clean-failed", root, "--yes"), ("build-buckets", "--root", root)):
+        proc = run_tool(*capped, REPO_BIN / command[0], *command[1:], timeout=120)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+    assert "damaged result file" in run_tool(*capped, REPO_BIN / "progress", root, timeout=60).stdout
+    # collect ends (every other run is finished) and redoes nothing
+    again = run_tool(*capped, REPO_BIN / "collect", _routes_of(root), "--root", root, "--workers", "2", "--vehicles",
+                     "10", timeout=240)
+    assert "damaged" in again.stdout + again.stderr, again.stderr[-2000:]
+    assert result.is_symlink() or result.is_fifo(), "a tool removed or replaced it"

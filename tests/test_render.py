@@ -464,7 +464,7 @@ def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, sho
     from tools.expert.planner import RoutePlanner
 
     town = Town(town_xodr)
-    route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    route_file = sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
     dense = RoutePlanner(town.carla_map).trace(read_routes(route_file)[0].waypoints)
     scene = Scene(town)
     renderer = Renderer(scene, RigConfig())

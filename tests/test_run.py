@@ -15,7 +15,7 @@ from tools.dataset.rig import RecordingRate, run_rate
 
 
 def _route_file(short_routes):
-    return sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    return sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
 
 
 def _run(route, root, *extra):

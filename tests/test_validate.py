@@ -55,10 +55,14 @@ def validate(*args: str | Path) -> tuple[int, str, str]:
 
 
 def repack(path: Path, change) -> None:
-    """Rewrite a frame file with `change(frame_dict)` applied to its msgpack content."""
+    """Rewrite a frame file with `change(frame_dict)` applied to its msgpack content, its checksum made anew (a
+    frame written so, not damaged)."""
+    from tools.dataset.frames import seal
+
     frame = msgpack.unpackb(path.read_bytes(), raw=False)
+    frame.pop("crc32", None)
     change(frame)
-    path.write_bytes(msgpack.packb(frame, use_bin_type=True))
+    path.write_bytes(seal(frame))
 
 
 # ----------------------------------------------------------------------------- a clean root

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from tools.buckets import splits as _splits
 from tools.buckets.splits import STRATIFIED, Assignment, SplitSettings, assign, balance, balance_lines, routes_of
-from tools.dataset import atomic, cli
+from tools.dataset import atomic, cli, files
 from tools.dataset.bucket_rules import BUCKETS, RULES, classify
 from tools.dataset.buckets import (
     BUCKETS_FORMAT,
@@ -45,7 +45,7 @@ from tools.dataset.buckets import (
     read_collection,
     run_key,
 )
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, space_for
 from tools.dataset.frames import FrameError, indexed_measurements, read_measurements, read_run_head
 from tools.dataset.layout import FRAME_SUFFIX, Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
@@ -102,7 +102,7 @@ def read_town(layout: Layout, rel: str) -> str:
     try:
         # parse_float=str: the dense route's thousands of floats stay text (40% of the parse, the bulk of a
         # first build's time before frames are read); the document is checked as fully as before.
-        return str(json.loads(path.read_text(), parse_float=str)["town"])
+        return str(files.read_json(path, parse_float=str)["town"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: cannot read the run's town ({type(e).__name__}: {e})") from None
 
@@ -186,7 +186,7 @@ def read_index(layout: Layout, this_id: str) -> dict[str, Any]:
     """The runs of ROOT/buckets/index.json that can be reused: same dataset, same rules. Else empty."""
     path = layout.bucket_index
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         if data["format"] == INDEX_FORMAT and data["dataset_id"] == this_id and data["rules"] == RULES:
             return dict(data["runs"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -392,7 +392,8 @@ def assemble(plan: Plan, runs: dict[str, dict[str, Any]], state: dict[str, Any])
     return Built(plan, collection, counts, assignment, balance(assignment, runs, per_run))
 
 
-def write_collection(built: Built, unreadable: list[str]) -> None:
+def collection_text(built: Built, unreadable: list[str]) -> str:
+    """The bucket file of a built collection (written by `build`, after every text is made)."""
     collection, assignment, split = built.collection, built.assignment, built.plan.split
     data = {
         "format": BUCKETS_FORMAT,
@@ -411,7 +412,7 @@ def write_collection(built: Built, unreadable: list[str]) -> None:
         "unreadable": unreadable,
         "buckets": [bucket_to_json(b) for b in collection.buckets],
     }
-    atomic.write_text(built.plan.path, json.dumps(data, separators=(",", ":")) + "\n")
+    return json.dumps(data, separators=(",", ":")) + "\n"
 
 
 # ----------------------------------------------------------------------------- the command
@@ -512,13 +513,17 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
         index = {} if force else read_index(layout, state["dataset_id"])  # --force reads every frame again
         runs, reused, unreadable = _label_runs(layout, state, index, towns)
         built = [assemble(plan, runs, state) for plan in plans]
-        atomic.write_text(layout.bucket_index, json.dumps({
+        # Every file is made in memory first: a full disk says exactly how much they need.
+        files = [(layout.bucket_index, json.dumps({
             "format": INDEX_FORMAT, "dataset_id": state["dataset_id"], "rules": RULES,
             "runs": {rel: {**state["runs"][rel], "town": r["town"], "weather": r["weather"],
                            "labels": _rle(r["labels"])} for rel, r in runs.items()},
-        }, separators=(",", ":")) + "\n")
-        for one in built:
-            write_collection(one, unreadable)
+        }, separators=(",", ":")) + "\n")] + [(one.plan.path, collection_text(one, unreadable)) for one in built]
+        need = sum(len(text.encode()) for _, text in files)
+        with space_for(layout.buckets, f"the {len(files)} bucket files",
+                       lambda: (need, "their exact size, made in memory before writing")):
+            for path, text in files:
+                atomic.write_text(path, text)
     _summary(built, state, reused, unreadable, time.monotonic() - start)
 
 

@@ -9,6 +9,7 @@ layout: tools.dataset.cache and docs/cache.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -26,21 +27,23 @@ from typing import Any
 from tqdm import tqdm
 
 from tools.cache.preprocess import Preprocessor
-from tools.dataset import atomic, cli
+from tools.dataset import atomic, cli, files
 from tools.dataset.cache import (
-    MIN_RECORD_BYTES,
     CacheRecordError,
+    StaleRecordError,
     cache_dir,
     check_record,
     read_cache_settings,
     record_path,
+    record_run,
     recorded_frame_dt,
+    run_fingerprint,
     run_key,
     run_rel,
     settings_path,
     write_record,
 )
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, human, space_for
 from tools.dataset.frames import FrameError, indexed_measurements, read_frame, read_measurements
 from tools.dataset.layout import FRAME_SUFFIX, Layout, RunKey
 from tools.dataset.manifest import read_manifest
@@ -147,19 +150,22 @@ def cacheable_runs(layout: Layout) -> list[RunKey]:
 
 @dataclass(frozen=True)
 class RunSource:
-    """What the cache needs of a route run's run.json: its rig (sensor names, BEV grid) and its rate."""
+    """What the cache needs of a route run's run.json: its rig (sensor names, BEV grid), its rate, and which
+    recorded attempt of the run it is (cache.run_fingerprint: every record made from it names it)."""
 
     key: RunKey
     rig: RigConfig
     rate: RecordingRate
+    fingerprint: str
 
 
 def read_run_source(layout: Layout, key: RunKey) -> RunSource:
     """The rig and recording rate of a route run; FrameError when its run.json cannot say."""
     path = layout.run_settings(key)
     try:
-        run = json.loads(path.read_text())
-        return RunSource(key, run_rig(run), run_rate(run))
+        raw = files.read_bytes(path, files.MAX_JSON_BYTES)
+        run = json.loads(raw)
+        return RunSource(key, run_rig(run), run_rate(run), run_fingerprint(raw))
     except (OSError, ValueError, TypeError, AttributeError) as e:
         raise FrameError(f"{path}: cannot read the run's rig and recording rate ({e})") from None
 
@@ -241,7 +247,7 @@ def prepare_cache_dir(layout: Layout, settings: CacheSettings, sources: Iterable
         if cached is not None or frame_dt is None:
             return folder, frame_dt
         if path.exists():  # built before frame_dt was recorded: add it, the runs agree
-            atomic.write_json(path, {**json.loads(path.read_text()), "frame_dt": frame_dt})
+            atomic.write_json(path, {**files.read_json(path), "frame_dt": frame_dt})
             _log(f"{path}: recorded frame_dt {frame_dt:g} s (from the runs' run.json)")
             return folder, frame_dt
         content = {"format": CACHE_FORMAT, "key": settings.key(), "settings": settings.to_dict(), "frame_dt": frame_dt}
@@ -258,13 +264,11 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # unwinds through atomic writes, which remove their temporary files
 
 
-def _done(path: Path) -> bool:
-    """The builder's cheap test of a finished record: it exists with a plausible size (writes are atomic,
-    so a record is either whole or absent; `verify` checks checksums)."""
-    try:
-        return path.stat().st_size >= MIN_RECORD_BYTES
-    except OSError:
-        return False
+def _done(path: Path, run: str | None) -> bool:
+    """The builder's cheap test of a finished record: its first bytes say it was made from the run's recorded
+    attempt `run` (None: the run.json is unreadable, nothing is done). Writes are atomic, so a record is either
+    whole or absent; `verify` checks checksums."""
+    return run is not None and record_run(path) == run
 
 
 def _remove_stale_tmp(folder: Path) -> int:
@@ -287,6 +291,8 @@ class _RunPlan:
     wanted: list[int]
     names: list[str]  # the frame files' names (Layout.frame_names)
     index: Path  # the run's measurements index (Layout.run_measurements)
+    run: str | None = None  # the fingerprint of its recorded attempt (None: its run.json is unreadable)
+    stale: int = 0  # records of `wanted` made from an earlier recording of the run
 
 
 def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Preprocessor, force: bool,
@@ -304,21 +310,21 @@ def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Prepr
                 _log(f"{plan.frames[j]}: unreadable frame ({e})")
     for i in plan.todo:
         path = record_path(folder, rel, i)
-        if not force and _done(path):  # another builder made it meanwhile
+        if not force and _done(path, plan.run):  # another builder made it meanwhile
             stats["skipped"] += 1
             bar.update(1)
             continue
         try:
             if i not in measurements:
                 raise FrameError("unreadable measurements")
-            frame = read_frame(plan.frames[i], sensors=pre.sensor_names)
+            frame = read_frame(plan.frames[i], sensors=pre.sensor_names, rig=pre.rig)  # checksum; bounded decode
             sample = pre(frame, [measurements.get(i + k) for k in range(1, settings.horizon + 1)])
         except (FrameError, OSError, KeyError, TypeError, ValueError) as e:
             _log(f"{plan.frames[i]}: cannot make its sample ({e.__class__.__name__}: {e})")
             stats["unreadable"] += 1
             bar.update(1)
             continue
-        write_record(path, sample, settings.jpeg_quality)
+        write_record(path, sample, settings.jpeg_quality, run=plan.run or "")
         stats["built"] += 1
         bar.update(1)
 
@@ -336,6 +342,23 @@ def preprocessors_for(settings: CacheSettings, sources: dict[RunKey, RunSource])
                 raise ToolError(f"{key}: {e}") from None
         out[key] = by_rig[source.rig]
     return out
+
+
+def _space_needed(folder: Path, plans: list[_RunPlan], left: int) -> tuple[int, str] | None:
+    """What `left` more records take: their count times the mean size of up to 100 of the records there are."""
+    sizes: list[int] = []
+    for plan in plans:
+        for i in plan.wanted:
+            with contextlib.suppress(OSError):
+                sizes.append(record_path(folder, run_rel(plan.key), i).stat().st_size)
+            if len(sizes) == 100:
+                break
+        if len(sizes) == 100:
+            break
+    if not sizes:
+        return None
+    mean = sum(sizes) / len(sizes)
+    return int(left * mean), f"{left} records of {human(mean)}, the mean of {len(sizes)} records of this cache"
 
 
 def _build_runs(folder: Path, settings: CacheSettings, plans: list[_RunPlan], pres: dict[RunKey, Preprocessor],
@@ -361,8 +384,10 @@ def _read_sources(layout: Layout, keys: list[RunKey]) -> dict[RunKey, RunSource]
     return sources
 
 
-def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
-          only: tuple[str, int] | None) -> list[_RunPlan]:
+def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool, only: tuple[str, int] | None,
+          sources: dict[RunKey, RunSource]) -> list[_RunPlan]:
+    """What to build of each run: every frame whose record is missing, damaged at its start, or made from an
+    earlier recording of the run (stale: counted); with `force` or `only`, every wanted frame."""
     plans = []
     for key in runs:
         frames = {}
@@ -378,8 +403,11 @@ def _plan(layout: Layout, folder: Path, runs: list[RunKey], force: bool,
                 continue
             wanted = [only[1]] if only[1] in frames else []
         rel = run_rel(key)
-        todo = [i for i in wanted if force or only is not None or not _done(record_path(folder, rel, i))]
-        plans.append(_RunPlan(key, frames, todo, wanted, names, layout.run_measurements(key)))
+        run = sources[key].fingerprint if key in sources else None
+        made = {i: record_run(record_path(folder, rel, i)) for i in wanted} if not force and only is None else {}
+        todo = [i for i in wanted if made.get(i) is None or made[i] != run]
+        stale = sum(1 for i in todo if made.get(i) is not None)
+        plans.append(_RunPlan(key, frames, todo, wanted, names, layout.run_measurements(key), run, stale))
     return plans
 
 
@@ -419,10 +447,16 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
     _log(f"using cache {folder}: settings {_describe(settings_)} (format {CACHE_FORMAT}){rate}")
     if shard_n > 1:
         _log(f"shard {shard_i}/{shard_n}: {len(mine)} of {len(runs)} finished route runs")
-    plans = _plan(layout, folder, mine, force, only_)
+    plans = _plan(layout, folder, mine, force, only_, sources)
     n_wanted = sum(len(p.wanted) for p in plans)
     n_todo = sum(len(p.todo) for p in plans)
-    stats = {"built": 0, "skipped": n_wanted - n_todo, "unreadable": 0}
+    stale_runs = [p for p in plans if p.stale]
+    if stale_runs:
+        _log(f"{sum(p.stale for p in stale_runs)} records of {len(stale_runs)} route runs were made from an earlier "
+             f"recording of their run (recorded again since: {', '.join(str(p.key) for p in stale_runs[:3])}"
+             f"{' ...' if len(stale_runs) > 3 else ''}): rebuilding them")
+    stats = {"built": 0, "skipped": n_wanted - n_todo, "unreadable": 0,
+             "stale": sum(p.stale for p in plans)}
     stale = sum(_remove_stale_tmp(record_path(folder, run_rel(p.key), 0).parent) for p in plans)
     if stale:
         _log(f"removed {stale} temporary files left by builders killed mid-write")
@@ -433,7 +467,9 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
         previous = None
     try:
         with tqdm(total=n_todo, unit="sample", desc=PROG, file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                  disable=n_todo == 0) as bar:
+                  disable=n_todo == 0) as bar, \
+                space_for(folder, "the records still to build",
+                          lambda: _space_needed(folder, plans, bar.total - bar.n)):
             _build_runs(folder, settings_, plans, pres, force or only_ is not None, bar, stats)
     except KeyboardInterrupt:
         _log(f"interrupted after {stats['built']} samples built; run the same command again to resume")
@@ -486,8 +522,10 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
     _log(f"verifying cache {folder}")
     damaged: list[tuple[RunKey, int]] = []
     missing: list[tuple[RunKey, int]] = []
+    outdated: list[tuple[RunKey, int]] = []  # made from an earlier recording of their run
     checked = 0
-    plans = _plan(layout, folder, runs, force=True, only=None)
+    sources = _read_sources(layout, runs)
+    plans = _plan(layout, folder, runs, True, None, sources)
     stale = [p for plan in plans for p in atomic.stale_temporaries(record_path(folder, run_rel(plan.key), 0).parent)]
     for p in stale:
         _log(f"left by a builder killed mid-write: {p}" + (" (removed)" if repair else ""))
@@ -504,35 +542,40 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
                     continue
                 checked += 1
                 try:
-                    check_record(path)
+                    check_record(path, plan.run)
+                except StaleRecordError as e:
+                    if not outdated or outdated[-1][0] != plan.key:  # one line per run
+                        _log(f"{e}" + (" (and the run's other records)" if len(plan.wanted) > 1 else ""))
+                    outdated.append((plan.key, i))
                 except CacheRecordError as e:
                     _log(f"damaged: {e}")
                     damaged.append((plan.key, i))
     repaired = 0
-    if repair and (damaged or missing):
+    bad = damaged + missing + outdated
+    if repair and bad:
         todo: dict[RunKey, list[int]] = {}
-        for key, i in damaged + missing:
+        for key, i in bad:
             todo.setdefault(key, []).append(i)
         stats = {"built": 0, "skipped": 0, "unreadable": 0}
         by_key = {p.key: p for p in plans}
-        sources = _read_sources(layout, list(todo))
-        pres = preprocessors_for(settings_, sources)
-        common_frame_dt(folder, recorded_frame_dt(folder), sources.values())  # same rate as the cache
+        mine = {key: sources[key] for key in todo if key in sources}
+        pres = preprocessors_for(settings_, mine)
+        common_frame_dt(folder, recorded_frame_dt(folder), mine.values())  # same rate as the cache
         repairs = [dataclasses.replace(by_key[key], todo=sorted(indices)) for key, indices in todo.items()]
-        with tqdm(total=len(damaged) + len(missing), unit="sample", desc=f"{PROG} repair", file=sys.stderr,
-                  dynamic_ncols=True) as bar:
+        with tqdm(total=len(bad), unit="sample", desc=f"{PROG} repair", file=sys.stderr, dynamic_ncols=True) as bar:
             _build_runs(folder, settings_, repairs, pres, True, bar, stats)
         repaired = stats["built"]
-    _log(f"{checked} records checked: {len(damaged)} damaged, {len(missing)} missing"
+    _log(f"{checked} records checked: {len(damaged)} damaged, {len(missing)} missing, {len(outdated)} stale (made "
+         "from an earlier recording of their run)"
          + (f"; {repaired} rebuilt" if repair else "")
          + (f"; {len(stale)} temporary files of killed builders" + (" removed" if repair else
             " (harmless; --repair or the next build removes them)") if stale else "") + f"; cache {folder}")
     result = {"folder": str(folder), "checked": checked, "damaged": len(damaged), "missing": len(missing),
-              "repaired": repaired, "stale_temporary": len(stale)}
-    if not repair and (damaged or missing):
-        raise ToolError(f"{len(damaged)} damaged and {len(missing)} missing records; rebuild them with "
-                        f"python -m tools.cache verify --root {layout.root} --repair")
-    if repair and repaired < len(damaged) + len(missing):
-        raise ToolError(f"{len(damaged) + len(missing) - repaired} records could not be rebuilt (named above)")
+              "stale_records": len(outdated), "repaired": repaired, "stale_temporary": len(stale)}
+    if not repair and bad:
+        raise ToolError(f"{len(damaged)} damaged, {len(missing)} missing and {len(outdated)} stale records; rebuild "
+                        f"them with python -m tools.cache verify --root {layout.root} --repair (or bin/build-cache)")
+    if repair and repaired < len(bad):
+        raise ToolError(f"{len(bad) - repaired} records could not be rebuilt (named above)")
     return result
 

@@ -13,6 +13,7 @@ Commands:
   validate  check every frame of every finished route run; the quality report under ROOT/reports/<date>/
   info      the dataset's manifest with counts and sizes (bin/dataset-info)
   export-py123d  every finished route run as a Py123D log
+  carla-check  our CARLA backend against the real leaderboard 2.0 and scenario_runner (no server)
 
 `python -m tools.collect COMMAND --help` explains each one.
 """
@@ -75,11 +76,13 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
     Routes have the shape of the leaderboard 2.0 training and benchmark routes: one route per file, 150 to
     700 m by default, dense waypoints (one every --spacing metres; none inside a junction, where lanes
     overlap) and exactly one <scenario> block. The town is copied to OUT/towns/, where `run` and `collect`
-    look for it by default. Without --scenarios, a route is filed under the junction type of its first
-    junction and runs no actors; with --scenarios=Accident,DynamicObjectCrossing the routes take the types
-    in turn, one per route, each placed where it makes sense (obstacles on straight stretches with a lane
-    to pass in, junction types before a junction of the right kind); docs/scenarios.md lists what each
-    type does. A town file that is not OpenDRIVE text is refused before anything is written.
+    look for it by default. Without --scenarios, a route takes the junction flow of its first junction's turn
+    (SignalizedJunctionLeftTurn, ...; going straight, none: filed under NoScenario); with
+    --scenarios=Accident,DynamicObjectCrossing the routes take the types in turn, one per route, each placed
+    where it makes sense (obstacles on straight stretches with a lane to pass in, junction types before a
+    junction of the right kind); docs/scenarios.md lists what each type does. Every block carries the
+    parameters its leaderboard class reads; waypoints carry the road's z. A town file that is not OpenDRIVE
+    text is refused before anything is written.
 
     --preset sets the count and lengths (a flag given explicitly wins; full: the defaults):
       {presets}
@@ -361,6 +364,32 @@ def export_py123d(root: str | None = None, out: str | None = None, workers: int 
     export_root(root=root, out=out, workers=workers, force=force)
 
 
+def carla_check(routes: str | None = None, rig: str | None = None) -> None:
+    """Check our CARLA backend against the real leaderboard 2.0 and scenario_runner of this install (no server).
+
+    Needs LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT (the pinned commits: docs/carla.md), CARLA_ROOT (its
+    PythonAPI/carla holds the `agents` package both import) and the leaderboard's Python requirements; the CARLA
+    image has them all and runs this at build time. Checks: our agent file loads as the evaluator loads it and its
+    sensors pass the real validate_sensor_configuration (and our own check before a run agrees with it); every
+    scenario type of our catalogue is a scenario_runner class reading the parameters the catalogue names; route
+    files parse with the real RouteParser and every scenario carries a trigger point and the parameters its class
+    reads; our evaluator command line parses with the evaluator's argparse; checkpoints the real StatisticsManager
+    writes read as our results. One line per check, exit 1 when one fails.
+
+    Args:
+        routes: a route file or a folder of them to check (default: routes generated now by `routes`, one per
+            placeable scenario type and four without --scenarios, on a small generated town).
+        rig: a rig file (collect --rig) whose sensors to check (default: the default rig).
+    """
+    from tools.collect.carla.check import carla_check as check
+    from tools.collect.config import CollectSettings
+
+    rig_config = CollectSettings(rig=cli.optional_text(rig, "rig") or "").load_rig()
+    report = check(cli.optional_text(routes, "routes"), rig_config)
+    if report.failed:
+        raise SystemExit(1)
+
+
 def _setting_switches() -> set[str]:
     """The collection settings that are switches (--stop-on-infraction, --no-record): CollectSettings' bools."""
     import dataclasses
@@ -371,6 +400,7 @@ def _setting_switches() -> set[str]:
 
 
 run.setting_switches = collect.setting_switches = _setting_switches
+
 
 COMMANDS = {
     "town": town,
@@ -388,6 +418,8 @@ COMMANDS = {
     "info": info,
     "export-py123d": export_py123d,
     "export_py123d": export_py123d,
+    "carla-check": carla_check,
+    "carla_check": carla_check,
 }
 
 if __name__ == "__main__":

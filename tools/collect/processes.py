@@ -33,6 +33,23 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
+def process_age() -> float:
+    """Seconds since this process began (was forked), from /proc; 0 where there is none."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def peak_memory_mb() -> float:
+    """This process's peak resident memory so far, MB (pages shared with the zygote it was forked from count)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def start_group(argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
                 ) -> subprocess.Popen:
     """Start `argv` in a process group (session) of its own, its output appended to `log`; it gets SIGKILL

@@ -14,6 +14,7 @@ Coordinates are CARLA's world frame. A route's run is filed under the type of it
 from __future__ import annotations
 
 import math
+import os
 import random
 import shutil
 import xml.etree.ElementTree as ET
@@ -27,9 +28,11 @@ from tools.collect.scenario_types import (
     BEFORE_M,
     CATALOGUE,
     EXTENT_M,
+    INTERVAL,
     JUNCTION,
     JUNCTION_CLEARANCE_M,
     OBSTACLE,
+    PARAMETERS,
     PASS_ROOM_M,
     PLACEABLE,
     check_params,
@@ -38,6 +41,7 @@ from tools.collect.town import Town, opendrive_map
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import is_plain_name
+from tools.dataset.weather import weather_problem
 from tools.expert.planner import NoRoute, RoadOption, RoutePlanner, neighbours, turn_option
 
 #: Route run folder for a route without scenarios.
@@ -117,11 +121,14 @@ def read_routes(path: Path) -> list[Route]:
                 raise RouteError(f"{where}: a <scenario> lacks its name or type")
             _plain(sc.get("type"), "scenario type", where)
             tp = sc.find("trigger_point")
-            trigger = _floats(tp, ("x", "y", "z", "yaw"), where) if tp is not None else []
+            if tp is None:  # the leaderboard's RouteScenario reads trigger_points[0] of every scenario
+                raise RouteError(f"{where}: scenario {sc.get('name')} has no <trigger_point x y z yaw/>, without which "
+                                 "the leaderboard evaluator fails on the route; add one")
+            trigger = _floats(tp, ("x", "y", "z", "yaw"), where)
             # Every other child is a parameter, as the leaderboard reads them (config.other_parameters):
             # <distance value="70"/>, <frequency from="20" to="60"/>.
             params = {p.tag: dict(p.attrib) for p in sc if p.tag != "trigger_point"}
-            problem = check_params(params)
+            problem = check_params(params, sc.get("type"))
             if problem:
                 raise RouteError(f"{where}: scenario {sc.get('name')}: {problem}")
             scenarios.append({"name": sc.get("name"), "type": sc.get("type"), "trigger": trigger, "params": params})
@@ -133,6 +140,9 @@ def read_routes(path: Path) -> list[Route]:
                     raise ValueError
             except ValueError:
                 raise RouteError(f"{where}: a <weather> has a non-numeric value {dict(w.attrib)}") from None
+            problem = weather_problem(weathers[-1])
+            if problem:
+                raise RouteError(f"{where}: a <weather>'s {problem} (CARLA WeatherParameters' range); fix the value")
         routes.append(Route(rid, town, waypoints, scenarios, weathers))
     if not routes:
         raise RouteError(f"{path}: no <route> in the file")
@@ -163,6 +173,17 @@ def write_route(path: Path, route: Route) -> None:
 
 
 # ----------------------------------------------------------------------------- towns of routes
+
+
+def find_route_files(routes_dir: Path) -> list[Path]:
+    """Every *.xml under a folder, recursively, sorted; hidden files and folders and towns/ are skipped."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(routes_dir):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != TOWNS_FOLDER)
+        found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".xml") and not f.startswith(".")]
+    return found
+
+
 
 
 def find_towns_dir(route_file: Path, towns: str | Path | None, fallback: Path | None = None) -> Path:
@@ -285,17 +306,70 @@ def _junctions(path, signalized: set[int]) -> list[dict]:
 
 
 def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> dict:
+    """A scenario block triggered at waypoint `wp`: its z is the road's (the town's elevation), as the leaderboard
+    compares a trigger point with the route's own z."""
     t = wp.transform
-    return {"name": f"{name}_1", "type": name, "trigger": [t.location.x, t.location.y, 0.0, t.rotation.yaw],
+    return {"name": f"{name}_1", "type": name, "trigger": [t.location.x, t.location.y, t.location.z, t.rotation.yaw],
             "params": params or {}}
 
 
-def _junction_type(first: dict) -> str:
-    """The junction scenario type of a walk's first junction (how routes without --scenarios are filed)."""
-
+def _junction_type(first: dict) -> str | None:
+    """The junction scenario type of a walk's first junction (how routes without --scenarios are filed): the
+    junction flow of its turn; None where it goes straight across (the leaderboard has no straight junction flow:
+    the route runs no scenario and is filed under NoScenario)."""
+    if first["turn"] not in (RoadOption.LEFT, RoadOption.RIGHT):
+        return None
     kind = "Signalized" if first["signalized"] else "NonSignalized"
-    turn = {RoadOption.LEFT: "LeftTurn", RoadOption.RIGHT: "RightTurn"}.get(first["turn"], "Straight")
-    return f"{kind}Junction{turn}"
+    return f"{kind}Junction{'LeftTurn' if first['turn'] == RoadOption.LEFT else 'RightTurn'}"
+
+
+def _junction_params(name: str, j: dict, walk, rng: random.Random) -> dict[str, dict[str, str]] | None:
+    """The parameters of junction type `name` at junction `j` of a walk: every one its leaderboard class reads
+    (EnterActorFlow: where its flow starts and ends); None when the junction has no place for it."""
+    if name.endswith(("LeftTurn", "RightTurn")) or name.startswith("EnterActorFlow"):
+        lo = rng.choice((15, 20, 25))
+        params = {"flow_speed": {"value": f"{rng.uniform(8.0, 12.0):.1f}"},
+                  "source_dist_interval": {"from": str(lo), "to": str(lo + 30)}}
+        if name.startswith("EnterActorFlow"):
+            ends = _flow_ends(j, walk)
+            if ends is None:
+                return None
+            params.update(ends)
+        return params
+    if name.startswith("OppositeVehicle"):
+        return {"direction": {"value": rng.choice(("left", "right"))}}
+    return {}
+
+
+def _flow_ends(j: dict, walk) -> dict[str, dict[str, str]] | None:
+    """start_actor_flow and end_actor_flow of an EnterActorFlow at junction `j`: a lane entering the junction from
+    another road (the left preferred, as the embedded world runs it) that leads onto the ego's exit lane, 40 m
+    before the junction; the flow ends 20 m past it on the ego's route. None when no other lane leads there."""
+    import carla
+
+    entry = walk[max(j["start"] - 1, 0)]
+    exit_ = j["exit"]
+    heading = math.radians(entry.transform.rotation.yaw)
+    candidates = []
+    for a, b in walk[j["start"]].get_junction().get_waypoints(carla.LaneType.Driving):
+        if b.next(1.0) and all((w.road_id, w.lane_id) != (exit_.road_id, exit_.lane_id) for w in b.next(1.0)):
+            continue
+        into, before = a.previous(1.0), a.previous(40.0)
+        if not before or any((w.road_id, w.lane_id) == (entry.road_id, entry.lane_id) for w in into):
+            continue  # the ego's own way in
+        d, e = before[0].transform.location, entry.transform.location
+        # Left of the ego's heading in CARLA's frame (y to the right): a negative cross product.
+        cross = math.cos(heading) * (d.y - e.y) - math.sin(heading) * (d.x - e.x)
+        candidates.append((cross >= 0.0, d))
+    if not candidates:
+        return None
+    start = min(candidates, key=lambda c: c[0])[1]
+    end = walk[min(j["end"] + 10, len(walk) - 1)].transform.location
+    return {"start_actor_flow": _location(start), "end_actor_flow": _location(end)}
+
+
+def _location(loc) -> dict[str, str]:
+    return {"x": f"{loc.x:.1f}", "y": f"{loc.y:.1f}", "z": f"{loc.z:.1f}"}
 
 
 #: A scenario is triggered this many walk steps (2 m) after the route's start at the earliest.
@@ -320,14 +394,9 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
             return True
         for j in junctions:
             if j["start"] >= _LEAD_STEPS and j["end"] + 20 < len(walk) and fits(j):
-                params = {}
-                if name.endswith(("LeftTurn", "RightTurn")) or name.startswith("EnterActorFlow"):
-                    lo = rng.choice((15, 20, 25))
-                    params = {"flow_speed": {"value": f"{rng.uniform(8.0, 12.0):.1f}"},
-                              "source_dist_interval": {"from": str(lo), "to": str(lo + 30)}}
-                elif name.startswith("OppositeVehicle"):
-                    params = {"direction": {"value": rng.choice(("left", "right"))}}
-                return _block(name, walk[j["start"] - 10], params)
+                params = _junction_params(name, j, walk, rng)
+                if params is not None:
+                    return _block(name, walk[j["start"] - 10], params)
         return None
     # A straight stretch: the trigger, then `distance` metres to the site, then room to pass it.
     distance = rng.uniform(BEFORE_M, BEFORE_M + 15.0) if stype.kind == OBSTACLE else rng.uniform(12.0, 30.0)
@@ -349,7 +418,11 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
         params = {"distance": {"value": f"{distance:.0f}"}}
         if two_ways:
             lo = rng.choice((40, 60, 80))
-            params["frequency"] = {"from": str(lo), "to": str(lo + 60)}
+            # In the shape the type's class reads it (HazardAtSideLaneTwoWays: one value).
+            if PARAMETERS[name]["frequency"][0] == INTERVAL:
+                params["frequency"] = {"from": str(lo), "to": str(lo + 60)}
+            else:
+                params["frequency"] = {"value": str(lo + 30)}
         if name == "DynamicObjectCrossing":
             params["blocker_model"] = {"value": rng.choice(("static.prop.vendingmachine",
                                                             "static.prop.advertisement", "static.prop.container"))}
@@ -376,7 +449,10 @@ def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray 
     candidates = [i for i in range(0, len(walk), step) if not walk[i].is_junction]
     if candidates[-1] != len(walk) - 1:
         candidates.append(len(walk) - 1)
-    xy = np.round([[walk[i].transform.location.x, walk[i].transform.location.y] for i in candidates], 1)
+    # z from the town's road (its OpenDRIVE elevation): the leaderboard places each waypoint on the road nearest
+    # to it in 3D (as our planner does), so where roads cross at two levels a z of 0 would pick the wrong one.
+    xyz = np.round([[w.transform.location.x, w.transform.location.y, w.transform.location.z]
+                    for w in (walk[i] for i in candidates)], 1)
     kept = [0]
     for k in range(1, len(candidates)):
         a = kept[-1]
@@ -384,25 +460,25 @@ def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray 
         if walked < 1.0:
             continue
         try:
-            traced = planner.trace(xy[[a, k]]).length
+            traced = planner.trace(xyz[[a, k]]).length
         except NoRoute:
             traced = math.inf
         if traced <= walked * _DETOUR + _SLACK_M:
             kept.append(k)
         elif k == len(candidates) - 1:
             return None
-    out = np.zeros((len(kept), 3))
-    out[:, :2] = xy[kept]
-    return out
+    return xyz[kept]
 
 
 def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 150.0,
                     max_length: float = 700.0, scenarios: str | tuple | list | None = None,
                     spacing: float = WAYPOINT_SPACING_M) -> list[Path]:
     """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
-    <scenario> block, waypoints every `spacing` metres outside junctions. Without `scenarios` each route is
-    filed under the junction type of its first junction (no actors); with a list of scenario types
-    (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense."""
+    <scenario> block (none under NoScenario), waypoints every `spacing` metres outside junctions. Without
+    `scenarios` each route takes the junction flow of its first junction's turn (none going straight); with types
+    (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
+    Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
+    trigger points carry the road's z."""
     try:
         count = int(count)
         min_length, max_length, spacing = float(min_length), float(max_length), float(spacing)
@@ -448,18 +524,21 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
             junctions = _junctions(walk, signalized)
             if not junctions:
                 continue
-            scenario = _place(wanted, walk, junctions, rng) if wanted else _block(
-                _junction_type(junctions[0]), walk[max(junctions[0]["start"] - 10, 0)])
-            if scenario is None:
-                continue
+            if wanted:
+                scenario = _place(wanted, walk, junctions, rng)
+                if scenario is None:
+                    continue
+            else:  # the flow of its first junction's turn with the class's defaults; none going straight
+                first = _junction_type(junctions[0])
+                scenario = first and _block(first, walk[max(junctions[0]["start"] - 10, 0)])
             pts = [walk[0]] + [j["exit"] for j in junctions] + [walk[-1]]
             if walk[-1].is_junction or _revisits(pts):
                 continue
             waypoints = _dense_waypoints(planner, walk, spacing)
             if waypoints is None or _off_road(t.carla_map, waypoints) is not None:  # what `run` would refuse
                 continue
-            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints, scenarios=[scenario],
-                          weathers=[rng.choice(_WEATHERS)])
+            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints,
+                          scenarios=[scenario] if scenario else [], weathers=[rng.choice(_WEATHERS)])
             path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
             write_route(path, route)
             written.append(path)

@@ -142,9 +142,65 @@ CATALOGUE: dict[str, ScenarioType] = {
     "HighwayExit": ScenarioType(None, NAME_ONLY, "", "as InterurbanActorFlow"),
     "ParkingExit": ScenarioType(None, NAME_ONLY, "", "the ego would start in a parking lane; routes start in a "
                                 "driving lane"),
+    "BackgroundActivityParametrizer": ScenarioType(None, NAME_ONLY, "", "changes the leaderboard's background "
+                                                   "traffic (how many, how far apart): " + _NO_BACKGROUND),
 }
 #: Types the route generator can place (every type something happens for).
 PLACEABLE = tuple(name for name, t in CATALOGUE.items() if t.kind is not None)
+
+
+# ----------------------------------------------------------------------------- what the leaderboard reads
+
+#: The shapes in which scenario_runner reads a block's parameter, and the attributes each needs:
+#: get_value_parameter reads ['value'], get_interval_parameter ['from'] and ['to'], convert_dict_to_location
+#: x, y and z. A missing attribute (or a missing required parameter) makes the class fail: the leaderboard then
+#: skips the scenario with a warning and drives the route without it.
+VALUE, INTERVAL, LOCATION = "value", "interval", "location"
+SHAPE_KEYS = {VALUE: ("value",), INTERVAL: ("from", "to"), LOCATION: ("x", "y", "z")}
+_OBSTACLE = {"distance": (VALUE, False), "direction": (VALUE, False), "speed": (VALUE, False)}
+_TWO_WAYS = {**_OBSTACLE, "frequency": (INTERVAL, False)}
+_FLOW = {"flow_speed": (VALUE, False), "source_dist_interval": (INTERVAL, False)}
+_ENDS = {"start_actor_flow": (LOCATION, True), "end_actor_flow": (LOCATION, True)}
+_SIDE_LANE = {"distance": (VALUE, False), "speed": (VALUE, False), "bicycle_speed": (VALUE, False),
+              "bicycle_drive_distance": (VALUE, False)}
+#: What the class of each type in scenario_runner v0.9.16 (srunner/scenarios) reads of its block
+#: (config.other_parameters), base classes included: {parameter: (shape, required)}. Read once from its source;
+#: `python -m tools.collect carla-check` compares it with the classes of the scenario_runner it is given.
+PARAMETERS: dict[str, dict[str, tuple[str, bool]]] = {
+    "Accident": _OBSTACLE, "AccidentTwoWays": _TWO_WAYS,
+    "ParkedObstacle": _OBSTACLE, "ParkedObstacleTwoWays": _TWO_WAYS,
+    "ConstructionObstacle": _OBSTACLE, "ConstructionObstacleTwoWays": _TWO_WAYS,
+    "HazardAtSideLane": _SIDE_LANE, "HazardAtSideLaneTwoWays": {**_SIDE_LANE, "frequency": (VALUE, False)},
+    "InvadingTurn": {"distance": (VALUE, False), "offset": (VALUE, False)},
+    "VehicleOpensDoorTwoWays": _TWO_WAYS,
+    "SignalizedJunctionLeftTurn": _FLOW, "SignalizedJunctionRightTurn": _FLOW,
+    "NonSignalizedJunctionLeftTurn": _FLOW, "NonSignalizedJunctionRightTurn": _FLOW,
+    "EnterActorFlow": {**_FLOW, **_ENDS}, "EnterActorFlowV2": {**_FLOW, **_ENDS},
+    "OppositeVehicleRunningRedLight": {"direction": (VALUE, False)},
+    "OppositeVehicleTakingPriority": {"direction": (VALUE, False)},
+    "DynamicObjectCrossing": {"distance": (VALUE, False), "direction": (VALUE, False), "blocker_model": (VALUE, False),
+                              "crossing_angle": (VALUE, False)},
+    "ParkingCrossingPedestrian": {"distance": (VALUE, False), "direction": (VALUE, False),
+                                  "crossing_angle": (VALUE, False)},
+    "PedestrianCrossing": {}, "VehicleTurningRoutePedestrian": {}, "ControlLoss": {}, "HardBreakRoute": {},
+    "PriorityAtJunction": {}, "BlockedIntersection": {},
+    "StaticCutIn": {"distance": (VALUE, False), "direction": (VALUE, False)},
+    "ParkingCutIn": {"direction": (VALUE, False)},
+    "HighwayCutIn": {"other_actor_location": (LOCATION, True)},
+    "VehicleTurningRoute": {},
+    "CrossingBicycleFlow": {**_FLOW, "start_actor_flow": (LOCATION, True)},
+    "YieldToEmergencyVehicle": {"distance": (VALUE, False)},
+    "MergerIntoSlowTraffic": {**_FLOW, **_ENDS}, "MergerIntoSlowTrafficV2": {**_FLOW, **_ENDS},
+    "InterurbanActorFlow": {**_FLOW, **_ENDS}, "InterurbanAdvancedActorFlow": {**_FLOW, **_ENDS},
+    "HighwayExit": {**_FLOW, **_ENDS},
+    "ParkingExit": {"direction": (VALUE, False), "front_vehicle_distance": (VALUE, False),
+                    "behind_vehicle_distance": (VALUE, False), "flow_distance": (VALUE, False),
+                    "speed": (VALUE, False)},
+    "BackgroundActivityParametrizer": {name: (VALUE, False) for name in (
+        "num_front_vehicles", "num_back_vehicles", "road_spawn_dist", "opposite_source_dist", "opposite_max_actors",
+        "opposite_spawn_dist", "opposite_active", "junction_source_dist", "junction_max_actors",
+        "junction_spawn_dist", "junction_source_perc")},
+}
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -155,8 +211,28 @@ NUMBERS = ("distance", "speed", "flow_speed", "frequency", "source_dist_interval
            "bicycle_drive_distance", "crossing_angle")
 
 
-def check_params(params: dict[str, dict[str, str]]) -> str | None:
-    """What is wrong with a scenario block's parameters, in words ("distance='abc' is not a number"); None."""
+def check_params(params: dict[str, dict[str, str]], kind: str | None = None) -> str | None:
+    """What is wrong with a scenario block's parameters, in words ("distance='abc' is not a number"); None. With
+    the block's type `kind`: also a parameter its leaderboard class reads unconditionally that the block lacks, or
+    one the block holds without the attributes the class reads (PARAMETERS)."""
+    for name, (shape, required) in PARAMETERS.get(kind or "", {}).items():
+        keys = SHAPE_KEYS[shape]
+        if name not in params:
+            if required:
+                return (f"lacks <{name} {' '.join(f'{k}=...' for k in keys)}/>, which the leaderboard's {kind} reads "
+                        "(without it the leaderboard skips the scenario)")
+            continue
+        missing = [k for k in keys if k not in params[name]]
+        if missing:
+            return (f"parameter <{name}> lacks {', '.join(missing)}: the leaderboard's {kind} reads it as "
+                    f"{'/'.join(keys)}")
+        if shape == LOCATION:
+            for k in keys:
+                try:
+                    if not math.isfinite(float(params[name][k])):
+                        raise ValueError
+                except ValueError:
+                    return f"parameter <{name} {k}=\"{params[name][k]}\"> is not a number"
     for name in NUMBERS:
         for key, text in params.get(name, {}).items():
             if key not in ("value", "from", "to"):

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -210,6 +211,9 @@ def opendrive_map(xodr: Path, text: str | None = None):
     import carla
 
     xodr = Path(xodr)
+    kept = kept_town(xodr) if text is None else None
+    if kept is not None:  # loaded once by this worker (tools.collect.runner.zygote)
+        return kept.carla_map
     text = read_opendrive(xodr) if text is None else text
     # libcarla warns on stderr about the missing georeference of SUMO's export; it is harmless.
     with _quiet_stderr():
@@ -220,6 +224,40 @@ def opendrive_map(xodr: Path, text: str | None = None):
     if not cmap.get_topology():
         raise TownError(f"town file {xodr}: carla.Map finds no lane in it (no driving road)")
     return cmap
+
+
+#: Towns loaded once in this process and kept for the route runs it forks (a worker's zygote:
+#: tools.collect.runner.zygote), by resolved path, with the file's identity when it was read.
+_KEPT: dict[Path, tuple[tuple[int, int, int], Town]] = {}
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def keep_town(town: Town) -> None:
+    """Keep `town` (and what it has loaded: carla.Map, lane graph, lanes) for open_town in this process and the
+    processes forked from it."""
+    path = town.xodr.resolve()
+    _KEPT[path] = (_identity(path), town)
+
+
+def kept_town(xodr: Path) -> Town | None:
+    """The Town of `xodr` that this process keeps (keep_town), unless its file changed since it was read."""
+    path = Path(xodr).resolve()
+    kept = _KEPT.get(path)
+    try:
+        if kept is not None and kept[0] == _identity(path):
+            return kept[1]
+    except OSError:
+        pass
+    return None
+
+
+def open_town(xodr: Path) -> Town:
+    """The Town of `xodr`: the one kept in this process (kept_town), else loaded now."""
+    return kept_town(xodr) or Town(xodr)
 
 
 def _root_element(text: str) -> str | Exception | None:
@@ -331,6 +369,16 @@ class Town:
         return (yaw + 90.0) % 360.0
 
     # ------------------------------------------------------------------ parts
+    def load(self) -> dict[str, float]:
+        """Load every part of the town a route run reads (carla.Map, lane graph, bounds, lanes), for a process that
+        keeps the town for the route runs it forks (keep_town); the seconds each took."""
+        seconds = {}
+        for part in ("carla_map", "lane_graph", "bounds", "lanes"):
+            started = time.perf_counter()
+            getattr(self, part)
+            seconds[part] = time.perf_counter() - started
+        return seconds
+
     @cached_property
     def carla_map(self):
         cmap = opendrive_map(self.xodr, self.text)

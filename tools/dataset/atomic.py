@@ -29,7 +29,8 @@ def _host() -> str:
     return socket.gethostname().replace(".", "_").replace(_OWNER_SEP, "_")
 
 
-def _owner_tag() -> str:
+def owner_tag() -> str:
+    """`<host>~<pid>`: names a temporary file's writer (`stale_temporaries` tells whether it is alive)."""
     return f"{_host()}{_OWNER_SEP}{os.getpid()}"
 
 
@@ -59,7 +60,7 @@ def _create_temporary(path: Path) -> tuple[int, str]:
     """(descriptor, name) of a new temporary file beside `path` (its folder made when missing), mode 0666 less
     the umask, as any file the user creates: a shared dataset stays readable by others. O_EXCL: a name left
     by a dead process of the same pid is skipped, never reused."""
-    prefix = f"{path.parent}/{TMP_PREFIX}{path.name}.{_owner_tag()}."
+    prefix = f"{path.parent}/{TMP_PREFIX}{path.name}.{owner_tag()}."
     for _ in range(1000):
         tmp = f"{prefix}{next(_serial)}"
         try:
@@ -137,7 +138,7 @@ def _writer_alive(name: str, mtime: float, now: float) -> bool:
 def temporary_dir(parent: Path, name: str) -> Path:
     """A new temporary folder in `parent` for work on `name` (`.tmp-<name>.<host>~<pid>.<random>`): fill it,
     then rename it into place; `stale_temporaries(parent, folders=True)` finds it if its writer dies."""
-    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}.{_owner_tag()}.", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}.{owner_tag()}.", dir=parent))
 
 
 def stale_temporaries(folder: Path, folders: bool = False) -> list[Path]:

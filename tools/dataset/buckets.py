@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.dataset import files
 from tools.dataset import layout as _layout
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
@@ -84,7 +85,7 @@ def run_fingerprints(layout: Layout) -> dict[str, dict[str, Any]]:
             continue
         if text is None:  # its result appeared after the listing: run_state read it
             try:
-                text = layout.result_path(key).read_bytes()
+                text = files.read_bytes(layout.result_path(key), files.MAX_JSON_BYTES)
             except FileNotFoundError:  # deleted since: no longer finished
                 continue
         runs[run_rel(key)] = {"result": hashlib.sha256(text).hexdigest()[:16], "frames": layout.frame_count(key)}
@@ -239,13 +240,23 @@ def bucket_to_json(bucket: Bucket) -> dict[str, Any]:
     }
 
 
-def _bucket_from_json(data: dict[str, Any]) -> Bucket:
+#: The most frames a route run may have in a bucket file (a 69-hour drive at 4 Hz): what bounds a hostile file.
+MAX_RUN_FRAMES = 1_000_000
+
+
+def _bucket_from_json(data: dict[str, Any], counts: dict[str, int]) -> Bucket:
+    """A bucket of a bucket file; each frame range must lie within the frames its run had when the file was
+    built (`counts`: built_from's runs), checked before any frame is listed (ValueError naming the range)."""
     frames = []
     for rel, ranges in data["frames"].items():
         run_key(rel)  # refuses absolute paths and ".." in a file from elsewhere
         rel = sys.intern(rel)
         for start, stop in ranges:
-            frames.extend((rel, i) for i in range(int(start), int(stop)))
+            if not all(isinstance(n, int) and not isinstance(n, bool) for n in (start, stop)) or \
+                    not 0 <= start < stop <= counts.get(rel, 0):
+                raise ValueError(f"bucket {str(data.get('name'))[:40]!r}: frame range [{str(start)[:20]}, "
+                                 f"{str(stop)[:20]}) of {rel} is not within its {counts.get(rel, 0)} frames")
+            frames.extend((rel, i) for i in range(start, stop))
     weights = [float(w) for w in data["weights"]]
     if data["split"] not in SPLITS or not weights or min(weights) < 0:
         raise ValueError(f"bucket {data.get('name')!r}: bad split or weights")
@@ -259,7 +270,7 @@ def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Colle
         _check_split(split)
     fix = f"rebuild it: bin/build-buckets --root {path.parent.parent} --collection {path.stem} --force"
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as e:
@@ -269,9 +280,14 @@ def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Colle
         raise ToolError(f"{path}: bucket file format {found}, this tool reads format "
                         f"{' or '.join(map(str, READABLE_FORMATS))}; {fix}")
     try:
+        counts = {str(rel): run["frames"] for rel, run in data["built_from"]["runs"].items()}
+        bad = [rel for rel, n in counts.items() if type(n) is not int or not 0 <= n <= MAX_RUN_FRAMES]
+        if bad:
+            raise ValueError(f"built_from says run {bad[0]} has {str(counts[bad[0]])[:20]} frames (at most "
+                             f"{MAX_RUN_FRAMES})")
         collection = Collection(
             name=str(data["collection"]),
-            buckets=[_bucket_from_json(b) for b in data["buckets"] if b["split"] in splits],
+            buckets=[_bucket_from_json(b, counts) for b in data["buckets"] if b["split"] in splits],
             built_from=dict(data["built_from"]),
             holdout=str(data["holdout"]),
             settings=dict(data["settings"]),

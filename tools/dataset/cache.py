@@ -4,21 +4,26 @@
         settings.json                                 CACHE_FORMAT, the CacheSettings, frame_dt (written first)
         data/<Scenario>/<run>/<index:05d>.rec         one record per recorded frame (mirrors ROOT/data)
 
-A record is one msgpack map, ``{"format": CACHE_FORMAT, "crc32": <crc32 of body>, "body": <bytes>}``.
+A record is one msgpack map, ``{"format": CACHE_FORMAT, "run": <run fingerprint>, "crc32": <crc32 of body>,
+"body": <bytes>}``. ``run`` names the recorded attempt of its route run the record was made from
+(`run_fingerprint`: a hash of the attempt's run.json): a run recorded again (collect --force, a result deleted and
+collected again) gets another, and its old records are stale: the builder rebuilds them, `verify` reports them,
+training rebuilds any it meets.
 ``body`` is zstandard (tools.dataset.codec.ZSTD_LEVEL) of a msgpack map from the sample's keys (tools.dataset.samples)
 to arrays (tools.dataset.codec blobs): codec ``jpeg`` for the RGB image at the model's input
 size, ``raw`` (C-order little-endian bytes) for everything else. No pickle anywhere: a shared cache
 cannot run code on its reader. docs/cache.md describes the format and its version.
 
 `read_record` checks everything and raises `CacheRecordError` (one line naming the file) for a missing,
-truncated, foreign, damaged or other-version record; `rebuild_record` makes a damaged record again
+truncated, foreign, damaged, stale or other-version record, and decodes nothing larger than the settings' sample
+shapes allow; `rebuild_record` makes a damaged record again
 from the dataset in a separate process.
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import hashlib
 import os
 import stat
 import subprocess
@@ -31,8 +36,16 @@ from typing import Any
 import msgpack
 import zstandard
 
+from tools.dataset import files
 from tools.dataset import layout as _layout
-from tools.dataset.codec import decode_array, encode_array, zstd_compress, zstd_decompress
+from tools.dataset.codec import (
+    MAX_BLOB_BYTES,
+    CodecError,
+    decode_array,
+    encode_array,
+    zstd_compress,
+    zstd_decompress_bounded,
+)
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.samples import CACHE_FORMAT, CacheSettings
@@ -50,7 +63,22 @@ _MAX_RECORD_BYTES = 1 << 30
 
 
 class CacheRecordError(ToolError):
-    """A cache record that cannot be used: missing, truncated, not a record, another format, damaged."""
+    """A cache record that cannot be used: missing, truncated, not a record, another format, damaged, stale."""
+
+
+class StaleRecordError(CacheRecordError):
+    """A record made from an earlier recording of its route run (its run was recorded again since)."""
+
+
+def run_fingerprint(run_json: bytes) -> str:
+    """The identity of one recorded attempt of a route run: a hash of its run.json, which the attempt writes once
+    when it starts (its attempt number, host, pid, start time, seed, settings, route)."""
+    return hashlib.blake2b(run_json, digest_size=8).hexdigest()
+
+
+def read_run_fingerprint(layout: Layout, key: _layout.RunKey) -> str:
+    """run_fingerprint of the run.json on disk (OSError when there is none)."""
+    return run_fingerprint(files.read_bytes(layout.run_settings(key), files.MAX_JSON_BYTES))
 
 
 # ----------------------------------------------------------------------------- paths
@@ -74,7 +102,7 @@ def read_cache_settings(cache_root: Path) -> CacheSettings:
     """The settings a cache folder was built with (its settings.json)."""
     path = settings_path(cache_root)
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         if data.get("format") != CACHE_FORMAT:
             raise ToolError(f"{path}: cache format {data.get('format')}, this tool reads format {CACHE_FORMAT}; "
                             "build a new cache with bin/build-cache")
@@ -90,7 +118,7 @@ def recorded_frame_dt(cache_root: Path) -> float | None:
     before it was recorded). ToolError when settings.json is missing or its frame_dt is not a time."""
     path = settings_path(cache_root)
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         if "frame_dt" not in data:
             return None
         value = data["frame_dt"]
@@ -124,17 +152,39 @@ def read_frame_dt(cache_root: Path) -> float:
 _CODECS = {"rgb": "jpeg"}
 
 
-def encode_record(sample: dict[str, Any], jpeg_quality: int = 93) -> bytes:
-    """The bytes of a record holding `sample` (the sample dict of tools.dataset.samples)."""
+def encode_record(sample: dict[str, Any], jpeg_quality: int = 93, run: str = "") -> bytes:
+    """The bytes of a record holding `sample` (the sample dict of tools.dataset.samples), made from the attempt
+    of its run whose fingerprint is `run`."""
     # optimize: Huffman tables fitted to the image, 7% smaller at no cost to decoding (docs/cache.md)
     fields = {name: encode_array(value, _CODECS.get(name, "raw"), jpeg_quality=jpeg_quality, jpeg_optimize=True)
               for name, value in sample.items()}
     body = zstd_compress(msgpack.packb(fields, use_bin_type=True))
-    return msgpack.packb({"format": CACHE_FORMAT, "crc32": zlib.crc32(body), "body": body}, use_bin_type=True)
+    # "run" second, so that `record_run` finds it in the file's first bytes
+    return msgpack.packb({"format": CACHE_FORMAT, "run": run, "crc32": zlib.crc32(body), "body": body},
+                         use_bin_type=True)
 
 
-def _open_record(data: bytes, path: Path) -> bytes:
-    """The checked body of a record's bytes; CacheRecordError naming `path` when it is not a good record."""
+def record_run(path: Path) -> str | None:
+    """The run fingerprint a record was made from, read from its first bytes; None when it has none (missing,
+    another format, not a record). The builder's test of a record it may skip."""
+    try:
+        with files.open_regular(path, _MAX_RECORD_BYTES) as f:
+            head = f.read(64)
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(head)
+        found = {}
+        for _ in range(min(unpacker.read_map_header(), 2)):
+            key = unpacker.unpack()
+            found[key] = unpacker.unpack()
+    except (OSError, ValueError, msgpack.UnpackException):
+        return None
+    run = found.get("run")
+    return run if found.get("format") == CACHE_FORMAT and isinstance(run, str) else None
+
+
+def _open_record(data: bytes, path: Path, run: str | None = None) -> bytes:
+    """The checked body of a record's bytes; CacheRecordError naming `path` when it is not a good record, or,
+    with `run`, one made from another recorded attempt of its run than that one."""
     if len(data) < MIN_RECORD_BYTES:
         raise CacheRecordError(f"{path}: truncated record ({len(data)} bytes); rebuild it "
                                "(python -m tools.cache verify --repair)")
@@ -143,7 +193,7 @@ def _open_record(data: bytes, path: Path) -> bytes:
     except (ValueError, msgpack.UnpackException) as e:
         raise CacheRecordError(f"{path}: not a cache record or truncated ({e.__class__.__name__}); rebuild it "
                                "(python -m tools.cache verify --repair)") from None
-    if not isinstance(outer, dict) or not {"format", "crc32", "body"} <= outer.keys():
+    if not isinstance(outer, dict) or not {"format", "run", "crc32", "body"} <= outer.keys():
         raise CacheRecordError(f"{path}: not a cache record; rebuild it (python -m tools.cache verify --repair)")
     if outer["format"] != CACHE_FORMAT:
         raise CacheRecordError(f"{path}: cache format {outer['format']!r}, this tool reads format {CACHE_FORMAT}; "
@@ -152,28 +202,41 @@ def _open_record(data: bytes, path: Path) -> bytes:
     if not isinstance(body, bytes) or zlib.crc32(body) != outer["crc32"]:
         raise CacheRecordError(f"{path}: checksum mismatch (damaged record); rebuild it "
                                "(python -m tools.cache verify --repair)")
+    if run is not None and outer["run"] != run:
+        raise StaleRecordError(f"{path}: stale: made from an earlier recording of its run (run.json "
+                               f"{str(outer['run'])[:16]}, now {run}); rebuild it (bin/build-cache)")
     return body
 
 
-def decode_record(data: bytes, path: Path | str = "<record>") -> dict[str, Any]:
-    """The sample dict held by a record's bytes (what a session cache stores); CacheRecordError when bad."""
-    body = _open_record(data, Path(path))
+def decode_record(data: bytes, path: Path | str = "<record>", settings: CacheSettings | None = None,
+                  run: str | None = None) -> dict[str, Any]:
+    """The sample dict held by a record's bytes (what a session cache stores); CacheRecordError when bad, or,
+    with `run`, stale. With `settings`, every key must be one of its samples' and declare that key's dtype and
+    shape (checked before anything is decompressed into it); without, each array is bounded by MAX_BLOB_BYTES."""
+    body = _open_record(data, Path(path), run)
+    specs = settings.sample_specs() if settings is not None else None
+    limit = settings.max_sample_bytes() if settings is not None else MAX_BLOB_BYTES
     try:
-        fields = msgpack.unpackb(zstd_decompress(body), raw=False, max_bin_len=_MAX_RECORD_BYTES)
-        return {name: decode_array(blob) for name, blob in fields.items()}
-    except (ValueError, TypeError, KeyError, OSError, zstandard.ZstdError, msgpack.UnpackException) as e:
+        fields = msgpack.unpackb(zstd_decompress_bounded(body, limit), raw=False, max_bin_len=limit)
+        if not isinstance(fields, dict):
+            raise TypeError("not a map of sample keys")
+        if specs is not None and not fields.keys() <= specs.keys():
+            raise KeyError(f"unknown sample keys {sorted(set(fields) - set(specs))[:3]}")
+        return {name: decode_array(blob, specs[name] if specs else None, MAX_BLOB_BYTES)
+                for name, blob in fields.items()}
+    except (CodecError, ValueError, TypeError, KeyError, OSError, zstandard.ZstdError, msgpack.UnpackException) as e:
         # the checksum matched, so the writer itself wrote something unreadable
         raise CacheRecordError(f"{path}: undecodable record ({e}); rebuild it "
                                "(python -m tools.cache verify --repair)") from None
 
 
-def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93) -> int:
+def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93, run: str = "") -> int:
     """Write `sample` as a record at `path` atomically; returns its size in bytes. Not fsynced one by one: the
     builder syncs the file system once when it ends (docs/reliability.md), and a record a machine crash left
     damaged fails its checksum and is rebuilt (verify --repair)."""
     from tools.dataset import atomic
 
-    data = encode_record(sample, jpeg_quality)
+    data = encode_record(sample, jpeg_quality, run)
     atomic.write_bytes(Path(path), data, durable=False)
     return len(data)
 
@@ -181,21 +244,24 @@ def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93) -> 
 def read_record_bytes(path: Path) -> bytes:
     """A record's raw bytes (for a session cache), CacheRecordError when the file is missing."""
     try:
-        return Path(path).read_bytes()
+        return files.read_bytes(path, _MAX_RECORD_BYTES)
     except FileNotFoundError:
         raise CacheRecordError(f"{path}: missing cache record; build the cache (bin/build-cache)") from None
+    except files.UnreadableFile as e:
+        raise CacheRecordError(str(e)) from None
     except OSError as e:
         raise CacheRecordError(f"{path}: cannot read the cache record ({e.strerror})") from None
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path, settings: CacheSettings | None = None, run: str | None = None) -> dict[str, Any]:
     """The sample dict of tools.dataset.samples stored at `path`; CacheRecordError when it cannot be used."""
-    return decode_record(read_record_bytes(path), path)
+    return decode_record(read_record_bytes(path), path, settings, run)
 
 
-def check_record(path: Path) -> None:
-    """Check a record's format and checksum without decoding it (what `verify` does per record)."""
-    _open_record(read_record_bytes(path), Path(path))
+def check_record(path: Path, run: str | None = None) -> None:
+    """Check a record's format and checksum (and, with `run`, that it was made from that recorded attempt of its
+    run) without decoding it (what `verify` does per record)."""
+    _open_record(read_record_bytes(path), Path(path), run)
 
 
 def rebuild_record(root: Path, settings: CacheSettings, run_rel: str, index: int) -> None:

@@ -92,6 +92,7 @@ def open_root(root: Any) -> Layout:
     if not layout.manifest.is_file() and not (layout.root / "data").is_dir():
         raise ToolError(f"--root {layout.root}: not a dataset root (no manifest.json, no data/); "
                         "collect into it first: bin/collect ROUTES_DIR --root ROOT")
+    layout.check_no_links()
     return layout
 
 

@@ -13,13 +13,20 @@ cache records (tools.dataset.cache) both store arrays this way; the codecs:
 - ``raw``   any dtype and shape: little-endian bytes as they are (inside an already compressed body)
 
 Decoded arrays are native-endian and writable (torch.from_numpy warns on read-only buffers).
+
+A blob declares its dtype and shape, and nothing is allocated before they are checked: against the caller's
+`Spec` (the rig's shape of a sensor, the cache settings' shape of a sample key) when it gives one, and always
+against `max_bytes`; then the encoded data must declare that very size (a zstd frame's content size, a JPEG's or
+PNG's header) before it is decompressed. A 162 KB blob declaring 8 GiB is a CodecError, not an allocation.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import math
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,8 +43,31 @@ ZSTD_LEVEL = 3
 SHUFFLE_LEVEL = -1
 
 
+#: The largest array a blob may declare when the caller gives no Spec (a 4K RGB image is 25 MB).
+MAX_BLOB_BYTES = 256 << 20
+#: dtype kinds a blob may declare: booleans, integers, floats (never objects, strings or structures).
+_KINDS = frozenset("biuf")
+
+
 class CodecError(ValueError):
     """A blob that is not one of ours: unknown codec, or bytes that do not decode to its dtype and shape."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a blob must declare: its dtype and shape, a -1 entry free up to `max_rows` (a LiDAR's points)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    max_rows: int = 0
+
+    def allows(self, dtype: str, shape: tuple[int, ...]) -> bool:
+        return dtype == self.dtype and len(shape) == len(self.shape) and all(
+            s == w or (w == -1 and 0 <= s <= self.max_rows) for s, w in zip(shape, self.shape, strict=True))
+
+    def __str__(self) -> str:
+        shape = ", ".join(f"<={self.max_rows}" if w == -1 else str(w) for w in self.shape)
+        return f"{self.dtype} ({shape})"
 
 
 _local = threading.local()
@@ -54,12 +84,25 @@ def _zstd_c(level: int) -> zstandard.ZstdCompressor:
     return c
 
 
-def zstd_decompress(data: bytes) -> bytes:
-    """zstd with one decompressor per thread (making one per call costs a fifth of a small read)."""
+def zstd_decompress(data: bytes, max_output_size: int = 0) -> bytes:
+    """zstd with one decompressor per thread (making one per call costs a fifth of a small read). A frame that
+    declares its content size gets that much memory: check it first (`_zstd_bounded`, `zstd_decompress_bounded`)
+    unless the data is trusted."""
     d = getattr(_local, "zd", None)
     if d is None:
         d = _local.zd = zstandard.ZstdDecompressor()
-    return d.decompress(data)
+    return d.decompress(data, max_output_size=max_output_size)
+
+
+def zstd_decompress_bounded(data: bytes, limit: int) -> bytes:
+    """zstd data that may decompress to at most `limit` bytes (CodecError otherwise, before allocating more)."""
+    try:
+        size = zstandard.frame_content_size(data)
+        if size > limit:
+            raise CodecError(f"zstd data declaring {size} bytes, more than the {limit} allowed")
+        return zstd_decompress(data, max_output_size=limit if size == -1 else 0)
+    except zstandard.ZstdError as e:
+        raise CodecError(f"zstd data does not decompress within {limit} bytes ({e})") from None
 
 
 def zstd_compress(data: bytes, level: int = ZSTD_LEVEL) -> bytes:
@@ -124,27 +167,82 @@ def decode_jpeg(data: bytes, grey: bool = False) -> np.ndarray:
     return simplejpeg.decode_jpeg(data, colorspace="RGB")
 
 
-def decode_array(blob: dict[str, Any]) -> np.ndarray:
-    """The array of a blob; CodecError for an unknown codec, KeyError/ValueError for a malformed blob."""
-    codec, shape, data = blob["codec"], tuple(blob["shape"]), blob["data"]
-    dtype, stored = _dtypes(blob["dtype"])
+def declared(blob: Any, spec: Spec | None = None, max_bytes: int = MAX_BLOB_BYTES) -> tuple[np.dtype, np.dtype,
+                                                                                    tuple[int, ...], int]:
+    """(native dtype, stored dtype, shape, bytes) a blob declares, checked against `spec` and `max_bytes` before
+    anything is allocated; CodecError naming what is wrong."""
+    if not isinstance(blob, dict) or not {"codec", "dtype", "shape", "data"} <= blob.keys():
+        raise CodecError("not a blob (a map of codec, dtype, shape, data)")
+    shape = blob["shape"]
+    if not isinstance(shape, list | tuple) or len(shape) > 8 or \
+            not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise CodecError(f"shape {str(shape)[:60]}: expected up to 8 sizes >= 0")
+    shape = tuple(shape)
+    try:
+        dtype, stored = _dtypes(str(blob["dtype"]))
+    except TypeError:
+        raise CodecError(f"dtype {str(blob['dtype'])[:40]!r} is not a numpy dtype") from None
+    if dtype.kind not in _KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise CodecError(f"dtype {dtype}: a blob holds booleans, integers or floats")
+    if spec is not None and not spec.allows(dtype.name, shape):
+        raise CodecError(f"declares {dtype.name} {list(shape)}, expected {spec}")
+    size = math.prod(shape) * stored.itemsize
+    if size > max_bytes:
+        raise CodecError(f"declares {dtype.name} {list(shape)}: {size} bytes, more than the {max_bytes} allowed")
+    if not isinstance(blob["data"], bytes):
+        raise CodecError("data is not bytes")
+    return dtype, stored, shape, size
+
+
+def _zstd_bounded(data: bytes, size: int) -> bytes:
+    """zstd data that must decompress to exactly `size` bytes: its frame's declared content size is checked
+    before the output is allocated (a frame without one is decompressed into at most `size` bytes)."""
+    try:
+        declared_size = zstandard.frame_content_size(data)
+        raw = zstd_decompress(data) if declared_size == size else \
+            (zstd_decompress(data, max_output_size=max(size, 1)) if declared_size == -1 else None)
+    except zstandard.ZstdError as e:
+        raise CodecError(f"zstd data does not decompress ({e})") from None
+    if raw is None or len(raw) != size:
+        raise CodecError(f"zstd data of {declared_size if raw is None else len(raw)} bytes where the declared dtype "
+                         f"and shape needs {size}")
+    return raw
+
+
+def decode_array(blob: dict[str, Any], spec: Spec | None = None, max_bytes: int = MAX_BLOB_BYTES) -> np.ndarray:
+    """The array of a blob; CodecError for an unknown codec, a blob declaring another dtype or shape than `spec`
+    or more than `max_bytes`, or data that does not decode to what it declares (checked before allocating)."""
+    dtype, stored, shape, size = declared(blob, spec, max_bytes)
+    codec, data = blob["codec"], blob["data"]
     if codec == "jpeg":
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        except ValueError as e:
+            raise CodecError(f"not a JPEG ({e})") from None
+        if dtype != np.uint8 or len(shape) not in (2, 3) or (height, width) != shape[:2] or shape[2:] not in ((), (3,)):
+            raise CodecError(f"a JPEG of {width} x {height} pixels, the blob declares {dtype.name} {list(shape)}")
         array = decode_jpeg(data, grey=len(shape) == 2)
     elif codec == "png":
         with Image.open(io.BytesIO(data)) as image:
+            if image.size != (shape[1:2] + shape[0:1] if len(shape) >= 2 else None):
+                raise CodecError(f"a PNG of {image.size[0]} x {image.size[1]} pixels, the blob declares "
+                                 f"{list(shape)}")
             array = np.array(image)  # a writable copy
+        if array.nbytes != size:
+            raise CodecError(f"a PNG of {array.dtype} {list(array.shape)}, the blob declares {dtype.name} "
+                             f"{list(shape)}")
     elif codec in ("zstd", "raw"):
-        raw = zstd_decompress(data) if codec == "zstd" else data
+        raw = _zstd_bounded(data, size) if codec == "zstd" else data
+        if len(raw) != size:
+            raise CodecError(f"{len(raw)} bytes where the declared dtype and shape needs {size}")
         array = np.frombuffer(bytearray(raw), dtype=stored)  # bytearray: writable memory
     elif codec == "zstd_shuffle":
-        raw = zstd_decompress(data)
+        raw = _zstd_bounded(data, size)
         rows, row_bytes = _rows(shape, stored.itemsize)
-        if len(raw) != rows * row_bytes:
-            raise ValueError(f"zstd_shuffle blob of {len(raw)} bytes, its shape {list(shape)} needs {rows * row_bytes}")
         planes = np.frombuffer(raw, np.uint8).reshape(row_bytes, rows)
         array = planes.T.copy(order="C").view(stored)  # a new, writable array
     else:
-        raise CodecError(f"unknown codec {codec!r} (known: {', '.join(CODECS)})")
+        raise CodecError(f"unknown codec {str(codec)[:40]!r} (known: {', '.join(CODECS)})")
     if array.dtype != dtype:
         array = array.astype(dtype)
     return array.reshape(shape)

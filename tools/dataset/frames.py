@@ -6,10 +6,18 @@ nothing. What it holds is the frame contract: `measurements` (tools.dataset.meas
 tools.dataset.codec in the codec the rig gives its kind.
 
 No pickle: msgpack holds only maps, lists, numbers, strings and bytes.
+
+Checksum (frame format 2, dataset format 5): a frame file, and a run's measurements index, is one msgpack map
+whose last entry is `"crc32"`: the CRC-32 (zlib) of every byte of the file before the checksum's own 4 (a msgpack
+uint32, big-endian, the file's last 4 bytes). Readers check it before unpacking anything, so a byte changed
+anywhere (a LiDAR blob, a JPEG, a measurement) is a FrameError naming the file. A frame of format 1 (recorded
+before) carries none: it reads as before, marked `verified: False`, and validate says how many such frames
+cannot be verified.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,13 +25,17 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from tools.dataset import atomic
-from tools.dataset.codec import CodecError, decode_array, encode_array
+from tools.dataset import atomic, files
+from tools.dataset.codec import MAX_BLOB_BYTES, CodecError, decode_array, encode_array
 from tools.dataset.layout import FRAME_NAME
 from tools.dataset.measurements import BoxLabel, Measurements
-from tools.dataset.rig import JPEG_QUALITY
+from tools.dataset.rig import JPEG_QUALITY, RigConfig
 
-FRAME_FORMAT = 1
+#: 2: frames and measurements indexes end with a CRC-32 of their bytes (`seal`). 1: without one.
+FRAME_FORMAT = 2
+READABLE_FRAME_FORMATS = (1, 2)
+#: The end of a sealed file, before the checksum's 4 bytes: the key "crc32" and msgpack's uint32 marker.
+_SEAL = msgpack.packb("crc32") + b"\xce"
 
 
 class FrameError(ValueError):
@@ -52,7 +64,39 @@ def pack_frame(index: int, measurements: Measurements, boxes: list[BoxLabel],
         "sensors": {name: encode_array(array, codec, jpeg_quality=JPEG_QUALITY)
                     for name, (array, codec) in sensors.items()},
     }
-    return msgpack.packb(frame, use_bin_type=True)
+    return seal(frame)
+
+
+def seal(fields: dict[str, Any]) -> bytes:
+    """`fields` packed as one msgpack map with a last entry "crc32": the CRC-32 of every byte before its own 4."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [packer.pack_map_header(len(fields) + 1)]
+    for key, value in fields.items():
+        parts += (packer.pack(key), packer.pack(value))
+    parts.append(_SEAL)
+    body = b"".join(parts)
+    return body + zlib.crc32(body).to_bytes(4, "big")
+
+
+def check_seal(data: bytes, path: Path | str) -> bool:
+    """Whether `data` (a frame's or a measurements index's bytes) carries its checksum: True when it does and it
+    matches; False when it has none (a file of format 1, or one whose end is damaged: the caller refuses a format
+    2 file without one); FrameError when the checksum does not match."""
+    if len(data) < len(_SEAL) + 4 or data[-4 - len(_SEAL):-4] != _SEAL:
+        return False
+    if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "big"):
+        raise FrameError(f"{path}: checksum mismatch: the file's bytes changed after it was written (damaged); "
+                         "record its run again: delete its result file, then bin/collect")
+    return True
+
+
+def _check_format(found: Any, verified: bool, path: Path | str) -> None:
+    if found not in READABLE_FRAME_FORMATS:
+        raise FrameError(f"{path}: frame format {found}, this tool reads format {FRAME_FORMAT} (and 1, frames "
+                         "without a checksum)")
+    if found != 1 and not verified:
+        raise FrameError(f"{path}: no checksum at its end (truncated or damaged); record its run again: delete its "
+                         "result file, then bin/collect")
 
 
 def write_packed(path: Path, data: bytes) -> None:
@@ -61,23 +105,40 @@ def write_packed(path: Path, data: bytes) -> None:
     atomic.write_bytes(path, data, durable=False)
 
 
-def read_frame(path: Path, sensors: bool | list[str] = True, blobs: bool = False) -> dict[str, Any]:
-    """Read a frame; decode all sensors (True), none (False) or the named ones. With `blobs`, the frame also
-    holds every sensor as stored (`blobs`: name -> tools.dataset.codec blob), to copy without decoding."""
+def read_frame(path: Path, sensors: bool | list[str] = True, blobs: bool = False,
+               rig: RigConfig | None = None) -> dict[str, Any]:
+    """Read a frame, its checksum checked first; decode all sensors (True), none (False) or the named ones, each
+    bounded by the shape `rig` gives it (else by codec.MAX_BLOB_BYTES) before anything is allocated. With
+    `blobs`, the frame also holds every sensor as stored (`blobs`: name -> tools.dataset.codec blob), to copy
+    without decoding. The frame's `verified` says whether it carried a checksum (format 1 frames do not)."""
     try:
-        frame = msgpack.unpackb(Path(path).read_bytes(), raw=False)
+        data = files.read_bytes(path)
+    except files.UnreadableFile as e:
+        raise FrameError(str(e)) from None
+    verified = check_seal(data, path)
+    try:
+        frame = msgpack.unpackb(data, raw=False)
     except (ValueError, msgpack.UnpackException) as e:
         raise FrameError(f"{path}: not a readable frame ({e})") from e
-    if not isinstance(frame, dict) or frame.get("format") != FRAME_FORMAT:
-        raise FrameError(f"{path}: frame format {frame.get('format') if isinstance(frame, dict) else '?'}, "
-                         f"this tool reads format {FRAME_FORMAT}")
+    if not isinstance(frame, dict):
+        raise FrameError(f"{path}: frame format ?, this tool reads format {FRAME_FORMAT}")
+    _check_format(frame.get("format"), verified, path)
+    frame.pop("crc32", None)
     stored = frame.pop("sensors")
+    if not isinstance(stored, dict):
+        raise FrameError(f"{path}: its sensors are not a map")
     wanted = stored.keys() if sensors is True else ([] if sensors is False else sensors)
+    specs = rig.array_specs() if rig is not None else {}
+    name = ""
     try:
-        frame["sensors"] = {name: decode_array(stored[name]) for name in wanted if name in stored}
+        frame["sensors"] = {}
+        for name in wanted:
+            if name in stored:
+                frame["sensors"][name] = decode_array(stored[name], specs.get(name), MAX_BLOB_BYTES)
     except (CodecError, KeyError, TypeError, ValueError, OSError) as e:
-        raise FrameError(f"{path}: a sensor does not decode ({type(e).__name__}: {e})") from None
+        raise FrameError(f"{path}: sensor {name} does not decode ({type(e).__name__}: {e})") from None
     frame["sensor_names"] = sorted(stored)
+    frame["verified"] = verified
     if blobs:
         frame["blobs"] = stored
     return frame
@@ -89,8 +150,11 @@ def read_measurements(path: str | Path) -> Measurements:
     msgpack's Unpacker takes `measurements` and skips over the rest. The file must still be one complete frame
     map of FRAME_FORMAT (truncated, extra bytes, not msgpack: FrameError), as for read_frame, so a frame the
     builder takes is one the cache reads."""
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        data = files.read_bytes(path)
+    except files.UnreadableFile as e:
+        raise FrameError(str(e)) from None
+    verified = check_seal(data, path)
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1))
     unpacker.feed(data)
     found: dict[str, Any] = {}
@@ -107,8 +171,9 @@ def read_measurements(path: str | Path) -> Measurements:
         raise FrameError(f"{path}: not a readable frame ({type(e).__name__}: {e})") from None
     if not complete:
         raise FrameError(f"{path}: not a readable frame (extra data after the frame)")
-    if found.get("format") != FRAME_FORMAT or "sensors" not in found:
-        raise FrameError(f"{path}: frame format {found.get('format', '?')}, this tool reads format {FRAME_FORMAT}")
+    _check_format(found.get("format", "?"), verified, path)
+    if "sensors" not in found:
+        raise FrameError(f"{path}: not a frame (no sensors)")
     try:
         return Measurements.from_dict(found.get("measurements"))
     except (KeyError, TypeError, ValueError) as e:
@@ -127,8 +192,8 @@ class RunMeasurements:
 
 def write_run_measurements(path: Path, town: str, measurements: list[Measurements]) -> None:
     """Write a run's measurements index atomically (not fsynced: made durable with the frames)."""
-    data = msgpack.packb({"format": FRAME_FORMAT, "town": town, "frames": len(measurements),
-                          "measurements": [m.to_dict() for m in measurements]}, use_bin_type=True)
+    data = seal({"format": FRAME_FORMAT, "town": town, "frames": len(measurements),
+                 "measurements": [m.to_dict() for m in measurements]})
     atomic.write_bytes(path, data, durable=False)
 
 
@@ -136,7 +201,7 @@ def read_run_head(path: Path) -> tuple[str, int] | None:
     """(town, number of frames) of a run's measurements index, reading only the start of the file; None without
     a usable one."""
     try:
-        with open(path, "rb") as f:
+        with files.open_regular(path) as f:
             unpacker = msgpack.Unpacker(f, raw=False)
             head: dict[str, Any] = {}
             for _ in range(unpacker.read_map_header()):
@@ -147,29 +212,40 @@ def read_run_head(path: Path) -> tuple[str, int] | None:
     except (OSError, ValueError, msgpack.UnpackException):
         return None
     town, n = head.get("town"), head.get("frames")
-    if head.get("format") != FRAME_FORMAT or not isinstance(town, str) or not isinstance(n, int):
+    if head.get("format") not in READABLE_FRAME_FORMATS or not isinstance(town, str) or not isinstance(n, int):
         return None
     return town, n
 
 
 def read_run_measurements(path: Path) -> RunMeasurements | None:
     """A run's measurements index; None when there is none or it is not one this tool reads (the caller then
-    reads the frames)."""
+    reads the frames), FrameError when its checksum does not match (or a format-2 index has none)."""
     try:
-        data = msgpack.unpackb(Path(path).read_bytes(), raw=False)
-        if not isinstance(data, dict) or data.get("format") != FRAME_FORMAT or \
+        raw = files.read_bytes(path)
+    except OSError:
+        return None
+    verified = check_seal(raw, path)
+    try:
+        data = msgpack.unpackb(raw, raw=False)
+        if not isinstance(data, dict) or data.get("format") not in READABLE_FRAME_FORMATS or \
                 len(data["measurements"]) != data["frames"]:
             return None
-        return RunMeasurements(str(data["town"]), [Measurements.from_dict(m) for m in data["measurements"]])
-    except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
+        index = RunMeasurements(str(data["town"]), [Measurements.from_dict(m) for m in data["measurements"]])
+    except (ValueError, KeyError, TypeError, msgpack.UnpackException):
         return None
+    _check_format(data["format"], verified, path)
+    return index
 
 
 def indexed_measurements(path: Path, frame_names: list[str]) -> list[Measurements] | None:
     """Every frame's measurements from a run's measurements index (`path`), when it lists exactly the run's frame
     files (`frame_names`, Layout.frame_names: 00000.msgpack ... in order); None otherwise (no index, another
-    format, a frame added or missing since): the caller then reads the frames themselves."""
-    summary = read_run_measurements(path)
+    format, a frame added or missing since, a damaged index: validate names it): the caller then reads the
+    frames themselves, each checked against its own checksum."""
+    try:
+        summary = read_run_measurements(path)
+    except FrameError:
+        return None
     if summary is None or frame_names != [FRAME_NAME.format(index=i) for i in range(len(summary.measurements))]:
         return None
     return summary.measurements

@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -57,9 +58,12 @@ from tools.dataset.errors import ToolError
 #: (obstacle), measurements `scenario`; a version-2 root reads as it is and becomes 3 when collected into.
 #: 4: LiDAR points stored in the zstd_shuffle codec (tools.dataset.codec); camera JPEGs written by libjpeg-turbo
 #: through simplejpeg. A version-3 root reads as it is (a blob names its codec) and becomes 4 when collected into.
-DATASET_FORMAT = 4
+#: 5: frames and measurements indexes end with a CRC-32 of their bytes (frame format 2, tools.dataset.frames).
+#: A version-2 to 4 root reads as it is, its frames unverifiable (validate says how many), and becomes 5 when
+#: collected into.
+DATASET_FORMAT = 5
 #: Versions this tool reads (the frames of each are a subset of the current version's).
-READABLE_FORMATS = (2, 3, 4)
+READABLE_FORMATS = (2, 3, 4, 5)
 
 MANIFEST = "manifest.json"
 CARD = "README.md"
@@ -69,6 +73,11 @@ RESULTS = "results"
 LOGS = "logs"
 BUCKETS = "buckets"
 CACHE = "cache"
+PY123D = "py123d"
+SLURM = "slurm"  # a SLURM collection's waves (tools.collect.runner.slurm)
+
+#: The folders of ROOT that tools write into (`Layout.links` refuses a symbolic link among them).
+ROOT_FOLDERS = frozenset({DATA, RESULTS, LOGS, BUCKETS, CACHE, REPORTS, PY123D, SLURM})
 
 RUN_SETTINGS = "run.json"
 RUN_MEASUREMENTS = "measurements.msgpack"
@@ -77,6 +86,9 @@ FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
 FRAME_SUFFIX = PurePosixPath(FRAME_NAME).suffix
 ATTEMPT_LOG = "attempt-{attempt:02d}.log"
+#: The log of the last attempt a full disk stopped: not an attempt log (it counts no attempt); its last line is
+#: the one line the collector repeats.
+DISK_FULL_LOG = "disk-full.log"
 RUN_LOCK = "run.lock"
 ATTEMPTS_RECORD = "attempts.json"
 EVALUATOR_CHECKPOINT = "leaderboard-{attempt:02d}.json"
@@ -97,8 +109,12 @@ _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def is_plain_name(name: str) -> bool:
     """A name that may become one folder or file name on disk: letters, digits, _ . - (no path, no "..")."""
     return bool(_NAME_OK.match(str(name))) and ".." not in str(name)
-#: What `RunKey.for_route` produces: a route run's folder name always ends in _rep<K>.
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*_rep[0-9]+$")
+#: The longest route run name (characters). A file system holds names of 255 bytes (NAME_MAX); the longest name
+#: made from a run's is a temporary file of its result, `.tmp-<run>.json.<host>~<pid>.<n>` (tools.dataset.atomic),
+#: up to 95 characters more with a 64-character host name. Longer route ids are refused before anything is written.
+RUN_NAME_MAX = 160
+#: What `RunKey.for_route` produces: a route run's folder name always ends in _rep<K>, at most RUN_NAME_MAX long.
+_RUN_NAME = re.compile(rf"^(?=.{{1,{RUN_NAME_MAX}}}$)[A-Za-z0-9][A-Za-z0-9_.-]*_rep[0-9]+$")
 _REP_SUFFIX = re.compile(r"_rep([0-9]+)$")
 
 
@@ -151,6 +167,31 @@ def check_root_writable(root: Path) -> None:
         raise ToolError(f"--root {root}: {why}; give a --root that is a writable folder or does not exist yet")
 
 
+def find_link(root: Path, path: Path) -> Path | None:
+    """The first symbolic link among the components of `path` below `root` (`root` itself may be one), None
+    when there is none; a component that does not exist ends the search."""
+    at = Path(root)
+    for part in Path(path).relative_to(root).parts:
+        at = at / part
+        try:
+            if stat.S_ISLNK(os.lstat(at).st_mode):
+                return at
+        except OSError:  # not there (yet): nothing below it can be a link
+            return None
+    return None
+
+
+def link_error(root: Path, link: Path) -> ToolError:
+    """The one line that refuses a symbolic link inside a dataset root: it names the link and where it points."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    return ToolError(f"{link} is a symbolic link (to {target}): drivekit writes and deletes only inside the dataset "
+                     f"root {root}, never through a link; replace the link with a real folder (a copy, or a bind "
+                     "mount of the other place)")
+
+
 @dataclass(frozen=True, order=True)
 class RunKey:
     """One route run: the scenario type it is filed under and its folder name."""
@@ -162,6 +203,10 @@ class RunKey:
         for part in (self.scenario, self.name):
             if not is_plain_name(part):
                 raise ValueError(f"invalid name for a dataset folder: {part!r} (use letters, digits, _ . -)")
+            if len(part) > RUN_NAME_MAX:
+                raise ValueError(f"the route run name {part[:40]}... is {len(part)} characters, more than a file "
+                                 f"system holds with drivekit's temporary names (at most {RUN_NAME_MAX}); shorten the "
+                                 "route file's name or the route id")
 
     @staticmethod
     def for_route(scenario: str, route_stem: str, route_id: str, repetition: int) -> RunKey:
@@ -237,6 +282,11 @@ class Layout:
         return self.evaluation.is_file()
 
     @property
+    def data(self) -> Path:
+        """ROOT/data: the route runs' frames."""
+        return self.root / DATA
+
+    @property
     def buckets(self) -> Path:
         return self.root / BUCKETS
 
@@ -248,7 +298,7 @@ class Layout:
     def py123d(self) -> Path:
         """ROOT/py123d: the Py123D data root `collect --py123d` writes (logs/<split>/<log>/, maps/<dataset>/;
         tools.collect.inspect.py123d_export). Read it with PY123D_DATA_ROOT=ROOT/py123d (docs/py123d.md)."""
-        return self.root / "py123d"
+        return self.root / PY123D
 
     def collection_file(self, name: str) -> Path:
         """ROOT/buckets/<name>.json: one bucket collection."""
@@ -310,6 +360,9 @@ class Layout:
 
     def attempt_log(self, key: RunKey, attempt: int) -> Path:
         return self.log_dir(key) / ATTEMPT_LOG.format(attempt=attempt)
+
+    def disk_full_log(self, key: RunKey) -> Path:
+        return self.log_dir(key) / DISK_FULL_LOG
 
     def evaluator_checkpoint(self, key: RunKey, attempt: int) -> Path:
         """A CARLA attempt's leaderboard checkpoint (--checkpoint): the evaluator writes it early, with no
@@ -378,6 +431,50 @@ class Layout:
                     if _RUN_NAME.match(name):
                         keys.add(RunKey(scen.name, name))
         return found
+
+    def links(self) -> list[Path]:
+        """The symbolic links at the levels the layout names, sorted: ROOT's folders, their scenario (and cache key)
+        folders, route run folders under data/ and logs/, and a cache's data/<Scenario>/<run> folders. A tool
+        that followed one would write or delete in another place (another root's runs): `check_no_links`."""
+        found: list[Path] = []
+
+        def entries(folder: Path, names: frozenset[str] | None = None) -> list[os.DirEntry]:
+            try:
+                with os.scandir(folder) as it:
+                    listed = [e for e in it if not e.name.startswith(TMP_PREFIX) and (names is None or e.name in names)]
+            except OSError:  # no such folder (or not one)
+                return []
+            found.extend(Path(e.path) for e in listed if e.is_symlink())
+            return [e for e in listed if not e.is_symlink() and e.is_dir()]
+
+        tops = {e.name: e for e in entries(self.root, ROOT_FOLDERS)}
+        for top, depth in ((DATA, 2), (LOGS, 2), (RESULTS, 1)):
+            if top in tops:
+                for scen in entries(Path(tops[top].path)):
+                    if depth == 2:
+                        entries(Path(scen.path))
+        if CACHE in tops:
+            for key in entries(Path(tops[CACHE].path)):
+                for sub in entries(Path(key.path)):
+                    if sub.name == DATA:
+                        for scen in entries(Path(sub.path)):
+                            entries(Path(scen.path))
+        return sorted(found)
+
+    def check_no_links(self) -> None:
+        """ToolError naming the first symbolic link `links` finds; every tool that writes or deletes in ROOT asks
+        before it starts (and `check_run_paths` before each run it writes or deletes)."""
+        found = self.links()
+        if found:
+            raise link_error(self.root, found[0])
+
+    def check_run_paths(self, key: RunKey) -> None:
+        """ToolError when a folder a route run writes or deletes (data/<S>/<run>/frames, logs/<S>/<run>,
+        results/<S>) is reached through a symbolic link (one made after the tool started, say)."""
+        for path in (self.frames_dir(key), self.log_dir(key), self.result_path(key).parent):
+            link = find_link(self.root, path)
+            if link is not None:
+                raise link_error(self.root, link)
 
     def iter_runs(self) -> Iterator[RunKey]:
         """Every route run that has anything on disk (a folder, a result or a log), sorted: the union of

@@ -45,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import DATASET_FORMAT, READABLE_FORMATS, Layout
 
@@ -194,11 +194,15 @@ def read_manifest(layout: Layout) -> dict[str, Any] | None:
     """The root's manifest, None when there is none. Raises ToolError for an unreadable or foreign one."""
     path = layout.manifest
     try:
-        text = path.read_text()
+        text = files.read_text(path)
     except FileNotFoundError:
         return None
+    except files.UnreadableFile as e:
+        raise ToolError(f"{e}") from e
     except OSError as e:
         raise ToolError(f"{path}: cannot read the manifest ({e.strerror})") from e
+    except ValueError as e:
+        raise ToolError(f"{path}: not UTF-8 text ({e}); restore it or move it aside") from e
     try:
         manifest = json.loads(text)
     except ValueError as e:

@@ -10,7 +10,9 @@ collector hands its locked file to the child it starts, then closes its own copy
 - a second collector, a rerun after a kill -9 of the collector, or a SLURM task never runs the same
   route run at the same time: it finds the lock taken and the run RUNNING, and counts no attempt;
 - there is no window between counting an attempt and the first heartbeat in which the run looks crashed.
-Heartbeats remain for what a lock cannot see: a writer on another host of a file system without locks.
+A file system without working flock is refused in one line (tools.dataset.locks). Heartbeats remain for what a
+lock cannot see (a writer on another host of a file system whose locks are only local to each node), and are
+judged by one rule that survives clocks that differ between hosts: `heartbeats_alive`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files, locks
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import RESULTS, Layout, RunKey
 
@@ -84,6 +86,15 @@ _PENALTY = {
 HEARTBEAT_STALE_S = 120.0
 #: Wall-clock seconds between a writer's heartbeats (a route run in either world, a Py123D export after one).
 HEARTBEAT_EVERY_S = 5.0
+#: Another host's heartbeat dated more than this (seconds) ahead of this host's clock is not believed: its
+#: writer's clock runs ahead, and only a change of the file says that it lives (`heartbeats_alive`). So a dead
+#: run's future-dated heartbeat keeps it "running" for at most HEARTBEAT_STALE_S + this.
+HEARTBEAT_FUTURE_S = 30.0
+#: How far apart the clocks of the hosts writing one root may be (seconds): another host's heartbeat older than
+#: HEARTBEAT_STALE_S, but by less than this more, is watched for a change before its run is called crashed.
+CLOCK_SKEW_MAX_S = 600.0
+#: How long a reader watches a heartbeat its clock cannot judge: more than two beats of a live writer.
+HEARTBEAT_WATCH_S = 2 * HEARTBEAT_EVERY_S + 1.0
 
 
 class RunState(enum.StrEnum):
@@ -176,7 +187,7 @@ def write_result(layout: Layout, key: RunKey, record: RouteRecord) -> Path:
 def read_status(path: Path) -> str | None:
     """The record status of a result file, or None when the file is unreadable or not a result."""
     try:
-        return _status(path.read_bytes())
+        return _status(files.read_bytes(path, files.MAX_JSON_BYTES))
     except OSError:
         return None
 
@@ -195,7 +206,7 @@ def publish_checkpoint(layout: Layout, key: RunKey, checkpoint: Path) -> str | N
     status, or None when there is none (nothing is published). The evaluator writes its checkpoint early,
     with no records, and in place: it never goes straight to `result_path`, whose existence ends a run."""
     try:
-        text = Path(checkpoint).read_bytes()  # read once: what is checked is what is published
+        text = files.read_bytes(checkpoint, files.MAX_JSON_BYTES)  # read once: what is checked is what is published
     except OSError:
         return None
     status = _status(text)
@@ -215,19 +226,106 @@ def write_heartbeat(layout: Layout, key: RunKey, tick: int) -> None:
     )
 
 
-def heartbeat_alive(path: Path, now: float | None = None) -> bool:
-    """A heartbeat is alive while it is fresh, and, on this host, while its process exists."""
+def _read(path: Path) -> bytes | None:
     try:
-        beat = json.loads(path.read_text())
-        age = (time.time() if now is None else now) - float(beat["time"])
-        host, pid = str(beat["host"]), int(beat["pid"])
+        return files.read_bytes(path, files.MAX_JSON_BYTES)
+    except OSError:
+        return None
+
+
+_ALIVE, _DEAD, _WATCH = "alive", "dead", "watch"
+
+
+def _judge(text: bytes | None, now: float) -> str:
+    """What one reading of a heartbeat says: alive, dead, or watch (its writer's clock cannot be trusted here)."""
+    try:
+        beat = json.loads(text or b"")
+        stamp, host, pid = float(beat["time"]), str(beat["host"]), int(beat["pid"])
+    except (ValueError, KeyError, TypeError):
+        return _DEAD
+    age = now - stamp
+    if host == socket.gethostname():  # written with this host's clock, by a process we can ask about
+        return _ALIVE if age <= HEARTBEAT_STALE_S and atomic.process_alive(pid) else _DEAD
+    if -HEARTBEAT_FUTURE_S <= age <= HEARTBEAT_STALE_S:
+        return _ALIVE
+    if age > HEARTBEAT_STALE_S + CLOCK_SKEW_MAX_S:
+        return _DEAD
+    return _WATCH  # stale by our clock but within the skew allowed, or dated in the future: watch it change
+
+
+#: Heartbeats this process saw unchanged: path -> (content, monotonic time first seen so). A long-running
+#: observer (the collector, the SLURM monitor, clean-failed's second look) need not watch one twice.
+_unchanged: dict[Path, tuple[bytes | None, float]] = {}
+
+
+def heartbeats_alive(paths: Iterable[Path]) -> dict[Path, bool]:
+    """THE liveness rule of route runs, for many heartbeats at once (progress, clean-failed, the collector and the
+    SLURM monitor all come here through run_state / run_states):
+
+    - no heartbeat, or not one: dead;
+    - this host's: alive while it is fresh and its process exists (one clock, one process table);
+    - another host's dated within [-HEARTBEAT_FUTURE_S, HEARTBEAT_STALE_S] of this host's clock: alive;
+      older than HEARTBEAT_STALE_S + CLOCK_SKEW_MAX_S: dead;
+    - else its writer's clock may differ from ours (a node 200 s behind, one ahead): the file's own change
+      decides, watched on this process's monotonic clock for HEARTBEAT_WATCH_S (once for all of them): a live
+      writer rewrites it every HEARTBEAT_EVERY_S; unchanged, it is dead.
+    """
+    now = time.time()
+    first = {Path(p): _read(Path(p)) for p in paths}
+    out = {p: _judge(text, now) == _ALIVE for p, text in first.items()}
+    clock = time.monotonic()
+    watch = {}
+    for p, text in first.items():
+        if out[p] or _judge(text, now) != _WATCH:
+            continue
+        seen, since = _unchanged.get(p, (None, None))
+        if since is None or seen != text:
+            _unchanged[p] = (text, clock)
+        elif clock - since >= HEARTBEAT_WATCH_S:
+            continue  # seen unchanged long enough before: dead
+        watch[p] = text
+    deadline = clock + HEARTBEAT_WATCH_S
+    while watch:
+        time.sleep(min(0.25, HEARTBEAT_WATCH_S))
+        for p, text in list(watch.items()):
+            if _read(p) != text:  # rewritten: its writer lives, whatever its clock says
+                out[p] = True
+                _unchanged.pop(p, None)
+                del watch[p]
+        if time.monotonic() >= deadline:
+            break
+    return out
+
+
+def heartbeat_alive(path: Path) -> bool:
+    """`heartbeats_alive` of one heartbeat."""
+    return heartbeats_alive([path])[Path(path)]
+
+
+def heartbeat_age(path: Path) -> float:
+    """Seconds since this host wrote the heartbeat `path` (by its own `time`, on this host's clock, not the file's
+    mtime, which a file server may stamp with its own); infinite when there is none."""
+    try:
+        return time.time() - float(files.read_json(path)["time"])
     except (OSError, ValueError, KeyError, TypeError):
-        return False
-    if age > HEARTBEAT_STALE_S:
-        return False
-    if host == socket.gethostname():
-        return atomic.process_alive(pid)
-    return True
+        return float("inf")
+
+
+class HeartbeatWatch:
+    """One heartbeat watched by a long-running observer (the collector's watchdog of its own child): stale once
+    the file, having changed since the watch began, stays unchanged for `stale_s` seconds of this process's
+    monotonic clock, whatever the clocks of its writer and of the file server say."""
+
+    def __init__(self, path: Path, stale_s: float = HEARTBEAT_STALE_S):
+        self.path, self.stale_s = Path(path), stale_s
+        self.seen, self.since, self.changed = _read(self.path), time.monotonic(), False
+
+    def stale(self) -> bool:
+        text = _read(self.path)
+        if text != self.seen:
+            self.seen, self.since, self.changed = text, time.monotonic(), True
+            return False
+        return self.changed and time.monotonic() - self.since > self.stale_s
 
 
 def run_state(layout: Layout, key: RunKey) -> RunState:
@@ -256,17 +354,21 @@ def read_results(layout: Layout, keys: Iterable[RunKey] | None = None
         keys = sorted(set().union(*scan.values()), key=lambda k: (k.scenario, k.name))
     with_result = scan[RESULTS]
     out: dict[RunKey, tuple[RunState, bytes | None]] = {}
+    rest = []
     for key in keys:
         if key in with_result:
             try:
-                text = layout.result_path(key).read_bytes()
-            except OSError:  # gone since the listing, a folder, unreadable: run_state says what it is
+                text = files.read_bytes(layout.result_path(key), files.MAX_JSON_BYTES)
+            except OSError:  # gone since the listing, a folder, a FIFO, unreadable: run_state says what it is
                 text = None
             if text is not None:
                 out[key] = (_result_state(layout, _status(text)), text)
                 continue
-        out[key] = (_state(layout, key, holder=False), None)
-    return out
+        rest.append(key)
+    beats = heartbeats_alive(layout.heartbeat(key) for key in rest)  # one watch for all that need one
+    for key in rest:
+        out[key] = (_state(layout, key, holder=False, beats=beats), None)
+    return {key: out[key] for key in keys}
 
 
 def held_run_state(layout: Layout, key: RunKey) -> RunState:
@@ -275,15 +377,21 @@ def held_run_state(layout: Layout, key: RunKey) -> RunState:
     return _state(layout, key, holder=True)
 
 
-def _state(layout: Layout, key: RunKey, holder: bool) -> RunState:
-    """run_state; `holder`: asked by the process holding the run's lock, which does not count itself."""
+def _state(layout: Layout, key: RunKey, holder: bool, beats: dict[Path, bool] | None = None) -> RunState:
+    """run_state; `holder`: asked by the process holding the run's lock, which does not count itself; `beats`:
+    heartbeats_alive of the run's heartbeat, when already asked."""
     result = layout.result_path(key)
     if result.exists():
         return _result_state(layout, read_status(result))
+    beat = layout.heartbeat(key)
+
+    def alive() -> bool:
+        return beats[beat] if beats is not None and beat in beats else heartbeat_alive(beat)
+
     if holder:
-        if heartbeat_alive(layout.heartbeat(key)) and not _own_heartbeat(layout, key):
+        if not _own_heartbeat(layout, key) and alive():
             return RunState.RUNNING
-    elif lock_held(layout, key) or heartbeat_alive(layout.heartbeat(key)):
+    elif lock_held(layout, key) or alive():
         return RunState.RUNNING
     if layout.run_dir(key).exists() or layout.attempt_logs(key):
         return RunState.CRASHED
@@ -447,15 +555,16 @@ def _lock(path: Path) -> int | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            taken = locks.try_lock(fd, path)  # a file system without locks: ToolError, nothing claimed
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
             os.close(fd)
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.02)
             continue
-        except OSError:  # no locks on this file system: heartbeats and O_EXCL attempt logs still guard
-            return fd
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -469,7 +578,9 @@ def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo
               ) -> RunClaim | RunState:
     """Take the run's lock, then count the next attempt. Returns the claim, or, without counting anything,
     the state that stops it: RUNNING (locked by another process), FINISHED or DAMAGED (unless `redo`, a
-    user's explicit --force), or FAILED when `max_attempts` attempts were made already."""
+    user's explicit --force), or FAILED when `max_attempts` attempts were made already. ToolError when a folder
+    of the run is reached through a symbolic link (Layout.check_run_paths): nothing is written through one."""
+    layout.check_run_paths(key)
     fd = _lock(layout.run_lock(key))
     if fd is None:
         return RunState.RUNNING
@@ -496,7 +607,9 @@ def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo
 
 @contextlib.contextmanager
 def exclusive(layout: Layout, key: RunKey) -> Iterator[bool]:
-    """Hold the run's lock for a moment (to delete it, say): yields False when a process runs it now."""
+    """Hold the run's lock for a moment (to delete it, say): yields False when a process runs it now. ToolError
+    when a folder of the run is reached through a symbolic link."""
+    layout.check_run_paths(key)
     fd = _lock(layout.run_lock(key))
     try:
         yield fd is not None
@@ -507,7 +620,7 @@ def exclusive(layout: Layout, key: RunKey) -> Iterator[bool]:
 
 def _own_heartbeat(layout: Layout, key: RunKey) -> bool:
     try:
-        beat = json.loads(layout.heartbeat(key).read_text())
+        beat = files.read_json(layout.heartbeat(key))
         return beat.get("host") == socket.gethostname() and int(beat.get("pid")) == os.getpid()
     except (OSError, ValueError, TypeError):
         return False
@@ -530,6 +643,8 @@ def inherited_claim(layout: Layout, key: RunKey, attempt: int) -> RunClaim:
 
 
 def discard_run(layout: Layout, key: RunKey) -> None:
-    """Remove a run's data and result (result first, so the run never looks finished meanwhile)."""
+    """Remove a run's data and result (result first, so the run never looks finished meanwhile); never through a
+    symbolic link (Layout.check_run_paths)."""
+    layout.check_run_paths(key)
     layout.result_path(key).unlink(missing_ok=True)
     atomic.remove_tree(layout.run_dir(key))

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from tools.dataset.codec import Spec
+
 #: Names of the recorded sensors (the templates take the camera's name).
 RGB = "rgb_{camera}"
 SEMANTICS = "semantics_{camera}"
@@ -233,6 +235,25 @@ class RigConfig:
         for template in (LIDAR, LIDAR_LABELS, BEV):
             names[template] = CODEC[template]
         return names
+
+    def max_lidar_points(self) -> int:
+        """The most points a frame's LiDAR holds: one return per ray of a turn (channels x azimuth_steps), twice
+        that for CARLA's sweep, which may straddle two turns."""
+        return 2 * self.lidar.channels * self.lidar.azimuth_steps
+
+    def array_specs(self) -> dict[str, Spec]:
+        """The dtype and shape of each recorded sensor (a LiDAR's point count free up to max_lidar_points): what
+        validate checks and what bounds every decode of a frame's blobs before it allocates."""
+        out: dict[str, Spec] = {}
+        for cam in self.cameras:
+            out[RGB.format(camera=cam.name)] = Spec("uint8", (cam.height, cam.width, 3))
+            out[SEMANTICS.format(camera=cam.name)] = Spec("uint8", (cam.height, cam.width))
+            out[DEPTH.format(camera=cam.name)] = Spec("uint16", (cam.height, cam.width))
+        points = self.max_lidar_points()
+        out[LIDAR] = Spec("float32", (-1, 4), points)
+        out[LIDAR_LABELS] = Spec("uint32", (-1, 2), points)
+        out[BEV] = Spec("uint8", (self.bev.pixels, self.bev.pixels))
+        return out
 
     def camera(self, name: str) -> CameraConfig:
         """The camera called `name`; ValueError naming the cameras there are."""

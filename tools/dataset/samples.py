@@ -34,14 +34,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tools.dataset import semantics as S
+from tools.dataset.codec import Spec
 from tools.dataset.geometry import BevGrid
 
 #: Bump when the content or encoding of a cached sample changes: a new cache folder follows.
-CACHE_FORMAT = 1
+#: 2: a record names the recorded attempt of its run it was made from (`run`, tools.dataset.cache).
+CACHE_FORMAT = 2
+#: The most box rows a sample holds (actors within the recorder's 60 m: dense traffic is a few hundred).
+MAX_BOXES = 4096
 
 #: The classes the model's camera semantics head predicts.
 TRAIN_CLASSES = ("other", "road", "roadline", "sidewalk", "building", "pole_sign_light", "vehicle", "vegetation",
@@ -101,6 +108,28 @@ class CacheSettings:
     def grid(self) -> BevGrid:
         """The grid of `lidar_bev` and `bev`: bev_pixels cells of bev_range / bev_pixels metres, bev_ahead ahead."""
         return BevGrid(self.bev_pixels, self.bev_range / self.bev_pixels, self.bev_ahead)
+
+    def sample_specs(self) -> dict[str, Spec]:
+        """The dtype and shape of every key of a sample (the table above): what a record may declare, checked
+        before its arrays are decoded."""
+        h, w, g = self.image_height, self.image_width, self.bev_pixels
+        scalar = {"command": "int64", "speed": "float32", "target_speed": "float32", "light_hazard": "bool",
+                  "vehicle_hazard": "bool"}
+        return {"rgb": Spec("uint8", (h, w, 3)), "semantics": Spec("uint8", (h, w)), "depth": Spec("float16", (h, w)),
+                "lidar_bev": Spec("uint8", (2, g, g)), "bev": Spec("uint8", (g, g)),
+                "waypoints": Spec("float32", (self.horizon, 2)), "waypoints_valid": Spec("bool", (self.horizon,)),
+                "route": Spec("float32", (self.route_points, 2)), "target_point": Spec("float32", (2,)),
+                **{name: Spec(dtype, ()) for name, dtype in scalar.items()},
+                "boxes": Spec("float32", (-1, 8), MAX_BOXES)}
+
+    def max_sample_bytes(self) -> int:
+        """An upper bound of a sample's packed size: twice its arrays as raw bytes (a JPEG of noise may outgrow
+        its pixels), and room for the blobs' maps."""
+        total = 0
+        for spec in self.sample_specs().values():
+            rows = [spec.max_rows if n == -1 else n for n in spec.shape]
+            total += 2 * math.prod(rows) * np.dtype(spec.dtype).itemsize + 256
+        return total
 
     def key(self) -> str:
         """The cache folder's name: a hash of these settings and the cache format version."""

@@ -30,7 +30,6 @@ mean +- t(0.975, n-1) * s / sqrt(n), over the n planned runs (routes x seeds) an
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import planned_runs, read_manifest
@@ -250,7 +249,7 @@ def finite_number(value: Any) -> float:
 
 def _read_record(path: Path) -> dict[str, Any] | None:
     try:
-        record = json.loads(path.read_text())["_checkpoint"]["records"][0]
+        record = files.read_json(path)["_checkpoint"]["records"][0]
         return record if isinstance(record, dict) else None
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None

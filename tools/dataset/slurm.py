@@ -1,11 +1,16 @@
 """The SLURM commands every tool that submits jobs calls (collection's monitor, bin/pipeline): one place that
 runs them (argument lists, never a shell, with a time limit), counts them, and turns their failures into
 one line. What a tool asks of the scheduler beyond that stays with the tool.
+
+A scheduler that does not answer (slurmctld or slurmdbd stopped, restarting, overloaded) is not an answer
+about any job: `query` and a failed command that could not reach the daemon raise SchedulerUnavailable,
+which a caller reads as "unknown, ask again later", never as "the job ended".
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +23,25 @@ LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
                   "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"})
 #: How long a SLURM command may take before the tool says the controller does not answer.
 TIMEOUT_S = 120.0
+#: What a SLURM command says when it could not reach slurmctld or slurmdbd (no answer about any job).
+UNREACHABLE = re.compile(r"unable to contact|connect(ion)? (failure|refused)|socket timed out|timed out|"
+                         r"problem talking to the database|transport endpoint|temporarily unable", re.I)
+
+
+class SchedulerUnavailable(ToolError):
+    """The scheduler did not answer: the state of every job is unknown, not ended. Ask again later."""
+
+
+#: What squeue and scontrol show job answer when they know none of the job ids asked for (ended long ago): an
+#: answer, not a failure.
+INVALID_JOB = ("Invalid job id specified",)
+#: sacct's answer on a cluster without accounting (slurm-wlm 22.05: "Slurm accounting storage is disabled").
+DISABLED = ("accounting storage is disabled",)
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+    return lines[-1] if lines else f"exit status {proc.returncode}"
 
 
 class SlurmCommands:
@@ -38,12 +62,32 @@ class SlurmCommands:
             raise ToolError(f"--slurm: {args[0]} not found on PATH; run on a SLURM login node, or {self.without}"
                             ) from None
         except subprocess.TimeoutExpired:
-            raise ToolError(f"{args[0]} did not answer in {TIMEOUT_S:.0f} s; is slurmctld up? (scontrol ping)"
-                            ) from None
+            raise SchedulerUnavailable(f"{args[0]} did not answer in {TIMEOUT_S:.0f} s; is slurmctld up? "
+                                       "(scontrol ping)") from None
         if check and proc.returncode != 0:
-            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise ToolError(f"{shlex.join(args[:3])} ...: {why[-1] if why else f'exit status {proc.returncode}'}")
+            error = SchedulerUnavailable if self._unreachable(proc) else ToolError
+            raise error(f"{shlex.join(args[:3])} ...: {_why(proc)}")
         return proc
+
+    def query(self, *args: str, benign: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """A command that only asks (squeue, sacct, scontrol show): any failure but the answers in `benign`
+        (e.g. squeue's "Invalid job id specified" when it knows none of the jobs asked for) means the
+        scheduler did not answer: SchedulerUnavailable, never an empty answer."""
+        proc = self.run(*args, check=False)
+        if proc.returncode != 0 and not any(b in proc.stderr + proc.stdout for b in benign):
+            raise SchedulerUnavailable(f"{shlex.join(args[:3])} ...: {_why(proc)}; is slurmctld up? (scontrol ping)")
+        return proc
+
+    def _unreachable(self, proc: subprocess.CompletedProcess) -> bool:
+        """Whether a failed command failed because the scheduler did not answer (its message says so, or
+        `scontrol ping` does not find slurmctld up), rather than refusing what it was asked."""
+        if UNREACHABLE.search(proc.stderr + proc.stdout):
+            return True
+        try:
+            ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=self.env, timeout=TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            return True
+        return "is UP" not in ping.stdout
 
     def require(self) -> None:
         """sbatch on PATH, else one line saying what to do instead."""
@@ -51,18 +95,18 @@ class SlurmCommands:
             raise ToolError(f"--slurm: sbatch not found on PATH; run on a SLURM login node, or {self.without}")
 
     def check_partition(self, partition: str) -> None:
-        names = sorted({p.rstrip("*") for p in self.run("sinfo", "-h", "-o", "%P", check=False).stdout.split()})
+        names = sorted({p.rstrip("*") for p in self.query("sinfo", "-h", "-o", "%P").stdout.split()})
         if partition not in names:
             raise ToolError(f"--partition {partition}: no such partition on this cluster (partitions: "
                             f"{', '.join(names) or 'none'})")
 
     @property
     def accounting(self) -> bool:
-        """Whether sacct answers; a cluster without accounting says "accounting storage is disabled"."""
+        """Whether sacct answers; a cluster without accounting says "accounting storage is disabled". A sacct
+        that fails otherwise (slurmdbd down) decides nothing: SchedulerUnavailable, asked again next time."""
         if self._accounting is None:
-            proc = self.run("sacct", "-n", "-X", "-j", "1", "-o", "JobID", check=False)
-            text = (proc.stdout + proc.stderr).lower()
-            self._accounting = proc.returncode == 0 and "accounting storage is disabled" not in text
+            proc = self.query("sacct", "-n", "-X", "-j", "1", "-o", "JobID", benign=DISABLED)
+            self._accounting = not any(d in proc.stdout + proc.stderr for d in DISABLED)
         return self._accounting
 
     def submit(self, argv: list[str]) -> str:

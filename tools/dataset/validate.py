@@ -20,7 +20,6 @@ Every threshold is a constant below; docs/quality.md explains each check.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +27,19 @@ from typing import Any
 
 import numpy as np
 
-from tools.dataset import semantics
-from tools.dataset.frames import FRAME_FORMAT, FrameError, read_boxes, read_frame, read_run_measurements
+from tools.dataset import files, semantics
+from tools.dataset.frames import (
+    FRAME_FORMAT,
+    READABLE_FRAME_FORMATS,
+    FrameError,
+    read_boxes,
+    read_frame,
+    read_run_measurements,
+)
 from tools.dataset.geometry import BevGrid, Pose, camera_intrinsics, ego_to_camera, project, world_to_ego
 from tools.dataset.layout import FRAME_NAME, Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
-from tools.dataset.rig import BEV, DEPTH, LIDAR, LIDAR_LABELS, RGB, SEMANTICS, RigConfig, run_rate, run_rig
+from tools.dataset.rig import BEV, DEPTH, LIDAR, LIDAR_LABELS, SEMANTICS, RigConfig, run_rate, run_rig
 
 #: A label may lie this far outside its box (metres): LiDAR points and depth pixels sit on the surface, and a
 #: CARLA mesh may reach a little beyond its bounding box.
@@ -61,23 +67,6 @@ RESULT_LENGTH_SLACK = 0.05
 
 #: Keys of a frame file (tools.dataset.frames.pack_frame); read_frame adds `sensor_names`.
 FRAME_KEYS = ("format", "index", "measurements", "boxes", "sensors")
-
-
-def expected_arrays(rig: RigConfig) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    """Each recorded sensor's dtype and shape ((N, k) arrays: the shape's None entry is free)."""
-    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
-    for cam in rig.cameras:
-        out[RGB.format(camera=cam.name)] = ("uint8", (cam.height, cam.width, 3))
-        out[SEMANTICS.format(camera=cam.name)] = ("uint8", (cam.height, cam.width))
-        out[DEPTH.format(camera=cam.name)] = ("uint16", (cam.height, cam.width))
-    out[LIDAR] = ("float32", (-1, 4))
-    out[LIDAR_LABELS] = ("uint32", (-1, 2))
-    out[BEV] = ("uint8", (rig.bev.pixels, rig.bev.pixels))
-    return out
-
-
-def _shape_ok(shape: tuple[int, ...], want: tuple[int, ...]) -> bool:
-    return len(shape) == len(want) and all(w == -1 or s == w for s, w in zip(shape, want, strict=True))
 
 
 # ----------------------------------------------------------------------------- schema
@@ -141,7 +130,7 @@ def check_schema(frame: dict) -> list[str]:
     if missing:
         return [f"frame has no {', '.join(missing)}"]
     problems = []
-    if frame["format"] != FRAME_FORMAT:
+    if frame["format"] not in READABLE_FRAME_FORMATS:
         problems.append(f"frame format {frame['format']}, this tool reads format {FRAME_FORMAT}")
     m = frame["measurements"]
     try:
@@ -201,12 +190,12 @@ def check_frame(frame: dict, rig: RigConfig, grid: BevGrid) -> list[str]:
     if problems:
         return problems
     sensors = frame["sensors"]
-    for name, (dtype, shape) in expected_arrays(rig).items():
+    for name, spec in rig.array_specs().items():
         a = sensors.get(name)
         if a is None:
             problems.append(f"sensor {name} missing")
-        elif a.dtype != dtype or not _shape_ok(a.shape, shape):  # (a dtype equals its name; str() is slower)
-            problems.append(f"sensor {name} is {a.dtype} {a.shape}, expected {dtype} {shape}")
+        elif not spec.allows(a.dtype.name, a.shape):
+            problems.append(f"sensor {name} is {a.dtype} {a.shape}, expected {spec}")
     if problems:
         return problems
     boxes = {b.id: b for b in read_boxes(frame)}
@@ -351,18 +340,19 @@ class RunCheck:
     measurements: list[Measurements] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # run.json
     frames: int = 0  # frame files of the run
+    unverified: int = 0  # frames that carry no checksum (frame format 1, recorded before dataset format 5)
 
 
 def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
     """Read every frame of a run and check it, its measurements index and its result file (when it has one)."""
     out = RunCheck()
     try:
-        out.run = json.loads(layout.run_settings(key).read_text())
+        out.run = files.read_json(layout.run_settings(key))
         rig, rate = run_rig(out.run), run_rate(out.run)
     except (OSError, ValueError, AttributeError) as e:
         out.problems.append(f"{layout.run_settings(key).name}: unreadable run.json or rig ({e})")
         return out
-    if out.run.get("format", FRAME_FORMAT) != FRAME_FORMAT:
+    if out.run.get("format", FRAME_FORMAT) not in READABLE_FRAME_FORMATS:
         out.problems.append(f"run.json: frame format {out.run.get('format')}, this tool reads format {FRAME_FORMAT}")
     grid = BevGrid.of_rig(rig.bev)
     problems = out.problems
@@ -375,11 +365,12 @@ def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
             problems.append(f"{where}: expected {FRAME_NAME.format(index=i)} (frame indices must be 0, 1, 2, ...)")
             break
         try:
-            frame = read_frame(path)
+            frame = read_frame(path, rig=rig)  # its checksum, and every blob bounded by the rig's shapes
         except FrameError as e:
             problems.append(f"{where}: {str(e).removeprefix(f'{path}: ')}")
             last_tick = None  # (the next frame's tick cannot be compared)
             continue
+        out.unverified += not frame["verified"]
         found = check_frame(frame, rig, grid)
         problems += [f"{where}: {p}" for p in found]
         try:
@@ -402,7 +393,7 @@ def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
     result_path = layout.result_path(key)
     if result_path.exists():
         try:
-            result = json.loads(result_path.read_text())
+            result = files.read_json(result_path)
         except (OSError, ValueError) as e:
             problems.append(f"result: unreadable {result_path.name} ({e})")
         else:
@@ -418,7 +409,10 @@ def _index_problems(layout: Layout, key: RunKey, found: RunCheck) -> list[str]:
     path = layout.run_measurements(key)
     if not path.exists():
         return []
-    index = read_run_measurements(path)
+    try:
+        index = read_run_measurements(path)
+    except FrameError as e:
+        return [f"{path.name}: {str(e).removeprefix(f'{path}: ')}"]
     if index is None:
         return [f"{path.name}: unreadable, or of another format"]
     if len(index.measurements) != found.frames:

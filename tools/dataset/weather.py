@@ -26,6 +26,36 @@ WEATHER_CLASSES: dict[str, Any] = {
 
 DEFAULT = "Default"
 
+#: The ranges of CARLA's WeatherParameters (its Python API reference) and of the leaderboard's route_percentage:
+#: a route file's <weather> value outside them is refused (`weather_problem`), never recorded as it is. The sun's
+#: azimuth is an angle (leaderboard route files use -1); distances and scattering have no upper bound.
+WEATHER_RANGES: dict[str, tuple[float, float]] = {
+    "route_percentage": (0.0, 100.0),
+    "cloudiness": (0.0, 100.0),
+    "precipitation": (0.0, 100.0),
+    "precipitation_deposits": (0.0, 100.0),
+    "wind_intensity": (0.0, 100.0),
+    "sun_azimuth_angle": (-360.0, 360.0),
+    "sun_altitude_angle": (-90.0, 90.0),
+    "fog_density": (0.0, 100.0),
+    "fog_distance": (0.0, math.inf),
+    "fog_falloff": (0.0, math.inf),
+    "wetness": (0.0, 100.0),
+    "scattering_intensity": (0.0, math.inf),
+    "mie_scattering_scale": (0.0, math.inf),
+    "rayleigh_scattering_scale": (0.0, math.inf),
+    "dust_storm": (0.0, 100.0),
+}
+
+
+def weather_problem(weather: Mapping[str, float]) -> str | None:
+    """What is out of range in a weather's values ("fog_density=250 is outside 0 to 100"), None when nothing."""
+    for key, value in weather.items():
+        low, high = WEATHER_RANGES.get(key, (-math.inf, math.inf))
+        if not low <= value <= high:
+            return f"{key}={value:g} is outside {low:g} to {high:g}"
+    return None
+
 
 def _value(weather: Mapping[str, Any], key: str, missing: float) -> float:
     try:

@@ -72,8 +72,9 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/config.py).
     """
     from tools.collect.config import CollectSettings
+    from tools.collect.routes import find_route_files
     from tools.collect.runner.collection import collect_routes
-    from tools.collect.runner.jobs import find_route_files, plan
+    from tools.collect.runner.jobs import plan
     from tools.collect.runner.slurm import Scheduler, options_from_flags
     from tools.dataset import atomic
     from tools.dataset.layout import Layout, check_root_writable, resolve_root

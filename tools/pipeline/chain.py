@@ -34,7 +34,7 @@ from tools.dataset.errors import ToolError
 from tools.dataset.layout import resolve_root
 from tools.dataset.manifest import now_iso
 from tools.dataset.presets import check_preset
-from tools.dataset.slurm import LIVE, SlurmCommands
+from tools.dataset.slurm import INVALID_JOB, LIVE, SlurmCommands
 
 PROG = "pipeline"
 REPO = Path(__file__).resolve().parents[2]
@@ -271,7 +271,7 @@ class Scheduler(SlurmCommands):
     def scontrol_states(self, job: str) -> dict[str, str]:
         """task ("" when not an array) -> state, of what slurmctld still remembers of `job`; a pending job
         whose dependency failed is NEVER."""
-        proc = self.run("scontrol", "-o", "show", "job", job, check=False)
+        proc = self.query("scontrol", "-o", "show", "job", job, benign=INVALID_JOB)  # an outage: SchedulerUnavailable
         states: dict[str, str] = {}
         for line in proc.stdout.splitlines():
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
@@ -287,7 +287,7 @@ class Scheduler(SlurmCommands):
     def sacct_states(self, job: str) -> dict[str, str]:
         if not self.accounting:
             return {}
-        out = self.run("sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State", check=False).stdout
+        out = self.query("sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State").stdout
         states: dict[str, str] = {}
         for line in out.splitlines():
             jid, _, state = line.partition("|")
@@ -298,7 +298,7 @@ class Scheduler(SlurmCommands):
         return states
 
     def live_job_named(self, name: str) -> str | None:
-        out = self.run("squeue", "-h", f"--name={name}", "-o", "%F", check=False).stdout.split()
+        out = self.query("squeue", "-h", f"--name={name}", "-o", "%F").stdout.split()
         return out[0] if out else None
 
 

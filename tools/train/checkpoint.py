@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tools.dataset import atomic
+from tools.dataset import atomic, locks
 from tools.dataset.errors import ToolError
 
 CHECKPOINTS = "checkpoints"
@@ -39,6 +39,26 @@ STEP_DIR = "step-{step:08d}"
 MARKER = "COMPLETE"
 _STEP_RE = re.compile(r"^step-(\d{8})$")
 PARTS = ("model.pt", "optimizer.pt", "state.pt", "config.json")
+
+
+#: LOGDIR/train.lock: locked (flock) by the training process that writes the run folder (rank 0), for its life.
+RUN_LOCK = "train.lock"
+_held: dict[Path, int] = {}  # run folders this process holds the lock of
+
+
+def lock_run_folder(logdir: Path) -> None:
+    """Hold LOGDIR's lock until this process ends: ToolError when another training holds it (two trainings in one
+    run folder would write over each other's step folders) or when the file system has no locks. A folder that
+    does not exist yet is not created here (a refused run leaves nothing): `loop.open_run_folder` locks it when it
+    creates it, before its first write."""
+    logdir = Path(logdir)
+    if logdir in _held or not logdir.is_dir():
+        return
+    fd = locks.hold(logdir / RUN_LOCK)
+    if fd is None:
+        raise ToolError(f"logdir {logdir}: another training runs in it (its lock {logdir / RUN_LOCK} is held); wait "
+                        "for it to end, or give another logdir=")
+    _held[logdir] = fd
 
 
 class CheckpointError(ToolError):
@@ -133,11 +153,47 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class _Keeping:
+    """The file torch.save writes through, keeping the OSError of a failed write: torch turns it into a
+    RuntimeError without its errno ("unexpected pos"), and a full disk must stay an ENOSPC."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def _save(obj: Any, path: Path) -> None:
     with open(path, "wb") as f:
-        torch.save(obj, f)
+        out = _Keeping(f)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
         f.flush()
         os.fsync(f.fileno())
+
+
+def tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor in nested dicts, lists and tuples: about what torch.save writes of them."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def save(logdir: Path, step: int, model: dict, optimizer: dict, state: dict[str, Any], config: dict[str, Any],
@@ -170,7 +226,10 @@ def purge(logdir: Path, keep: int) -> list[Path]:
     folder = Path(logdir) / CHECKPOINTS
     removed = complete_checkpoints(folder)[:-keep]
     for path in removed:
-        atomic.remove_tree(path)
+        try:
+            atomic.remove_tree(path)
+        except FileNotFoundError:  # removed meanwhile (by hand): nothing left to do
+            pass
     for path in folder.iterdir():
         if atomic.is_temporary(path) and not path.name.endswith(f"-{os.getpid()}"):
             shutil.rmtree(path, ignore_errors=True)  # a writer that died mid-save (only rank 0 saves)

@@ -30,8 +30,11 @@ from tools.dataset.cache import (
     decode_record,
     read_cache_settings,
     read_record_bytes,
+    read_run_fingerprint,
     rebuild_record,
     record_path,
+    record_run,
+    run_key,
 )
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
@@ -65,21 +68,47 @@ def find_cache(layout: Layout) -> tuple[Path, CacheSettings]:
                     f"({default.name}): rebuild the default one with bin/build-cache --root {layout.root}")
 
 
-def check_cache_complete(cache_root: Path, layout: Layout, items: Sequence[Item]) -> None:
-    """Every record the collection names exists; else one line saying how many are missing and the fix."""
+def run_fingerprints(layout: Layout, items: Sequence[Item]) -> dict[str, str]:
+    """The recorded attempt (tools.dataset.cache.run_fingerprint) of every run `items` name: what their records
+    must have been made from. ToolError naming a run whose run.json cannot be read."""
+    out = {}
+    for run in sorted({run for run, _ in items}):
+        try:
+            out[run] = read_run_fingerprint(layout, run_key(run))
+        except OSError as e:
+            raise ToolError(f"{layout.root / run}: cannot read its run.json ({e}); collect the run again "
+                            "(bin/collect) or rebuild the buckets without it (bin/build-buckets --force)") from None
+    return out
+
+
+def check_cache_complete(cache_root: Path, layout: Layout, items: Sequence[Item],
+                         fingerprints: dict[str, str]) -> None:
+    """Every record the collection names exists, and the first record of each run was made from the run's
+    recorded attempt on disk now; else one line saying how many are missing or stale, and the fix."""
     missing = sum(1 for run, index in items if not record_path(cache_root, run, index).is_file())
     if missing:
         raise ToolError(f"cache {cache_root} lacks {missing} of {len(items)} samples: run bin/build-cache "
                         f"--root {layout.root}")
+    first: dict[str, int] = {}
+    for run, index in items:
+        first[run] = min(index, first.get(run, index))
+    stale = [run for run, index in sorted(first.items())
+             if record_run(record_path(cache_root, run, index)) != fingerprints.get(run)]
+    if stale:
+        raise ToolError(f"cache {cache_root} holds records of {len(stale)} route runs made from an earlier recording "
+                        f"of the run (recorded again since; {stale[0]} ...): run bin/build-cache --root "
+                        f"{layout.root}, which rebuilds them")
 
 
 class RecordDataset(Dataset):
     """Samples of a fixed list of (run, index), read from the cache records (through a session cache)."""
 
     def __init__(self, items: Sequence[Item], root: Path, cache_root: Path, settings: CacheSettings,
-                 session: SessionCache | None = None):
+                 session: SessionCache | None = None, fingerprints: dict[str, str] | None = None):
         self.items = list(items)
         self.root, self.cache_root, self.settings, self.session = root, cache_root, settings, session
+        #: run -> the recorded attempt its records must come from (a stale record is rebuilt like a damaged one)
+        self.fingerprints = fingerprints or {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -98,14 +127,15 @@ class RecordDataset(Dataset):
         """(sample or None, records rebuilt). A bad record is reported, rebuilt and read once more."""
         run, index = item
         path = record_path(self.cache_root, run, index)
-        try:
-            return decode_record(self._bytes(path), path), 0
+        fingerprint = self.fingerprints.get(run)
+        try:  # bounded by the cache's sample shapes; a record of an earlier recording of its run is stale
+            return decode_record(self._bytes(path), path, self.settings, fingerprint), 0
         except CacheRecordError as e:
             warn(f"{e}; rebuilding it")
         try:
             rebuild_record(self.root, self.settings, run, index)
             data = read_record_bytes(path)
-            sample = decode_record(data, path)
+            sample = decode_record(data, path, self.settings, fingerprint)
         except CacheRecordError as e:
             warn(f"{e}; the sample is replaced by another one")
             return None, 1

@@ -41,10 +41,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tools.dataset import atomic
+from tools.dataset import atomic, files
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
 from tools.dataset.cache import SessionCache, read_frame_dt
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, space_for
 from tools.dataset.layout import Layout, run_key
 from tools.dataset.rig import RigConfig, run_rig
 from tools.dataset.samples import CacheSettings
@@ -119,7 +119,7 @@ def bucket_record(layout: Layout, collection: Collection) -> dict[str, Any]:
     ToolError when the file on disk is no longer the one loaded (another process rebuilt it meanwhile)."""
     path = collection_path(layout, collection.name)
     try:
-        raw = path.read_bytes()
+        raw = files.read_bytes(path, files.MAX_JSON_BYTES)
         on_disk = json.loads(raw)["built_from"]["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         on_disk = None
@@ -143,7 +143,7 @@ def trained_on(layout: Layout, cache_root: Path, settings: CacheSettings, collec
     for rel in sorted({run for run, _ in frames}):
         path = layout.run_settings(run_key(rel))
         try:
-            run = json.loads(path.read_text())
+            run = files.read_json(path)
             rigs[run_rig(run)] += 1
         except (OSError, ValueError, TypeError, AttributeError) as e:
             raise ToolError(f"{path}: cannot read the run's rig ({e}); repair the run.json, or collect the run "
@@ -176,6 +176,12 @@ def data_text(recorded: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- init or resume
 
 
+#: Keys a resume must keep: the checkpoint's optimizer state holds the first two (a new value would be recorded in
+#: config.json and silently not used), the position in the epoch's sample order the last two. Others (max_steps,
+#: the loss weights, grad_clip, the schedule of side work) take effect when changed, and config.json says so.
+RESUME_FIXED = ("lr", "weight_decay", "seed", "collection")
+
+
 def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | None, dict | None]:
     """Where the weights come from: (cfg, ckpt, start). `ckpt`: LOGDIR's newest complete checkpoint, to resume
     (checkpoint.load); else for posttrain `start`: the pre-training checkpoint (checkpoint.load_model_only); else
@@ -187,6 +193,14 @@ def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | 
         if ckpt["config"].get("phase") != cfg.phase:
             raise ToolError(f"logdir {logdir} holds {ckpt['config'].get('phase')} checkpoints, not {cfg.phase}: "
                             "give another logdir=")
+        changed = [f"{k}={getattr(cfg, k)!r}" for k in RESUME_FIXED if k in ckpt["config"]
+                   and ckpt["config"][k] != getattr(cfg, k)]
+        if changed:
+            was = ", ".join(f"{k}={ckpt['config'][k]!r}" for k in RESUME_FIXED if ckpt["config"].get(k, getattr(
+                cfg, k)) != getattr(cfg, k))
+            raise ToolError(f"{', '.join(changed)}: logdir {logdir} resumes a run trained with {was} ({resume.name}), "
+                            "which a resume cannot change (the optimizer state and the sample order hold them); give "
+                            f"{was}, or a new logdir= to start over")
         if ckpt["config"].get("model") != cfg.model:
             data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
             cfg = dataclasses.replace(cfg, model=ckpt["config"]["model"])
@@ -211,10 +225,12 @@ class Source:
     val_frames: list[data.Item]
     recorded: dict[str, Any]
     session: SessionCache | None
+    fingerprints: dict[str, str]  # run -> its recorded attempt (data.run_fingerprints)
 
     def dataset(self, items: list[data.Item]) -> data.RecordDataset:
         """The cache records of `items`: training batches, validation, the picture."""
-        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session)
+        return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session,
+                                  self.fingerprints)
 
 
 def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, start: dict[str, Any] | None) -> Source:
@@ -228,8 +244,10 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
     collection = load_collection(layout, cfg.collection, horizon=settings.horizon, splits=TRAINING_SPLITS)
     val_frames = data.val_items(collection.frames("val"), cfg.val_samples)
     recorded = {}
+    items = collection.frames("train") + collection.frames("val")
+    fingerprints = data.run_fingerprints(layout, items)
     if rt.main:
-        data.check_cache_complete(cache_root, layout, collection.frames("train") + collection.frames("val"))
+        data.check_cache_complete(cache_root, layout, items, fingerprints)
         recorded = trained_on(layout, cache_root, settings, collection)
         before = start["config"] if start is not None else (ckpt["config"] if ckpt is not None else {})
         if start is not None:  # post-training from a pre-training checkpoint: name what that one read too
@@ -243,7 +261,7 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
         # "auto": SessionCache picks $SLURM_TMPDIR, else $TMPDIR (node-local disk)
         folder = None if cfg.session_cache == "auto" else Path(cfg.session_cache).expanduser().absolute()
         session = SessionCache(cache_root.name, int(cfg.session_cache_gb * 2**30), folder)
-    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session)
+    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session, fingerprints)
 
 
 def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any] | None,
@@ -319,6 +337,7 @@ def open_run_folder(logdir: Path, cfg: TrainConfig, rt: Runtime, model: TransFus
     from torch.utils.tensorboard import SummaryWriter  # rank 0 only: the other ranks never load tensorboard
 
     logdir.mkdir(parents=True, exist_ok=True)
+    checkpoint.lock_run_folder(logdir)  # (a new folder: two trainings that started together, the second stops here)
     atomic.write_json(logdir / "config.json", {**cfg.to_dict(), "model_config": model.cfg.to_dict(),
                                                "trained_on": src.recorded})
     # purge_step: events a killed run logged after its last checkpoint are dropped from the curves
@@ -414,8 +433,11 @@ def save(logdir: Path, cfg: TrainConfig, rt: Runtime, src: Source, model: TransF
         loop.update(batches.state())
         state = {"scheduler": opt.scheduler.state_dict(), "scaler": opt.scaler.state_dict() if opt.scaler else {},
                  "rng": checkpoint.rng_state(), "loop": dict(loop), "model_config": model.cfg.to_dict()}
-        path = checkpoint.save(logdir, loop["step"], model.state_dict(), opt.optimizer.state_dict(), state,
-                               {**cfg.to_dict(), "trained_on": src.recorded}, cfg.keep)
+        weights, moments = model.state_dict(), opt.optimizer.state_dict()
+        with space_for(logdir / checkpoint.CHECKPOINTS, "a checkpoint", lambda: (
+                checkpoint.tensor_bytes([weights, moments, state]), "the model's, optimizer's and state's tensors")):
+            path = checkpoint.save(logdir, loop["step"], weights, moments, state,
+                                   {**cfg.to_dict(), "trained_on": src.recorded}, cfg.keep)
     rt.barrier()
     return path
 
@@ -451,6 +473,8 @@ def train(cfg: TrainConfig) -> int:
     stop = StopFlag()
     logdir = Path(cfg.logdir)
     t_start = time.time()
+    if rt.main:  # one training per run folder: a second one is refused here, before it reads or writes anything
+        checkpoint.lock_run_folder(logdir)  # (when the folder exists; else when open_run_folder makes it)
 
     # --- init or resume: where the weights come from (it settles the config), the data, the model, the optimizer
     # and the loop's state, the batches from the loop's position, the run folder

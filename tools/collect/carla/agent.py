@@ -46,6 +46,7 @@ from tools.collect.sensors.render import Renderer
 from tools.collect.sensors.scene import Scene
 from tools.collect.town import Town, user_cache
 from tools.dataset import atomic, semantics
+from tools.dataset.errors import ToolError
 from tools.dataset.geometry import Pose, ego_to_world
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.rig import (
@@ -81,6 +82,14 @@ SENSOR_TIMEOUT_S = 20.0
 _BASE_TYPE_CLASS = {"car": semantics.CAR, "van": semantics.CAR, "truck": semantics.TRUCK, "bus": semantics.BUS,
                     "motorcycle": semantics.MOTORCYCLE, "bicycle": semantics.BICYCLE}
 _LIGHT_STATE = {"Red": "red", "Yellow": "yellow", "Green": "green", "Off": "off", "Unknown": "off"}
+#: What the leaderboard allows of an agent's sensors (leaderboard/autoagents/agent_wrapper.py:
+#: MAX_ALLOWED_RADIUS_SENSOR, SENSORS_LIMITS['sensor.camera.rgb']); carla-check compares them with the real ones.
+MAX_SENSOR_RADIUS_M = 3.0
+MAX_RGB_CAMERAS = 8
+#: Leaderboard 2.0's parked cars (Town12, Town13: leaderboard/utils/parked_vehicles.py) are static.prop.mesh
+#: actors whose mesh_path lies under this folder of CARLA's content (RouteScenario.spawn_parked_vehicles; the
+#: leaderboard spawns no other static.prop.mesh).
+PARKED_VEHICLE_MESHES = "/Static/Car/"
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,10 @@ def actor_class(actor: Any) -> int | None:
         return _BASE_TYPE_CLASS.get(str(actor.attributes.get("base_type", "car")).lower(), semantics.CAR)
     if type_id.startswith("walker.pedestrian"):
         return semantics.PEDESTRIAN
+    if type_id == "static.prop.mesh":  # the leaderboard spawns these for parked cars only
+        mesh = str(actor.attributes.get("mesh_path", ""))
+        if not mesh or PARKED_VEHICLE_MESHES in mesh:
+            return semantics.CAR  # cameras and LiDAR see a car there (its semantic tag is Car)
     if type_id.startswith("static.prop"):
         return semantics.STATIC
     return None
@@ -273,6 +286,23 @@ def declared_sensors(rig: RigConfig, offset: tuple[float, float, float]) -> list
     """The leaderboard's sensor list (AutonomousAgent.sensors): the rig's RGB cameras, named as recorded."""
     return [{"type": "sensor.camera.rgb", "id": camera_sensors(cam.name)[0], **_mount(cam, offset),
              "width": cam.width, "height": cam.height, "fov": cam.fov} for cam in rig.cameras]
+
+
+def check_rig(rig: RigConfig) -> None:
+    """The rig's declared sensors against what the leaderboard allows (validate_sensor_configuration), before
+    anything starts: ToolError naming the camera and the limit. The mounts are checked as declared with the hero's
+    origin on the ground under its box centre: its real offset (a few tenths of a metre at most on CARLA's cars)
+    is known only once the hero exists, when the leaderboard checks them again."""
+    cameras = rig.cameras
+    if len(cameras) > MAX_RGB_CAMERAS:
+        raise ToolError(f"--rig: {len(cameras)} cameras, but the leaderboard allows at most {MAX_RGB_CAMERAS} RGB "
+                        "cameras (every attempt would end as \"Agent's sensors were invalid\"); drop cameras")
+    for cam, sensor in zip(cameras, declared_sensors(rig, (0.0, 0.0, 0.0)), strict=True):
+        radius = math.sqrt(sensor["x"] ** 2 + sensor["y"] ** 2 + sensor["z"] ** 2)
+        if radius > MAX_SENSOR_RADIUS_M:
+            raise ToolError(f"--rig: camera {cam.name!r} at x {cam.x:g}, y {cam.y:g}, z {cam.z:g} is {radius:.2f} m "
+                            f"from the ego's origin; the leaderboard refuses sensors beyond {MAX_SENSOR_RADIUS_M:g} m "
+                            "(every attempt would end as \"Agent's sensors were invalid\"); move it closer")
 
 
 def _mount(sensor: CameraConfig | LidarConfig, offset: tuple[float, float, float]) -> dict[str, float]:

@@ -45,6 +45,7 @@ from tools.collect.carla.server import CARLA_VERSION, CarlaServer, Ports, pick_g
 from tools.collect.config import CollectSettings
 from tools.collect.processes import end_group, start_group
 from tools.collect.routes import Route
+from tools.collect.scenario_types import PARAMETERS
 from tools.collect.town import user_cache
 from tools.dataset import results
 from tools.dataset.errors import ToolError
@@ -104,10 +105,10 @@ class CarlaSetup:
 # ----------------------------------------------------------------------------- checks before anything starts
 
 
-def _root(env: Mapping[str, str], var: str, fix: str) -> Path:
+def _root(env: Mapping[str, str], var: str, fix: str, what: str = "--world=carla") -> Path:
     value = env.get(var, "").strip()
     if not value:
-        raise ToolError(f"--world=carla: {var} is not set; {fix}")
+        raise ToolError(f"{what}: {var} is not set; {fix}")
     return Path(value).expanduser().absolute()
 
 
@@ -125,19 +126,8 @@ def check_setup(env: Mapping[str, str] | None = None, client_version: str | None
         raise ToolError(f"--world=carla: CARLA_ROOT={carla_root} has no PythonAPI/carla/agents (CARLA's agents "
                         f"package, which scenario_runner imports); set CARLA_ROOT to a complete CARLA "
                         f"{CARLA_VERSION} release")
-    clone = ("clone {url} at commit {commit} (containers/carla.def's {arg}) and set {var} to it; docs/carla.md "
-             "shows how")
-    leaderboard_fix = clone.format(url=LEADERBOARD_URL, commit=LEADERBOARD_COMMIT, arg="LEADERBOARD_COMMIT",
-                                   var="LEADERBOARD_ROOT")
-    leaderboard = _root(env, "LEADERBOARD_ROOT", leaderboard_fix)
-    if not (leaderboard / "leaderboard" / "leaderboard_evaluator.py").is_file():
-        raise ToolError(f"--world=carla: LEADERBOARD_ROOT={leaderboard} has no leaderboard/leaderboard_evaluator.py; "
-                        f"{leaderboard_fix}")
-    runner_fix = clone.format(url=SCENARIO_RUNNER_URL, commit=SCENARIO_RUNNER_COMMIT, arg="SCENARIO_RUNNER_COMMIT",
-                              var="SCENARIO_RUNNER_ROOT")
-    runner = _root(env, "SCENARIO_RUNNER_ROOT", runner_fix)
-    if not (runner / "srunner").is_dir():
-        raise ToolError(f"--world=carla: SCENARIO_RUNNER_ROOT={runner} has no srunner/; {runner_fix}")
+    leaderboard = leaderboard_root(env)
+    runner = scenario_runner_root(env)
     if client_version is None:
         try:
             client_version = importlib.metadata.version("carla")
@@ -156,6 +146,30 @@ def check_setup(env: Mapping[str, str] | None = None, client_version: str | None
     return CarlaSetup(carla_root, leaderboard, runner)
 
 
+_CLONE = ("clone {url} at commit {commit} (containers/carla.def's {arg}) and set {var} to it; docs/carla.md shows "
+          "how")
+
+
+def leaderboard_root(env: Mapping[str, str], what: str = "--world=carla") -> Path:
+    """LEADERBOARD_ROOT, checked: one ToolError line naming the variable and the fix."""
+    fix = _CLONE.format(url=LEADERBOARD_URL, commit=LEADERBOARD_COMMIT, arg="LEADERBOARD_COMMIT",
+                        var="LEADERBOARD_ROOT")
+    root = _root(env, "LEADERBOARD_ROOT", fix, what)
+    if not (root / "leaderboard" / "leaderboard_evaluator.py").is_file():
+        raise ToolError(f"{what}: LEADERBOARD_ROOT={root} has no leaderboard/leaderboard_evaluator.py; {fix}")
+    return root
+
+
+def scenario_runner_root(env: Mapping[str, str], what: str = "--world=carla") -> Path:
+    """SCENARIO_RUNNER_ROOT, checked: one ToolError line naming the variable and the fix."""
+    fix = _CLONE.format(url=SCENARIO_RUNNER_URL, commit=SCENARIO_RUNNER_COMMIT, arg="SCENARIO_RUNNER_COMMIT",
+                        var="SCENARIO_RUNNER_ROOT")
+    root = _root(env, "SCENARIO_RUNNER_ROOT", fix, what)
+    if not (root / "srunner").is_dir():
+        raise ToolError(f"{what}: SCENARIO_RUNNER_ROOT={root} has no srunner/; {fix}")
+    return root
+
+
 def install_versions(carla_root: Path) -> list[str]:
     """The CARLA versions a release's client packages name (PythonAPI/carla/dist/carla-<version>-*.whl or .egg):
     the server's version, known before it starts. [] when there are none (a source build): the server's answer
@@ -166,9 +180,15 @@ def install_versions(carla_root: Path) -> list[str]:
 
 
 def check_route(route_file: Path, route: Route) -> None:
-    """What the leaderboard's route parser needs of a route, checked before anything starts: an integer id
+    """What the leaderboard's route parser needs of a route, checked before anything starts: scenario types that
+    are scenario_runner classes (read_routes has checked each block's parameters and trigger point), an integer id
     (--routes-subset sorts ids as integers, and reads "a-b" as a range) and a <scenarios> element (it may be
     empty; the parser fails without one)."""
+    for sc in route.scenarios:
+        if sc["type"] not in PARAMETERS:
+            raise ToolError(f"{route_file}: route {route.id} scenario {sc['name']} has type {sc['type']!r}, which no "
+                            "scenario class of scenario_runner implements (the leaderboard would skip it and drive the "
+                            "route with no scenario); use a leaderboard 2.0 type (docs/scenarios.md)")
     if not route.id.isdigit():
         raise ToolError(f"{route_file}: route id {route.id!r} is not an integer; the leaderboard evaluator selects "
                         "routes by integer id (--routes-subset): renumber the route")
@@ -348,14 +368,6 @@ def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: f
             return f"the CARLA server died mid-route (exit status {died}); {ended}"
         if time.monotonic() - last_beat >= results.HEARTBEAT_EVERY_S:
             last_beat = time.monotonic()
-            if _age(layout.heartbeat(key)) >= results.HEARTBEAT_EVERY_S:  # the agent's own beat (with its tick) stands
+            if results.heartbeat_age(layout.heartbeat(key)) >= results.HEARTBEAT_EVERY_S:  # the agent's beat stands
                 results.write_heartbeat(layout, key, 0)
         time.sleep(POLL_S)
-
-
-def _age(path: Path) -> float:
-    """Seconds since `path` was written (infinite when it does not exist)."""
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return float("inf")

@@ -29,7 +29,7 @@ from typing import Any
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.tables import count_states, known_runs, state_row, text_table
 from tools.dataset import atomic, cli
-from tools.dataset.errors import ToolError
+from tools.dataset.errors import ToolError, human
 from tools.dataset.frames import read_run_head
 from tools.dataset.layout import (
     BUCKETS,
@@ -204,16 +204,6 @@ def disk_usage(layout: Layout) -> dict[str, Usage]:
     usage["other"] = usage.pop("other")  # listed last, before the total
     usage["total"] = Usage(sum(u.bytes for u in usage.values()), sum(u.files for u in usage.values()))
     return usage
-
-
-def human(n: int) -> str:
-    """1536 -> "1.5 KiB"."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 # ----------------------------------------------------------------------------- describing a manifest

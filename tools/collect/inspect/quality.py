@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from tools.collect.inspect.tables import known_runs
 from tools.collect.routes import read_routes
-from tools.dataset import atomic, cli
+from tools.dataset import atomic, cli, files
 from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, classify
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_measurements
@@ -98,6 +98,7 @@ class RunSummary:
     town: str = UNKNOWN
     weather: str = UNKNOWN
     frames: int = 0
+    unverified: int = 0  # frames without a checksum (recorded before dataset format 5)
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
     # per frame (finished runs): speed, acceleration, command, leader gap (NaN: none), light state, bucket
@@ -122,7 +123,7 @@ def check_finished(root: str, key: RunKey) -> RunSummary:
     if found is None:
         return out
     out.errors, out.error_count = found.problems[:ERRORS_KEPT], len(found.problems)
-    out.frames = found.frames
+    out.frames, out.unverified = found.frames, found.unverified
     out.town = str(found.run.get("town") or UNKNOWN)
     ms = found.measurements
     if ms:
@@ -149,7 +150,7 @@ def _context(layout: Layout, key: RunKey, planned: dict[str, Any]) -> tuple[str,
     route file (named in the manifest), else UNKNOWN."""
     town, weather = UNKNOWN, UNKNOWN
     try:
-        town = str(json.loads(layout.run_settings(key).read_text()).get("town") or UNKNOWN)
+        town = str(files.read_json(layout.run_settings(key)).get("town") or UNKNOWN)
     except (OSError, ValueError, AttributeError):
         pass
     try:
@@ -214,6 +215,10 @@ def validate_root(root: str | None = None, workers: int | None = None, out: str 
             print(f"  ... {errors['count'] - ERRORS_PRINTED} more in {report_dir / REPORT_JSON}")
     for rec in report["recommendations"]:
         print(f"recommendation: {rec['message']}")
+    unverified = report["validation"]["unverified_frames"]
+    if unverified:
+        print(f"validate: {unverified} of {frames} frames carry no checksum (frame format 1, recorded before dataset "
+              "format 5): their bytes cannot be verified, only whether they decode; runs collected again get one")
     print(f"validate: {len(finished)} finished route runs, {frames} frames read in {seconds:.1f} s with {n_workers} "
           f"worker processes: {report['validation']['frames_per_s']:.0f} frames/s; {len(bad)} runs with integrity "
           f"errors. Report: {report_dir / REPORT_HTML} (open it in a browser) and {report_dir / REPORT_JSON}")
@@ -299,6 +304,7 @@ def build_report(layout: Layout, manifest: dict[str, Any] | None, states: dict[R
             "seconds": round(seconds, 3),
             "workers": workers,
             "frames_per_s": round(frames / max(seconds, 1e-9), 1),
+            "unverified_frames": sum(s.unverified for s in finished),
             "runs_with_errors": len(errors),
             "errors": errors,
         },

@@ -22,8 +22,8 @@ def known_runs(layout: Layout, manifest: dict | None) -> list[RunKey]:
         scenario, _, run = name.partition("/")
         try:
             keys.add(RunKey(scenario, run))
-        except ValueError:
-            raise ToolError(f"{layout.manifest}: run {name!r} is not <scenario>/<run>") from None
+        except ValueError as e:
+            raise ToolError(f"{layout.manifest}: run {name[:60]!r}: not <scenario>/<run> of the layout ({e})") from None
     return sorted(keys)
 
 

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.collect.carla.agent import check_rig
 from tools.collect.carla.run import check_route, check_setup, install_towns
 from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings, absolute_flags
 from tools.collect.inspect.info import card_after_collection
-from tools.collect.routes import town_file
-from tools.collect.runner.jobs import find_route_files, plan
+from tools.collect.routes import find_route_files, town_file
+from tools.collect.runner.jobs import plan
 from tools.collect.runner.local import run_local
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, summary_line
@@ -23,6 +24,7 @@ from tools.collect.runner.workers import gpu_slots
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
+from tools.dataset.locks import require_flock
 from tools.dataset.manifest import read_manifest, update_manifest
 
 
@@ -48,6 +50,8 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
     layout = Layout(resolve_root(cli.optional_text(root, "root")))
     check_root_writable(layout.root)
     settings = absolute_flags(settings)  # what every worker and SLURM task is passed: paths that mean the same there
+    layout.check_no_links()
+    require_flock(layout.root)  # without working locks two collectors would run the same route runs
 
     route_files = find_route_files(routes_path)
     if not route_files:
@@ -62,6 +66,7 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
             workers = len(gpus)
     if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
         default_towns = install_towns(check_setup())
+        check_rig(resolved.load_rig())  # sensors the leaderboard would refuse end every attempt: refused here
     else:
         default_towns = None
     jobs = plan(route_files, towns, repetitions, default_towns)

@@ -8,8 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
-from tools.dataset.errors import ToolError
-from tools.dataset.layout import RunKey
+from tools.dataset.errors import DiskFull, ToolError, disk_full
+from tools.dataset.layout import Layout, RunKey
+from tools.dataset.results import RunState, discard_run, run_state
+
+#: How many finished route runs a size estimate looks at.
+SIZE_SAMPLE = 20
 
 
 @dataclass(frozen=True)
@@ -22,15 +26,6 @@ class Job:
     towns: Path
     key: RunKey
 
-
-
-def find_route_files(routes_dir: Path) -> list[Path]:
-    """Every *.xml under a folder, recursively, sorted; hidden files and folders and towns/ are skipped."""
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(routes_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "towns")
-        found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".xml") and not f.startswith(".")]
-    return found
 
 
 def plan(route_files: list[Path], towns: str | None, repetitions: int, default_towns: Path | None = None
@@ -68,6 +63,46 @@ def plan(route_files: list[Path], towns: str | None, repetitions: int, default_t
     for towns_dir, entries in groups.items():
         check_routes(entries, towns_dir)
     return jobs
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under `folder` (0 when there is none)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def route_run_bytes(layout: Layout, partial: RunKey | None = None) -> tuple[int, str] | None:
+    """About how much disk one route run takes, and how that was estimated: the mean data folder of up to
+    SIZE_SAMPLE of this root's finished runs; without one, at least what `partial` (an attempt a full disk
+    stopped) had written; None when neither tells."""
+    sizes = []
+    for key in layout.iter_runs():
+        if run_state(layout, key) is RunState.FINISHED:
+            sizes.append(folder_bytes(layout.run_dir(key)))
+            if len(sizes) == SIZE_SAMPLE:
+                break
+    if sizes:
+        mean = sum(sizes) // len(sizes)
+        return mean, f"the mean of {len(sizes)} finished route runs of this root"
+    written = folder_bytes(layout.run_dir(partial)) if partial is not None else 0
+    if written:
+        frames = layout.frame_count(partial)
+        return written, f"at least what the attempt had written when the disk filled, {frames} frames"
+    return None
+
+
+def take_back(layout: Layout, key: RunKey) -> DiskFull:
+    """An attempt a full disk stopped (its attempt log already uncounted): the one line, with the size of a route
+    run estimated before its frames are discarded (the run is as if never attempted)."""
+    error = disk_full(layout.data, "a route run", route_run_bytes(layout, partial=key))
+    discard_run(layout, key)
+    return error
 
 
 def duration(seconds: float) -> str:

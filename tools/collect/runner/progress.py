@@ -11,7 +11,7 @@ import sys
 from tools.collect.inspect.tables import count_states, crash_lines, format_table, known_runs
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import read_manifest
 from tools.dataset.results import (
     FAILED_STATES,
@@ -60,7 +60,7 @@ def print_progress(root: str | None) -> None:
 def _slurm_queue(layout: Layout, strict: bool = False):
     """The SLURM tasks of a root collected with --slurm (one scheduler query), else None. `strict`: a root
     with SLURM waves whose queue cannot be read is an error (clean-failed must not guess)."""
-    if not (layout.root / "slurm").exists():  # tools.collect.runner.slurm.SLURM_DIR: never collected on SLURM
+    if not (layout.root / SLURM).exists():  # tools.collect.runner.slurm.SLURM_DIR: never collected on SLURM
         return None  # (known without importing the SLURM module: 0.37 s, most of progress's start-up)
     from tools.collect.runner.slurm import live_runs, load_waves  # not a cycle: deferred for progress's speed
 

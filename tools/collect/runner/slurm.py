@@ -15,6 +15,15 @@ accounting, else `squeue` and `scontrol`. The truth about a route run is on disk
 scheduler says which tasks are still queued or running and how the others ended. A run whose task ended
 without a result (TIMEOUT, NODE_FAIL, CANCELLED, ...) gets `Failed - Simulation crashed`; failed runs
 with attempts left go into a new wave once no task of the older ones is still queued.
+
+A scheduler that does not answer (slurmctld down or restarting: tools.dataset.slurm.SchedulerUnavailable)
+says nothing about any task: that poll is dropped, nothing is taken as ended and nothing is submitted, and
+the monitor asks again after `--poll` seconds. A task the scheduler no longer remembers (no accounting,
+ended more than MinJobAge ago) whose route runs all have their result is counted COMPLETED, never UNKNOWN.
+
+A full disk stops the monitor with one line (tools.dataset.errors.DiskFull) instead of a new wave: when a task
+of the last wave was stopped by it (a run's logs/<S>/<run>/disk-full.log written since the wave was submitted
+and since this monitor started), or when the root's free space is below a route run's size.
 """
 
 from __future__ import annotations
@@ -34,11 +43,11 @@ from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.tables import crash_lines
 from tools.collect.routes import read_routes
-from tools.collect.runner.jobs import Job, duration
+from tools.collect.runner.jobs import Job, duration, route_run_bytes
 from tools.collect.runner.workers import Collector, gpu_slots
 from tools.dataset import atomic, cli
-from tools.dataset.errors import ToolError
-from tools.dataset.layout import Layout, RunKey
+from tools.dataset.errors import ToolError, disk_full, free_bytes
+from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
 from tools.dataset.results import (
     FAILED_SIMULATION,
@@ -52,11 +61,11 @@ from tools.dataset.results import (
     run_states,
     write_result,
 )
-from tools.dataset.slurm import SlurmCommands
+from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
-SLURM_DIR = "slurm"
+SLURM_DIR = SLURM
 WAVES = "waves"
 WAVE_NAME = "wave-{wave:04d}.json"
 WAVE_FORMAT = 1
@@ -171,43 +180,43 @@ class Scheduler(SlurmCommands):
         super().__init__("leave --slurm out to collect locally", env)
 
     def max_array_size(self) -> int:
-        out = self.run("scontrol", "show", "config").stdout
+        out = self.query("scontrol", "show", "config").stdout
         m = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
         return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
 
     def find_by_name(self, name: str, accounting: bool) -> str | None:
         """The job id of a job array submitted under `name` (one a killed monitor did not record)."""
-        out = self.run("squeue", "-h", "-r", f"--name={name}", "-o", "%F", check=False).stdout.split()
+        out = self.query("squeue", "-h", "-r", f"--name={name}", "-o", "%F").stdout.split()
         if out:
             return out[0]
         if not accounting:  # an array that already ended: its runs' states on disk tell the rest
             return None
-        out = self.run("sacct", "-n", "-X", f"--name={name}", "-o", "JobID", "-S", "now-7days",
-                        check=False).stdout.split()
+        out = self.query("sacct", "-n", "-X", f"--name={name}", "-o", "JobID", "-S", "now-7days").stdout.split()
         ids = [o.split("_")[0] for o in out if o.split("_")[0].isdigit()]
         return ids[0] if ids else None
 
     def task_states(self, job_ids: list[str], accounting: bool) -> dict[tuple[str, int], str]:
-        """(array job id, task id) -> state of every task the scheduler still knows of."""
+        """(array job id, task id) -> state of every task the scheduler still knows of. A scheduler that does
+        not answer raises SchedulerUnavailable: an empty answer always means "none of them is known"."""
         if not job_ids:
             return {}
         states: dict[tuple[str, int], str] = {}
         if accounting:
-            out = self.run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State").stdout
+            out = self.query("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State").stdout
             for line in out.splitlines():
                 jid, _, state = line.partition("|")
                 self._add(states, jid, state)
             if not {array for array, _ in states} >= set(job_ids):  # slurmdbd not told of a new array yet
-                out = self.run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
+                out = self._squeue(job_ids)
                 for line in out.splitlines():
                     jid, _, state = line.partition("|")
                     self._add(states, jid, state)
             return states
-        out = self.run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", check=False).stdout
+        out = self._squeue(job_ids)
         for line in out.splitlines():
             jid, _, state = line.partition("|")
             self._add(states, jid, state)
-        out = self.run("scontrol", "-o", "show", "job", check=False).stdout
+        out = self.query("scontrol", "-o", "show", "job").stdout
         wanted = set(job_ids)
         for line in out.splitlines():
             fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
@@ -215,6 +224,9 @@ class Scheduler(SlurmCommands):
             if array in wanted and task.isdigit():
                 states.setdefault((array, int(task)), fields.get("JobState", "UNKNOWN"))
         return states
+
+    def _squeue(self, job_ids: list[str]) -> str:
+        return self.query("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", benign=INVALID_JOB).stdout
 
     @staticmethod
     def _add(states: dict[tuple[str, int], str], jid: str, state: str) -> None:
@@ -320,6 +332,7 @@ class Monitor:
         self.log = log or (lambda message: print(f"collect: {message}", file=sys.stderr, flush=True))
         self.prefix = f"drivekit-{dataset_id(layout)[:8]}"
         self._max_array: int | None = None
+        self.started_at = time.time()  # (run() sets it again)
 
     @property
     def accounting(self) -> bool:
@@ -412,18 +425,25 @@ class Monitor:
                         continue
                     # Ended: as the scheduler says, or long enough ago that it forgot (no accounting)
                     if str(t) not in record:  # first seen ended: its runs may need closing
-                        record[str(t)] = state or "UNKNOWN"
+                        record[str(t)] = state or self._forgotten(runs)
                         changed = True
                         ended_runs += [(run_key_of(r), r, record[str(t)]) for r in runs]
                     out.ended[record[str(t)]] += 1
             if changed and act:
                 wave.save()
         out.infrastructure = Counter({s: n for s, n in out.ended.items() if s in INFRASTRUCTURE})
-        if act:
+        if act and ended_runs:
+            states = run_states(self.layout, [key for key, _, _ in ended_runs])  # one heartbeat watch for all
             for key, entry, state in ended_runs:
-                if key not in out.live:  # (not queued again in a newer wave meanwhile)
+                if key not in out.live and states[key] is RunState.CRASHED:  # (not queued again meanwhile)
                     self._close_crashed(key, entry, state)
         return out
+
+    def _forgotten(self, runs: list[dict[str, Any]]) -> str:
+        """How a task the scheduler no longer remembers ended, as far as the disk tells: COMPLETED when every
+        one of its route runs has its result (finished or failed: the task did its work), else UNKNOWN."""
+        done = all(run_state(self.layout, run_key_of(r)) in (RunState.FINISHED, RunState.FAILED) for r in runs)
+        return "COMPLETED" if done else "UNKNOWN"
 
     def _close_crashed(self, key: RunKey, entry: dict[str, Any], state: str) -> None:
         """A run whose task ended without its result (killed by a time limit, a node failure, scancel):
@@ -442,9 +462,10 @@ class Monitor:
         """One pass over the planned runs' states on disk: the runs that need a task (not finished, not in a
         live task, attempts left) and the counts for the summary line."""
         redo, counts = [], Counter()
+        states = run_states(self.layout, [run_key_of(entry) for entry in planned])  # one heartbeat watch for all
         for entry in planned:
             key = run_key_of(entry)
-            state = run_state(self.layout, key)
+            state = states[key]
             if state is RunState.FINISHED:
                 counts["finished"] += 1
             elif state is RunState.DAMAGED:
@@ -458,40 +479,80 @@ class Monitor:
                 redo.append(entry)
         return redo, counts
 
+    def check_space(self, redo: list[dict[str, Any]], waves: list[Wave]) -> None:
+        """DiskFull instead of a wave that could not write: a run to redo was stopped by a full disk since the
+        last wave was submitted (and since this monitor started: a rerun after freeing space tries again), or
+        the root has less free space than a route run takes."""
+        since = max([self.started_at, *(a.get("submitted", 0) for w in waves for a in w.arrays)])
+        stopped = 0
+        for entry in redo:
+            try:
+                stopped += self.layout.disk_full_log(run_key_of(entry)).stat().st_mtime >= since
+            except OSError:
+                continue
+        need = route_run_bytes(self.layout)
+        free = free_bytes(self.layout.root)
+        if stopped or (need is not None and free is not None and free < need[0]):
+            what = f"a route run ({stopped} stopped by it in the last wave, not counted)" if stopped else "a route run"
+            raise disk_full(self.layout.data, what, need)
+
     # --------------------------------------------------------------- the loop
     def run(self, planned: list[dict[str, Any]]) -> dict[str, Any]:
         """Submit what is to do and (with watch) poll until every planned run ended. Returns the summary."""
         started = time.monotonic()
+        self.started_at = time.time()
+        silent_since: float | None = None  # when the scheduler stopped answering
         while True:
-            waves = load_waves(self.layout)
-            for wave in waves:  # arrays a killed monitor wrote but did not (knowingly) submit
-                if any(not a["job_id"] for a in wave.arrays):
-                    self.submit(wave)
-            p = self.poll(waves)
-            live_arrays = {a["job_id"] for w in waves for a in w.arrays
-                           if any(run_key_of(r) in p.live for r in w.runs)}
-            self.apply_throttle(waves, live_arrays)
-            redo, counts = self.look(planned, p.live)
-            if redo and p.queued_tasks == 0:  # the queue has drained: the next wave, in one piece
-                wave = self.new_wave(redo)
-                self.log(f"wave {wave.wave}: {len(redo)} route runs in {wave.n_tasks} tasks")
-                self.submit(wave, fresh=True)
-                p.live.update(run_key_of(e) for e in redo)
-                p.queued_tasks += wave.n_tasks
-                counts["in the queue"] += len(redo)
-                counts["to retry"] -= len(redo)
-                redo = []
-            counts = +counts
-            self.log(f"{duration(time.monotonic() - started)}: {p.queued_tasks} tasks queued, "
-                     f"{p.running_tasks} running; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-                     + (f"; tasks ended: {_states(p.ended)}" if p.ended else ""))
-            done = not p.live and not redo
-            if done or not self.o.watch:
-                states = run_states(self.layout, [run_key_of(e) for e in planned])
-                return {"counts": dict(counts), "done": done, "tasks_ended": dict(p.ended),
-                        "infrastructure": dict(p.infrastructure), "calls": dict(self.s.calls),
-                        "seconds": time.monotonic() - started, "crashes": crash_lines(self.layout, states)}
+            try:
+                outcome = self._step(planned, started)
+            except SchedulerUnavailable as e:
+                if not self.o.watch:
+                    raise
+                silent_since = silent_since or time.monotonic()
+                self.log(f"the scheduler does not answer ({e}) for {duration(time.monotonic() - silent_since)}: "
+                         f"nothing is taken as ended and nothing submitted; asking again in {self.o.poll:g} s")
+                time.sleep(self.o.poll)
+                continue
+            if silent_since is not None:
+                self.log(f"the scheduler answers again after {duration(time.monotonic() - silent_since)}")
+                silent_since = None
+            if outcome is not None:
+                return outcome
             time.sleep(self.o.poll)
+
+    def _step(self, planned: list[dict[str, Any]], started: float) -> dict[str, Any] | None:
+        """One round: submit what a killed monitor left unsubmitted, poll, submit the next wave when the queue has
+        drained, log a line. Returns the summary when done (or not watching), else None."""
+        waves = load_waves(self.layout)
+        for wave in waves:  # arrays a killed monitor wrote but did not (knowingly) submit
+            if any(not a["job_id"] for a in wave.arrays):
+                self.submit(wave)
+        p = self.poll(waves)
+        live_arrays = {a["job_id"] for w in waves for a in w.arrays
+                       if any(run_key_of(r) in p.live for r in w.runs)}
+        self.apply_throttle(waves, live_arrays)
+        redo, counts = self.look(planned, p.live)
+        if redo and p.queued_tasks == 0:  # the queue has drained: the next wave, in one piece
+            self.check_space(redo, waves)
+            wave = self.new_wave(redo)
+            self.log(f"wave {wave.wave}: {len(redo)} route runs in {wave.n_tasks} tasks")
+            self.submit(wave, fresh=True)
+            p.live.update(run_key_of(e) for e in redo)
+            p.queued_tasks += wave.n_tasks
+            counts["in the queue"] += len(redo)
+            counts["to retry"] -= len(redo)
+            redo = []
+        counts = +counts
+        self.log(f"{duration(time.monotonic() - started)}: {p.queued_tasks} tasks queued, "
+                 f"{p.running_tasks} running; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                 + (f"; tasks ended: {_states(p.ended)}" if p.ended else ""))
+        done = not p.live and not redo
+        if done or not self.o.watch:
+            states = run_states(self.layout, [run_key_of(e) for e in planned])
+            return {"counts": dict(counts), "done": done, "tasks_ended": dict(p.ended),
+                    "infrastructure": dict(p.infrastructure), "calls": dict(self.s.calls),
+                    "seconds": time.monotonic() - started, "crashes": crash_lines(self.layout, states)}
+        return None
 
 
 def _states(c: Counter) -> str:

@@ -2,7 +2,9 @@
 `python -m tools.collect run` (a policy's: `python -m tools.evaluate route`) in its own process group, writing
 its stdout and stderr to the run's attempt log. All state lives on disk (results, heartbeats, attempt logs),
 so a killed collector loses nothing: run it again. A local collection runs N of them at once; a SLURM array
-task runs its share one after the other.
+task runs its share one after the other. In the embedded world the child runs that same command forked from the
+town's zygote (tools.collect.runner.zygote), which loaded the town once for all the worker's runs there; the
+runs are ordered by town, and at most one zygote per worker is kept.
 
 The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
@@ -12,6 +14,10 @@ of the collector never finds more simulators than --workers.
 With --servers-per-gpu (CARLA servers on a machine's GPUs) every worker is a slot with a GPU of its own
 (`gpu_slots`): the child of slot i renders on GPU slots[i] (tools.collect.carla.server.GPU_ENV), and reserves its
 own ports when its server starts.
+
+A full disk stops the collection, counting no attempt: an attempt stopped by it (exit status EXIT_DISK_FULL:
+the child uncounted its attempt) is measured and discarded here (jobs.take_back), no new run starts, the
+running ones end, and the collector exits with the one line (tools.dataset.errors.DiskFull).
 """
 
 from __future__ import annotations
@@ -33,22 +39,28 @@ from tqdm import tqdm
 from tools.collect.carla.server import GPU_ENV
 from tools.collect.config import ROUTE_RUN_COMMAND
 from tools.collect.processes import die_with_parent, signal_group
-from tools.collect.runner.jobs import Job
+from tools.collect.routes import town_file
+from tools.collect.runner.jobs import Job, route_run_bytes, take_back
+from tools.collect.runner.zygote import RouteRun, Zygote
+from tools.dataset.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (
     FAILED_SIMULATION,
     HEARTBEAT_STALE_S,
     LOCK_FD_ENV,
+    HeartbeatWatch,
     RouteRecord,
     RunClaim,
     RunState,
     attempts,
     claim_run,
     crash_message,
+    exclusive,
     is_failed,
     read_status,
     record_attempt,
     run_state,
+    run_states,
     write_result,
 )
 
@@ -61,10 +73,18 @@ class Worker:
     job: Job
     attempt: int
     log: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen | RouteRun
     started: float
+    beat: HeartbeatWatch
     slot: int = 0  # which worker slot it runs in (its GPU, with --servers-per-gpu)
 
+
+def _signal(proc: subprocess.Popen | RouteRun, sig: int) -> None:
+    """Signal a route run's process group, a child we started or one a zygote forked."""
+    if isinstance(proc, RouteRun):
+        proc.signal_group(sig)
+    else:
+        signal_group(proc, sig)
 
 
 # ----------------------------------------------------------------------------- the collector
@@ -107,6 +127,11 @@ class Collector:
         self.given_up: list[RunKey] = []
         self.retried = 0
         self.frames = 0
+        self.disk_full: DiskFull | None = None  # the first full disk met: no run starts after it
+        # The embedded world's route runs are forked from a zygote per town that loaded the town once
+        # (tools.collect.runner.zygote); at most one per worker, the least recently used idle one ended first.
+        self.zygotes: dict[Path, Zygote] = {}
+        self.use_zygotes = str(settings.get("world", "sim")) == "sim"
 
     # --------------------------------------------------------------- one attempt
     def _command(self, job: Job, attempt: int) -> list[str]:
@@ -137,31 +162,60 @@ class Collector:
                 out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}{where}\n"
                           f"$ {shlex.join(cmd)}\n".encode())
                 out.flush()
-                # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
-                # child with everything it started by signalling its group. The child inherits the run's
-                # lock (pass_fds) and dies with us (die_with_parent).
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True, pass_fds=(claim.fd,),
-                                        preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                if self.use_zygotes:  # the same command, forked from the town's zygote
+                    proc = self._zygote(town_file(job.route_file, job.route, job.towns)).spawn(
+                        cmd[2:], claim.log, claim.fd)
+                else:
+                    # Own session and process group: a Ctrl-C in the terminal reaches only us, and we end a
+                    # child with everything it started by signalling its group. The child inherits the run's
+                    # lock (pass_fds) and dies with us (die_with_parent).
+                    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True, pass_fds=(claim.fd,),
+                                            preexec_fn=functools.partial(die_with_parent, os.getpid()))
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            claim.log.unlink(missing_ok=True)  # under the run's lock: the attempt never started, counts nothing
+            self.disk_full = self.disk_full or disk_full(claim.log.parent, "a route run", route_run_bytes(self.layout))
+            return "disk-full"
         finally:
             claim.release()  # our copy: from now on the child alone holds the lock
-        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(), slot))
+        self.running.append(Worker(job, claim.attempt, claim.log, proc, time.time(),
+                                   HeartbeatWatch(self.layout.heartbeat(job.key)), slot))
         return "started"
 
+    def _zygote(self, town: Path) -> Zygote:
+        """The zygote of `town`, started when there is none (a dead one is replaced); beyond one per worker, the
+        least recently used idle one is ended first."""
+        z = self.zygotes.pop(town, None)
+        if z is None or z.dead:
+            idle = [t for t, other in self.zygotes.items() if not other.busy]
+            while len(self.zygotes) >= self.workers and idle:
+                self.zygotes.pop(idle.pop(0)).close()
+            z = Zygote(town, self.layout.root)
+        self.zygotes[town] = z  # the most recently used last
+        return z
+
     def _watchdog(self, w: Worker) -> None:
-        """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever."""
-        try:
-            beat = self.layout.heartbeat(w.job.key).stat().st_mtime
-        except OSError:
-            return
-        if beat > w.started and time.time() - beat > HEARTBEAT_STALE_S:
+        """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever. Stale:
+        unchanged for HEARTBEAT_STALE_S on our own clock (results.HeartbeatWatch), not by a file server's mtime."""
+        if w.beat.stale():
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)
-            signal_group(w.proc, signal.SIGKILL)
+            _signal(w.proc, signal.SIGKILL)
 
     def _reap(self, w: Worker, rc: int, queue: deque[Job], bar: tqdm) -> None:
         key = w.job.key
         result = self.layout.result_path(key)
+        if rc == EXIT_DISK_FULL:  # the child uncounted its attempt: measure and discard what it wrote
+            with exclusive(self.layout, key) as mine:
+                if mine and not result.exists():
+                    error = take_back(self.layout, key)
+                else:
+                    error = disk_full(self.layout.data, "a route run", route_run_bytes(self.layout))
+            self.disk_full = self.disk_full or error
+            if not result.exists():
+                return
         if not result.exists() and run_state(self.layout, key) is not RunState.RUNNING:
             how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
             write_result(self.layout, key, RouteRecord(w.job.route.id, FAILED_SIMULATION))
@@ -195,8 +249,11 @@ class Collector:
     # --------------------------------------------------------------- the loop
     def run(self, jobs: list[Job]) -> None:
         queue: deque[Job] = deque()
+        if self.use_zygotes:  # a town's runs one after the other: its zygote loads the town once for them
+            jobs = sorted(jobs, key=lambda j: str(town_file(j.route_file, j.route, j.towns)))
+        states = run_states(self.layout, [job.key for job in jobs])  # one heartbeat watch for all (liveness)
         for job in jobs:
-            state = run_state(self.layout, job.key)
+            state = states[job.key]
             if state is RunState.FINISHED:
                 self.skipped += 1
             elif state is RunState.RUNNING:
@@ -221,8 +278,8 @@ class Collector:
         bar.set_postfix(finished=0, failed=0, refresh=False)
         try:
             last_refresh = 0.0
-            while (queue or self.running) and not self.signals:
-                while queue and len(self.running) < self.workers and not self.signals:
+            while (self.running or (queue and not self.disk_full)) and not self.signals:
+                while queue and len(self.running) < self.workers and not self.signals and not self.disk_full:
                     why = self._launch(job := queue.popleft())
                     if why == "finished":  # by someone else meanwhile
                         self.skipped += 1
@@ -251,8 +308,13 @@ class Collector:
             bar.close()
             if self.running:
                 self._stop_children()
+            for z in self.zygotes.values():
+                z.close()
+            self.zygotes.clear()
             for s, h in handlers.items():
                 signal.signal(s, h)
+        if self.disk_full is not None and not self.signals:
+            raise self.disk_full
         if self.signals:
             name = signal.Signals(self.signals[0]).name
             print(f"collect: interrupted by {name}: {len(self.finished)} route runs finished before; "
@@ -267,12 +329,13 @@ class Collector:
     def _stop_children(self) -> None:
         """End our own children by their process groups: SIGTERM, then SIGKILL after a grace period."""
         for w in self.running:
-            signal_group(w.proc, signal.SIGTERM)
+            _signal(w.proc, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
         for w in self.running:
             while w.proc.poll() is None and time.monotonic() < deadline and len(self.signals) < 2:
                 time.sleep(0.05)
-            if w.proc.poll() is None:  # too slow, or a second Ctrl-C
-                signal_group(w.proc, signal.SIGKILL)
-                w.proc.wait()
+            if w.proc.poll() is None:  # too slow, or a second Ctrl-C (a run its zygote has not forked yet: the
+                _signal(w.proc, signal.SIGKILL)  # zygote's end below ends it)
+                if not isinstance(w.proc, RouteRun):
+                    w.proc.wait()
         self.running.clear()

@@ -362,6 +362,15 @@ class Scene:
         self.static_cls = np.array([x.cls for x in b], dtype=np.uint8)
 
 
+def load_town_scene(town: Town) -> None:
+    """Read what every scene of `town` reads from its SUMO network (lanes, junctions, signals), once: a worker that
+    keeps the town for its route runs (tools.collect.runner.zygote) then builds a route's regional scene without
+    reading the network again."""
+    town.lanes  # noqa: B018 (a cached property: read now)
+    _parse_net(town)
+
+
+@functools.lru_cache(maxsize=1)  # the town of this process (a worker's kept town: load_town_scene)
 def _parse_net(town: Town) -> tuple[list[np.ndarray], list[tuple[str, int, str]]]:
     """Junction outlines (CARLA frame) and signalled connections (from edge, from lane, "tls:link") of a town."""
     junctions, tls = [], []

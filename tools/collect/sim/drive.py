@@ -14,6 +14,7 @@ import numpy as np
 
 from tools.collect.config import CollectSettings
 from tools.collect.film import RunFilm
+from tools.collect.processes import peak_memory_mb, process_age
 from tools.collect.recording import RunRecorder
 from tools.collect.referee import Referee
 from tools.collect.routes import Route
@@ -60,6 +61,8 @@ class StageClock:
                          for stage, t in sorted(self.seconds.items(), key=lambda kv: -kv[1]))
 
 
+#: Whether this process has driven a route run already (drive's set-up then counts from its own start).
+_driven = False
 #: The stage seconds of the last route run driven in this process (StageClock.seconds, plus "frames"): read by
 #: benchmarks/bench_world.py.
 last_stages: dict[str, float] = {}
@@ -71,6 +74,11 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     evaluation root, film it (tools.collect.film: ROOT/results/<Scenario>/<run>.webp). Returns the record for the
     result file."""
     started = time.time()
+    # The first route run of a process counts its set-up from the process's start (its imports and town included;
+    # a worker's zygote forked it: tools.collect.runner.zygote); a later one in the same process from here.
+    global _driven
+    begun = started - (process_age() if not _driven else 0.0)
+    _driven = True
     dense = RoutePlanner(town.carla_map).trace(route.waypoints)
     driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
     rig = driver.rig or settings.load_rig()
@@ -86,7 +94,9 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     parts: dict[str, float] = {}
     # An evaluation's picture of the run: the policy's camera and BEV (or, for the expert, a top view) and plan.
     film = RunFilm(layout.film_path(key), rig if renderer is not None else None) if layout.is_evaluation else None
-    setup_s = time.time() - started  # planning, the driver, the scene and renderer, SUMO's start: before the first tick
+    # Imports and the town (unless kept by the worker), planning, the driver, the scene and renderer, SUMO's start:
+    # everything since the process began until the first tick.
+    setup_s = time.time() - begun
     try:
         while referee.status is None and not referee.arrived:
             s_ego = float(dense.s[referee.index])
@@ -142,9 +152,10 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
                                  scenarios=scenarios.states())
     if referee.stopped:
         log.info("%s: --stop-on-infraction: the run ends at its first infraction, %s", key, referee.stopped)
-    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up)%s",
-             key, record.status, n_frames, record.route_completion, dense.length, world.time, record.duration_system,
-             setup_s, f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
+    log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up; "
+             "peak %.0f MB)%s", key, record.status, n_frames, record.route_completion, dense.length, world.time,
+             time.time() - begun, setup_s, peak_memory_mb(),
+             f"; scenarios: {scenarios.summary()}" if route.scenarios else "")
     if n_frames:
         log.info("%s: wall time per recorded frame: %s", key, clock.per(n_frames))
     return record

@@ -1,5 +1,6 @@
 """Stand-in of scenario_runner's srunner/scenariomanager/traffic_events.py (v0.9.16): the event types (the
-same values) and a TrafficEvent with the getters the leaderboard reads."""
+same values) and a TrafficEvent with the getters the leaderboard reads (its type, frame, message, and its
+dictionary: route_completed for ROUTE_COMPLETION)."""
 
 from enum import Enum
 
@@ -36,3 +37,9 @@ class TrafficEvent:
 
     def get_message(self):
         return self._message
+
+    def set_dict(self, dictionary):
+        self._dict = dictionary
+
+    def get_dict(self):
+        return self._dict

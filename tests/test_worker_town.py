@@ -1,0 +1,102 @@
+"""A worker pays a town's load once: its route runs are forked from a zygote that loaded the town
+(tools.collect.runner.zygote), and a route run that crashes ends alone, leaving the next one of the same worker fine.
+
+Checked through what the runs' logs say (which zygote forked a run, how many runs it forked, whether the run found
+the town kept), never through timings."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, start_tool
+
+from tools.collect.runner.zygote import Zygote
+from tools.dataset.layout import Layout
+from tools.dataset.results import FAILED_SIMULATION, RunState, attempts, read_status, run_state
+
+#: The line a forked route run's log opens with (tools.collect.runner.zygote._child).
+FORKED = re.compile(r"# town (?P<town>\S+) loaded once by this worker \(zygote pid (?P<pid>\d+)\) in [\d.]+ s: .*; "
+                    r"route run (?P<n>\d+) forked from it")
+
+
+def _forks(log: Path) -> list[tuple[int, int]]:
+    text = log.read_text(errors="replace")
+    return [(int(m["pid"]), int(m["n"])) for m in FORKED.finditer(text)]
+
+
+@pytest.fixture
+def one_route(tmp_path, short_routes) -> Path:
+    """The first of the short routes and the town."""
+    d = tmp_path / "one-route"
+    first = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    (d / first.parent.name).mkdir(parents=True)
+    shutil.copy(first, d / first.parent.name / first.name)
+    shutil.copytree(short_routes / "towns", d / "towns")
+    return d
+
+
+def test_a_workers_next_route_run_finds_the_town_kept_after_a_run_crashed_by_sigsegv(one_route, tmp_path):
+    """One worker: its first route run is killed by SIGSEGV while it records; the retry is forked from the same
+    zygote (the town is not loaded again), finds the town kept, and finishes."""
+    root = tmp_path / "root"
+    layout = Layout(root)
+    collector = start_tool(BIN / "collect", one_route, "--root", root, "--workers", "1", "--vehicles", "10")
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the run's process, once it recorded a few frames (its heartbeat names its pid)
+            assert time.monotonic() < deadline and collector.poll() is None, "no route run started recording"
+            beats = list(root.glob("data/*/*/heartbeat.json"))
+            if beats and len(list(beats[0].parent.glob("frames/*"))) >= 3:
+                victim = json.loads(beats[0].read_text())["pid"]
+                break
+            time.sleep(0.02)
+        os.kill(victim, signal.SIGSEGV)  # a crash in the route run's own process (as libcarla's would be)
+        _, err = collector.communicate(timeout=240)
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+    assert collector.returncode == 0, err
+    assert "crashed (killed by SIGSEGV)" in err and "1 route runs finished and 0 failed" in err, err
+    (key,) = list(layout.iter_runs())
+    assert run_state(layout, key) is RunState.FINISHED and attempts(layout, key) == 2
+    logs = layout.attempt_logs(key)
+    forks = [f for log in logs for f in _forks(log)]
+    assert len({pid for pid, _ in forks}) == 1, f"the town was loaded by more than one zygote: {forks}"
+    assert [n for _, n in forks] == [1, 2]
+    assert all("(kept by this worker)" in log.read_text(errors="replace") for log in logs)
+    assert read_status(layout.result_path(key)) != FAILED_SIMULATION  # the retry's result replaced the crash's
+
+
+def test_a_zygote_outlives_children_that_exit_or_segfault_and_still_runs_a_route(short_routes, tmp_path):
+    """Children forked from one zygote that end with os._exit and with SIGSEGV in their own code; the next child
+    drives a route run (claiming it itself, as `python -m tools.collect run` alone does) to a result."""
+    town = short_routes / "towns" / "town.xodr"
+    route = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    root = tmp_path / "root"
+    log = tmp_path / "child.log"
+    lock = os.open(tmp_path / "unused.lock", os.O_CREAT | os.O_RDWR)
+    z = Zygote(town, root)
+    try:
+        # A child runs any module's command line as `python -m` would: the stdlib's timeit runs our statement.
+        exits = z.spawn(["timeit", "-n", "1", "import os; os._exit(7)"], log, lock)
+        crashes = z.spawn(["timeit", "-n", "1", "import ctypes; ctypes.string_at(0)"], log, lock)
+        assert exits.wait(120) == 7
+        assert crashes.wait(60) == -signal.SIGSEGV
+        run = ["tools.collect", "run", "--route", str(route), "--root", str(root), "--vehicles=5"]
+        drives = z.spawn(run, log, lock)
+        assert drives.wait(120) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        os.close(lock)
+        z.close()
+    assert [n for _, n in _forks(log)] == [1, 2, 3]
+    (key,) = list(Layout(root).iter_runs())
+    assert run_state(Layout(root), key) is RunState.FINISHED
+    assert "(kept by this worker)" in log.read_text(errors="replace")
+    assert z.proc.returncode is not None  # closed: no zygote left behind

@@ -1,0 +1,72 @@
+"""The one reader of a dataset file: a regular file, read whole up to a size bound.
+
+A shared root is written by many hands. A result file, a manifest, a bucket file, run.json, a frame or a cache
+record that is a symlink to /dev/zero, a FIFO or a device would make a plain `read_bytes` read without end or
+wait for a writer that never comes; a sparse file of 100 GB would be read into memory. Every reader in
+tools/dataset (and the stages, through it) opens with `O_NONBLOCK` (opening a FIFO does not wait), checks with
+fstat that it holds a regular file (a symlink to one is fine) no larger than the bound, and reads at most the
+bound. What is refused is an `UnreadableFile`, an OSError: callers that treat an unreadable file already handle
+it, and its message names the file and what it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import IO, Any
+
+#: JSON files of a root (results, run.json, heartbeats, manifest, bucket files, cache settings): a manifest of
+#: 100,000 planned runs is about 15 MB, a bucket file of a million frames a few MB.
+MAX_JSON_BYTES = 256 << 20
+#: Binary files (frames, measurements indexes, cache records): a frame of 8 cameras at 4K is under 200 MB.
+MAX_BINARY_BYTES = 1 << 30
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device (such as /dev/zero)",
+          stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+
+
+class UnreadableFile(OSError):
+    """A file a tool refuses to read: not a regular file, or larger than its bound."""
+
+
+def open_regular(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> IO[bytes]:
+    """A binary file object of `path`, which must be a regular file of at most `limit` bytes (UnreadableFile
+    otherwise; FileNotFoundError and other OSErrors as open raises them)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise UnreadableFile(f"{path}: {what}, not a regular file; not read (replace it with the file it "
+                                 "stands for, or remove it)")
+        if st.st_size > limit:
+            raise UnreadableFile(f"{path}: {st.st_size} bytes, more than the {limit} a file of its kind may hold; "
+                                 "not read (a damaged or planted file: move it aside)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (UnreadableFile otherwise, also when it grew past
+    the bound while being read)."""
+    with open_regular(path, limit) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnreadableFile(f"{path}: grew past {limit} bytes while being read; not read")
+    return data
+
+
+def read_text(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> str:
+    """read_bytes decoded as UTF-8 (ValueError when it is not)."""
+    return read_bytes(path, limit).decode()
+
+
+def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, **kwargs: Any) -> Any:
+    """The JSON value of a regular file of at most `limit` bytes (ValueError when not JSON; `kwargs` go to
+    json.loads)."""
+    return json.loads(read_bytes(Path(path), limit), **kwargs)
