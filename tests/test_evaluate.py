@@ -78,6 +78,15 @@ def test_a_policy_that_always_brakes_completes_almost_nothing_and_is_blocked(pos
     assert record["scores"]["score_route"] < 5.0
     summary = json.loads(Layout(tmp_path / "eval").evaluation_result.read_text())["_checkpoint"]["global_record"]
     assert summary["scores_mean"]["score_composed"] < 5.0
+    # Its picture: the camera beside the BEV, and the moment it was judged blocked, framed in red.
+    from PIL import Image
+
+    (key,) = Layout(tmp_path / "eval").iter_runs()
+    with Image.open(Layout(tmp_path / "eval").film_path(key)) as im:
+        assert im.n_frames > 2 and im.width > im.height * 2
+        im.seek(im.n_frames - 1)
+        r, g, _ = im.convert("RGB").getpixel((1, 1))
+        assert r > 150 and g < 100
 
 
 def test_a_policy_that_drives_straight_on_through_a_turn_deviates_from_the_route(posttrained, short_routes, tmp_path):
@@ -127,3 +136,43 @@ def test_a_pretraining_checkpoint_is_one_line_and_nothing_is_written(pretrained,
     assert proc.returncode != 0
     assert len(proc.stderr.strip().splitlines()) == 1 and "planner" in proc.stderr
     assert not (tmp_path / "eval").exists()
+
+
+def test_seeds_drive_each_route_in_distinct_worlds_and_the_summary_gives_intervals_and_pictures(short_routes,
+                                                                                                tmp_path):
+    """--seeds 2 on the 2 short routes: 4 runs, two seeds per route, each run's seed its own (run.json) and its
+    world another (its picture differs); the summary's 95% intervals are those of the runs' scores, per route
+    over its seeds, and it names every run's picture: an animated WebP, one frame per half simulated second."""
+    from PIL import Image
+
+    from tools.collect.film import RunFilm
+    from tools.dataset.score import format_interval, mean_interval
+
+    root = tmp_path / "eval"
+    proc = run_bin("evaluate", "--agent", "expert", short_routes, "--root", root, "--seeds", "2", "--workers", "2",
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(root)
+    keys = list(layout.iter_runs())
+    assert len(keys) == 4 and {k.repetition for k in keys} == {0, 1} and len({k.route for k in keys}) == 2
+    seeds = {json.loads(layout.run_settings(k).read_text())["seed"] for k in keys}
+    assert len(seeds) == 4
+    for route in {k.route for k in keys}:
+        rep0, rep1 = sorted((k for k in keys if k.route == route), key=lambda k: k.repetition)
+        assert layout.film_path(rep0).read_bytes() != layout.film_path(rep1).read_bytes()
+
+    result = json.loads(layout.evaluation_result.read_text())["_checkpoint"]["records"]
+    ds = [r["scores"]["score_composed"] for r in result]
+    assert f"driving score     {format_interval(*mean_interval(ds))}" in proc.stdout
+    assert "(2 routes x 2 seeds)" in proc.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines() if line.strip()}
+    for route in {k.route for k in keys}:
+        per_route = [r["scores"]["score_composed"] for r in result if r["run"].startswith(route + "_rep")]
+        mean, half = mean_interval(per_route)
+        assert rows[route][:4] == ["2", f"{mean:.3f}", "±", f"{half:.3f}"]
+    for k, r in zip(sorted(keys, key=str), sorted(result, key=lambda r: r["run"]), strict=True):
+        film = layout.film_path(k)
+        assert str(film.relative_to(root)) in proc.stdout
+        with Image.open(film) as im:
+            assert im.format == "WEBP" and im.is_animated
+            assert im.n_frames == int(r["meta"]["duration_game"] / RunFilm(film, None).every_s + 1e-6) + 1

@@ -290,3 +290,53 @@ def test_help_names_both_ways_in(routes):
     proc = run_bin("evaluate", "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("Usage: bin/evaluate --checkpoint RUN_OR_STEP ROUTES_DIR")
     assert "bin/evaluate --agent expert ROUTES_DIR" in proc.stdout and "bin/evaluate score --root ROOT" in proc.stdout
+
+
+def seeded_root(path: Path, route_completion: dict[str, list[float]]) -> Layout:
+    """An evaluation root of routes x seeds whose runs drove clean to the given completions (DS = RC)."""
+    keys = {RunKey.for_route("Alpha", route, route, k): rc for route, rcs in route_completion.items()
+            for k, rc in enumerate(rcs)}
+    layout = make_root(path, list(keys))
+    for key, rc in keys.items():
+        write_result(layout, key, RouteRecord(key.name[:-5], PERFECT if rc == 100 else FAILED_BLOCKED,
+                                              route_completion=rc, route_length=200.0))
+    return layout
+
+
+def test_compare_gives_the_paired_difference_per_route_and_overall_with_95_percent_intervals(tmp_path):
+    from tools.dataset.score import format_interval, mean_interval
+
+    a = seeded_root(tmp_path / "a", {"r0": [100.0, 50.0], "r1": [100.0, 100.0]})
+    b = seeded_root(tmp_path / "b", {"r0": [100.0, 100.0], "r1": [80.0, 60.0]})
+    proc = run_bin("evaluate", "compare", a.root, b.root)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("paired difference B - A over 4 route runs (2 routes)")
+    assert f"DS: A 87.500, B 85.000, B - A {format_interval(*mean_interval([0.0, 50.0, -20.0, -40.0]))}" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  Alpha/")}
+    r0, r1 = mean_interval([0.0, 50.0]), mean_interval([-20.0, -40.0])
+    assert rows["Alpha/r0"][:6] == ["2", "75.00", "100.00", f"{r0[0]:.3f}", "±", f"{r0[1]:.3f}"]
+    assert rows["Alpha/r1"][:6] == ["2", "100.00", "70.00", f"{r1[0]:.3f}", "±", f"{r1[1]:.3f}"]
+    # One seed per route: a difference, no interval.
+    one = seeded_root(tmp_path / "one", {"r0": [90.0], "r1": [100.0]})
+    proc = run_bin("evaluate", "compare", a.root, one.root)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 runs planned in one root only (other seeds) are left out" in proc.stdout
+    assert "-10.000 ± n/a" in proc.stdout
+
+
+def test_compare_refuses_roots_of_different_routes_in_one_line(tmp_path):
+    a = seeded_root(tmp_path / "a", {"r0": [100.0], "r1": [100.0]})
+    b = seeded_root(tmp_path / "b", {"r0": [100.0], "r2": [100.0]})
+    proc = run_bin("evaluate", "compare", a.root, b.root)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "evaluated different routes (1 only in A, e.g. Alpha/r1; 1 only in B, e.g. Alpha/r2)" in proc.stderr
+
+
+def test_seeds_and_repetitions_are_one_thing_and_two_different_counts_are_refused(tmp_path, routes):
+    proc = run_bin("evaluate", "--agent", "expert", routes, "--root", tmp_path / "eval", "--seeds", "2",
+                   "--repetitions", "3")
+    assert proc.returncode == 2
+    assert "--seeds 2 and --repetitions 3: they are the same thing" in proc.stderr
+    assert not (tmp_path / "eval").exists()

@@ -9,6 +9,7 @@
           heartbeat.json                         host, pid and time, rewritten while the run is alive
           frames/<index:05d>.msgpack             one file per recorded frame (tools.dataset.frames)
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
+      results/<Scenario>/<run>.webp              an evaluated run's picture (animated; tools.collect.film)
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
       logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (results.claim_run)
       logs/<Scenario>/<run>/attempts.json        each ended attempt's status, and what crashed (results.record_attempt)
@@ -100,6 +101,7 @@ CACHE_SETTINGS = "settings.json"
 EVALUATION = "evaluation.json"
 EVALUATION_RESULT = "result.json"
 RECORD_NAME = "{index:05d}.rec"
+FILM_NAME = "{run}.webp"
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -113,6 +115,7 @@ def is_plain_name(name: str) -> bool:
 RUN_NAME_MAX = 160
 #: What `RunKey.for_route` produces: a route run's folder name always ends in _rep<K>, at most RUN_NAME_MAX long.
 _RUN_NAME = re.compile(rf"^(?=.{{1,{RUN_NAME_MAX}}}$)[A-Za-z0-9][A-Za-z0-9_.-]*_rep[0-9]+$")
+_REP_SUFFIX = re.compile(r"_rep([0-9]+)$")
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
@@ -212,6 +215,18 @@ class RunKey:
         route_id = str(route_id)
         base = route_stem if route_id == route_stem else f"{route_stem}_route{route_id}"
         return RunKey(scenario, f"{base}_rep{int(repetition)}")
+
+    @property
+    def route(self) -> str:
+        """"<Scenario>/<stem>" or "<Scenario>/<stem>_route<id>": the route this run drives, whatever its
+        repetition (the inverse of `for_route`'s naming)."""
+        return f"{self.scenario}/{_REP_SUFFIX.sub('', self.name)}"
+
+    @property
+    def repetition(self) -> int:
+        """K of the run's `_rep<K>` (0 for a name without one)."""
+        m = _REP_SUFFIX.search(self.name)
+        return int(m.group(1)) if m else 0
 
     def __str__(self) -> str:
         return f"{self.scenario}/{self.name}"
@@ -335,6 +350,10 @@ class Layout:
 
     def result_path(self, key: RunKey) -> Path:
         return self.root / RESULTS / key.scenario / f"{key.name}.json"
+
+    def film_path(self, key: RunKey) -> Path:
+        """results/<Scenario>/<run>.webp: an evaluated run's picture, beside its result (tools.collect.film)."""
+        return self.root / RESULTS / key.scenario / FILM_NAME.format(run=key.name)
 
     def log_dir(self, key: RunKey) -> Path:
         return self.root / LOGS / key.scenario / key.name

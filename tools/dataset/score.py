@@ -22,6 +22,10 @@ a run whose final result is a crash (tools.dataset.results.CRASH_STATUSES) count
 record: every score 0, no infraction, never dropped. The means therefore always divide by all N planned runs.
 `entry_status` is Started while a run has no result yet, Crashed when a run crashed, else Finished; only
 Finished is `eligible` (the leaderboard's ELIGIBLE_VALUES).
+
+Intervals (not the leaderboard's: ours, printed beside its means): a 95% Student-t interval of the mean,
+mean +- t(0.975, n-1) * s / sqrt(n), over the n planned runs (routes x seeds) and, per route, over its seeds
+(`mean_interval`). `bin/evaluate compare` takes the same interval of paired differences.
 """
 
 from __future__ import annotations
@@ -65,6 +69,10 @@ LABELS = (
     ("Scenario timeouts", "scenario_timeouts"),
     ("Min speed infractions", "min_speed_infractions"),
 )
+
+#: t(0.975, df) for df = 1..30 (Student's t table); above 30, the Cornish-Fisher expansion in `t_quantile_975`.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 #: How the leaderboard's OutsideRouteLanesTest words it: "Agent went outside its route lanes for about X meters ...".
 _OUTSIDE_METRES = re.compile(r"for about ([0-9]+(?:\.[0-9]*)?) meters")
@@ -124,17 +132,24 @@ class Aggregate:
         return sum(r.counted == counted for r in self.runs)
 
     def summary(self, what: str, notes: list[str] | None = None) -> str:
-        """The summary a person reads: what was evaluated, the three scores, infractions per km, statuses, the
-        runs counted as 0, `notes`, a table of every run, where result.json is."""
+        """The summary a person reads: what was evaluated, the three scores with their 95% intervals over the
+        runs (routes x seeds), infractions per km, statuses, the runs counted as 0, `notes`, per route the
+        means over its seeds (when a route has several), a table of every run with its picture (relative to
+        the root, where one was written: tools.collect.film), where result.json is."""
         g = self.global_record
-        mean, std = g["scores_mean"], g["scores_std_dev"]
+        std = g["scores_std_dev"]
         n = len(self.runs)
-        lines = [
-            f"evaluation of {what} on {n} route runs: leaderboard 2.0 scores, means over all {n} (std over runs)",
-            f"  driving score     {mean['score_composed']:8.3f}  (std {std['score_composed']:.3f})",
-            f"  route completion  {mean['score_route']:8.3f}  (std {std['score_route']:.3f})",
-            f"  infraction score  {mean['score_penalty']:8.3f}  (std {std['score_penalty']:.3f})",
-        ]
+        by_route: dict[str, list[RunScore]] = {}
+        for r in self.runs:
+            by_route.setdefault(r.key.route, []).append(r)
+        seeds = sorted({len(v) for v in by_route.values()})
+        shape = f"{len(by_route)} routes x {seeds[0]} seeds" if len(seeds) == 1 else f"{len(by_route)} routes"
+        lines = [f"evaluation of {what} on {n} route runs ({shape}): leaderboard 2.0 scores, means over all {n} "
+                 "with their 95% t-intervals (std over runs)"]
+        for label, k in (("driving score", "score_composed"), ("route completion", "score_route"),
+                         ("infraction score", "score_penalty")):
+            mean, half = mean_interval([r.record["scores"][k] for r in self.runs])
+            lines.append(f"  {label:<17} {format_interval(mean, half)}  (std {std[k]:.3f})")
         per_km = ", ".join(f"{k} {v:g}" for k, v in g["infractions"].items() if v and k != OUTSIDE_LANES) or "none"
         lines.append(f"  infractions per km ({self.km_driven:.3f} km driven): {per_km}")
         if g["infractions"].get(OUTSIDE_LANES):
@@ -147,16 +162,54 @@ class Aggregate:
                          + ("; rerun the same command to retry crashed runs (up to --max-attempts attempts each)"
                             if crashed else ""))
         lines += [f"  {note}" for note in notes or []]
+        if max(seeds) > 1:  # per route over its seeds: how much one route's score varies with the world
+            rwidth = max(len("route"), *(len(k) for k in by_route))
+            lines.append(f"  {'route':<{rwidth}}  {'seeds':>5}  {'DS (95% interval)':>20}  {'RC (95% interval)':>20}")
+            for route, runs in by_route.items():
+                ds = format_interval(*mean_interval([r.record["scores"]["score_composed"] for r in runs]), width=7)
+                rc = format_interval(*mean_interval([r.record["scores"]["score_route"] for r in runs]), width=7)
+                lines.append(f"  {route:<{rwidth}}  {len(runs):>5}  {ds:>20}  {rc:>20}")
         width = max(len("route run"), *(len(str(r.key)) for r in self.runs))
         swidth = max(len("status"), *(len(r.shown_status) for r in self.runs))
-        lines.append(f"  {'route run':<{width}}  {'status':<{swidth}}  {'DS':>7}  {'RC':>7}")
+        lines.append(f"  {'route run':<{width}}  {'status':<{swidth}}  {'DS':>7}  {'RC':>7}  picture")
         for r in self.runs:
             s = r.record["scores"]
+            film = Layout(self.path.parent).film_path(r.key)
+            shown = str(film.relative_to(self.path.parent)) if film.is_file() else "-"
             lines.append(f"  {str(r.key):<{width}}  {r.shown_status:<{swidth}}  {s['score_composed']:7.2f}  "
-                         f"{s['score_route']:7.2f}")
+                         f"{s['score_route']:7.2f}  {shown}")
         partial = f"; {missing} runs have no result yet, so it is partial" if missing else ""
         lines.append(f"result: {self.path} (entry_status {self.entry_status}{partial})")
         return "\n".join(lines)
+
+
+def t_quantile_975(df: int) -> float:
+    """The 97.5% quantile of Student's t with `df` degrees of freedom (df >= 1): the 3-digit table to 30, then
+    the Cornish-Fisher expansion (within 1e-3 of the exact value throughout)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom {df} < 1")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z, v = 1.959963984540054, float(df)
+    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3))
+
+
+def mean_interval(values: list[float]) -> tuple[float, float | None]:
+    """(mean, half-width of its 95% t-interval); the half-width is None for fewer than 2 values (no interval)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
+    return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
+
+
+def format_interval(mean: float, half: float | None, width: int = 8) -> str:
+    """"  50.000 ± 12.345" (the interval "n/a" when there is none)."""
+    return f"{mean:{width}.3f} ± {half:.3f}" if half is not None else f"{mean:{width}.3f} ± n/a"
 
 
 def km_driven(route_length_m: float, score_route: float) -> float:

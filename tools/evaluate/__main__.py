@@ -4,6 +4,7 @@ Commands:
   run     drive every route under a folder with a checkpoint (--checkpoint) or the expert (--agent expert),
           locally or on SLURM, then aggregate ROOT/result.json and print the scores
   score   aggregate an evaluation root again (after a SLURM evaluation ended, say) and print the scores
+  compare the paired difference of two evaluation roots of the same routes, per route and overall, with 95% intervals
   route   one route run of a trained policy (what `run`'s workers and SLURM tasks start for each route run)
 
 What is measured and how: docs/evaluation.md. `python -m tools.evaluate COMMAND --help` explains each one.
@@ -26,7 +27,8 @@ IDENTITY = ("agent", "checkpoint", "routes_dir", "settings")
 
 
 def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None, agent: str | None = None,
-        towns: str | None = None, workers: int = 1, repetitions: int = 1, max_attempts: int = 3,
+        towns: str | None = None, workers: int = 1, repetitions: int | None = None, seeds: int | None = None,
+        max_attempts: int = 3,
         slurm: bool = False, partition: str | None = None, account: str | None = None, time: str = "01:00:00",
         throttle: int = 48, cpus: int = 1, mem: str = "4G", gpus: int | None = None, runs_per_task: int = 1,
         sbatch_args: str = "", watch: bool = True, poll: float = 30.0, **settings) -> None:
@@ -51,7 +53,9 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         agent: "expert" to evaluate the expert instead of a checkpoint.
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
         workers: parallel worker processes (local evaluation).
-        repetitions: runs of each route (K), seeded differently.
+        repetitions: runs of each route (K), each in its own world: its seed derives from (route, K, --seed).
+        seeds: the same as --repetitions (K world seeds per route); the summary gives means with 95% intervals
+            over routes x seeds, and per route over its seeds.
         max_attempts: attempts per route run while it crashes.
         slurm: run the route runs as SLURM array tasks instead of local workers (docs/slurm.md).
         partition: SLURM partition (default: the cluster's default).
@@ -98,7 +102,7 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
     if "record" in settings:
         raise ToolError("--record: an evaluation never records frames; to record, collect: bin/collect")
     workers = cli.integer(workers, "workers", 1)
-    repetitions = cli.integer(repetitions, "repetitions", 1)
+    repetitions = seeds_or_repetitions(seeds, repetitions)
     max_attempts = cli.integer(max_attempts, "max-attempts", 1)
 
     policy = None
@@ -187,6 +191,33 @@ def score(root: str | None = None) -> None:
     print(score_root(layout).summary(what, unseen_towns_note(evaluation)))
 
 
+def seeds_or_repetitions(seeds: int | None, repetitions: int | None) -> int:
+    """K: --seeds and --repetitions are one thing (K runs of each route, each seeded from (route, K, --seed));
+    both given and different is refused."""
+    k_seeds = None if seeds is None else cli.integer(seeds, "seeds", 1)
+    k_reps = None if repetitions is None else cli.integer(repetitions, "repetitions", 1)
+    if k_seeds is not None and k_reps is not None and k_seeds != k_reps:
+        raise ToolError(f"--seeds {k_seeds} and --repetitions {k_reps}: they are the same thing (K seeded runs of "
+                        "each route); give one of them")
+    return k_seeds or k_reps or 1
+
+
+def compare(root_a: str | None = None, root_b: str | None = None) -> None:
+    """The paired difference B - A of two evaluation roots of the same routes: per route, the mean over its
+    seeds of (DS of B - DS of A) and the same for RC, with 95% t-intervals over the seeds both roots drove, and
+    overall the mean paired difference over every (route, seed) with its interval. Runs pair by (route,
+    repetition K): the same world when both were evaluated with the same --seed. Roots of different route sets
+    are refused; nothing is driven or written.
+
+    Args:
+        root_a: the first evaluation root (the baseline).
+        root_b: the second evaluation root (the one compared with it).
+    """
+    from tools.evaluate.compare import compare_roots
+
+    print(compare_roots(root_a, root_b))
+
+
 # ----------------------------------------------------------------------------- ROOT/evaluation.json
 
 
@@ -271,7 +302,7 @@ def route(route: str, root: str | None = None, repetition: int = 0, towns: str |
               force=force, settings=settings, make_driver=policy_factory(cfg.checkpoint))
 
 
-COMMANDS = {"run": run, "score": score, "route": route}
+COMMANDS = {"run": run, "score": score, "compare": compare, "route": route}
 
 if __name__ == "__main__":
     cli.main("evaluate", COMMANDS, name="python -m tools.evaluate")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tools.collect.config import CollectSettings
+from tools.collect.film import RunFilm
 from tools.collect.processes import peak_memory_mb, process_age
 from tools.collect.recording import RunRecorder
 from tools.collect.referee import Referee
@@ -69,8 +70,9 @@ last_stages: dict[str, float] = {}
 
 def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
           seed: int, attempt: int, make_driver: DriverFactory) -> results.RouteRecord:
-    """Drive the route with the driver `make_driver` makes; record frames (unless settings.record is off).
-    Returns the record for the result file."""
+    """Drive the route with the driver `make_driver` makes; record frames (unless settings.record is off); in an
+    evaluation root, film it (tools.collect.film: ROOT/results/<Scenario>/<run>.webp). Returns the record for the
+    result file."""
     started = time.time()
     # The first route run of a process counts its set-up from the process's start (its imports and town included;
     # a worker's zygote forked it: tools.collect.runner.zygote); a later one in the same process from here.
@@ -90,6 +92,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     clock = StageClock()
     parts: dict[str, float] = {}
+    # An evaluation's picture of the run: the policy's camera and BEV (or, for the expert, a top view) and plan.
+    film = RunFilm(layout.film_path(key), rig if renderer is not None else None) if layout.is_evaluation else None
     # Imports and the town (unless kept by the worker), planning, the driver, the scene and renderer, SUMO's start:
     # everything since the process began until the first tick.
     setup_s = time.time() - begun
@@ -110,6 +114,10 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             # A policy sees the frame's sensors and measurements (its inputs) before it decides.
             decision = driver.step(world, (sensors, frame(decision=None)) if due and driver.needs_sensors else None)
             clock.lap("driver")
+            if film is not None and (due or renderer is None) and film.due(world.time):
+                film.add(world.time, world.ego_box(), decision, sensors if due else None,
+                         world.snapshot().actors if renderer is None else None, dense.xy)
+                clock.lap("film")
             if due and settings.record:
                 data = recorder.encode(frame(decision=decision), snap, sensors)
                 clock.lap("encoding")
@@ -118,11 +126,20 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             events = world.step(decision.control)
             clock.lap("world (SUMO)")
             ego = world.ego_box()
+            judged = {k: len(v) for k, v in referee.infractions.items()}
             referee.update(world.time, np.array([ego.x, ego.y]), ego.speed, events)
+            if film is not None and any(len(v) > judged[k] for k, v in referee.infractions.items()):
+                film.add(world.time, ego, decision, None, world.snapshot().actors, dense.xy,
+                         [k for k, v in referee.infractions.items() if len(v) > judged[k]])
             recorder.beat(world.tick)
             clock.lap("referee")
     finally:
         world.close()
+    if film is not None:
+        t = time.perf_counter()
+        written = film.write()
+        log.info("%s: picture %s: %d frames, %.1f s of wall time (%.1f s writing)", key, written, len(film.frames),
+                 clock.seconds.get("film", 0.0) + time.perf_counter() - t, time.perf_counter() - t)
     recorder.close(town.name)
     n_frames = recorder.frames
     global last_stages
