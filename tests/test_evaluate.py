@@ -36,8 +36,15 @@ def edited_policy(posttrained: Path, dest: Path, target_speed: float, step_m: fl
     frame_dt = float(scale["frame_dt"])
     for name in ("planner.target_speed.weight", "planner.delta.weight"):
         weights[name].zero_()
-    weights["planner.target_speed.bias"].fill_(target_speed)
-    from tools.train.model import SPEED_SCALE
+    from tools.train.model import SPEED_SCALE, two_hot
+
+    bias = weights["planner.target_speed.bias"]
+    classes = scale.get("speed_classes") or []
+    if classes:  # the classes' logits: all the mass on `target_speed` (its two neighbouring classes)
+        label = two_hot(torch.tensor([float(target_speed)]), torch.tensor(classes, dtype=torch.float32))[0]
+        bias.copy_(label.clamp(min=1e-9).log())
+    else:
+        bias.fill_(target_speed)
 
     weights["planner.delta.bias"].copy_(torch.tensor([step_m / (SPEED_SCALE * frame_dt), 0.0]))
     with open(copy / "model.pt", "wb") as f:
