@@ -27,15 +27,19 @@ from tools.train import checkpoint
 
 
 def edited_policy(posttrained: Path, dest: Path, target_speed: float, step_m: float) -> Path:
-    """A copy of the post-trained checkpoint whose planner predicts `target_speed` always, and waypoints
-    `step_m` metres apart straight ahead (on top of the constant-velocity rollout at standstill)."""
+    """A copy of the post-trained checkpoint whose planner predicts `target_speed` always, waypoints
+    `step_m` metres apart straight ahead (on top of the constant-velocity rollout at standstill), and a
+    route straight ahead (the path the driver steers along)."""
     step = checkpoint.resolve(posttrained)
     copy = Path(shutil.copytree(step, dest / "checkpoints" / step.name))
     weights = torch.load(copy / "model.pt", map_location="cpu", weights_only=True)
     scale = torch.load(copy / "state.pt", map_location="cpu", weights_only=True)["model_config"]
     frame_dt = float(scale["frame_dt"])
-    for name in ("planner.target_speed.weight", "planner.delta.weight"):
+    for name in ("planner.target_speed.weight", "planner.delta.weight", "planner.route.weight"):
         weights[name].zero_()
+    points = weights["planner.route.bias"].view(-1, 2)
+    points[:, 0] = 2.0 * torch.arange(1, len(points) + 1)  # x forward, 2 m apart
+    points[:, 1] = 0.0
     from tools.train.model import SPEED_SCALE, two_hot
 
     bias = weights["planner.target_speed.bias"]
@@ -134,3 +138,17 @@ def test_a_pretraining_checkpoint_is_one_line_and_nothing_is_written(pretrained,
     assert proc.returncode != 0
     assert len(proc.stderr.strip().splitlines()) == 1 and "planner" in proc.stderr
     assert not (tmp_path / "eval").exists()
+
+
+def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_expert_does():
+    from tools.evaluate.driver import curve_speed
+    from tools.expert.expert import A_LAT, IDM_DECEL
+
+    straight = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
+    assert curve_speed(straight) > 100  # no curve: the target speed decides
+    assert curve_speed(np.zeros((10, 2))) == float("inf")  # standing at the route's end: no heading
+    for radius in (8.0, 15.0, 30.0):  # a curve to the right, 10 points 2 m apart along it, from 2 m ahead
+        angle = 2.0 * np.arange(10) / radius
+        arc = np.stack([2.0 + radius * np.sin(angle), radius * (1 - np.cos(angle))], axis=1)
+        # the curve's speed, or a little more: the first points' curvature blends in the straight before it
+        assert np.sqrt(A_LAT * radius) < curve_speed(arc) < np.sqrt(A_LAT * radius + 2 * IDM_DECEL * 8.0)
