@@ -798,7 +798,7 @@ def test_pedestrian_yielding(values, distance):
 @pytest.mark.parametrize("values, distance, behaviour", [
     ({}, 10.0, "follow"),  # at the crossing at its target speed: not yielding
     ({"speed": 7.5, "target_speed": 8.0}, 10.0, "follow"),  # below the target by no more than the margin
-    ({"speed": 0.0, "target_speed": 1.0}, 15.5, "follow"),  # pulling away, outside the window (a light before it)
+    ({"speed": 0.0, "target_speed": 1.0}, 15.5, "start"),  # pulling away, outside the window (a light before it)
     ({"speed": 1.0, "target_speed": 6.0}, -5.5, "start"),
     ({"speed": 3.0, "target_speed": 3.0, "reason": "curve", "leader": {"id": 41, "gap": 12.0, "speed": 1.0}}, 14.0,
      "follow"),  # the walker in the path, but the curve limits the speed

@@ -27,17 +27,28 @@ from tools.train import checkpoint
 
 
 def edited_policy(posttrained: Path, dest: Path, target_speed: float, step_m: float) -> Path:
-    """A copy of the post-trained checkpoint whose planner predicts `target_speed` always, and waypoints
-    `step_m` metres apart straight ahead (on top of the constant-velocity rollout at standstill)."""
+    """A copy of the post-trained checkpoint whose planner predicts `target_speed` always, waypoints
+    `step_m` metres apart straight ahead (on top of the constant-velocity rollout at standstill), and a
+    route straight ahead (the path the driver steers along)."""
     step = checkpoint.resolve(posttrained)
     copy = Path(shutil.copytree(step, dest / "checkpoints" / step.name))
     weights = torch.load(copy / "model.pt", map_location="cpu", weights_only=True)
     scale = torch.load(copy / "state.pt", map_location="cpu", weights_only=True)["model_config"]
     frame_dt = float(scale["frame_dt"])
-    for name in ("planner.target_speed.weight", "planner.delta.weight"):
+    for name in ("planner.target_speed.weight", "planner.delta.weight", "planner.route.weight"):
         weights[name].zero_()
-    weights["planner.target_speed.bias"].fill_(target_speed)
-    from tools.train.model import SPEED_SCALE
+    points = weights["planner.route.bias"].view(-1, 2)
+    points[:, 0] = 2.0 * torch.arange(1, len(points) + 1)  # x forward, 2 m apart
+    points[:, 1] = 0.0
+    from tools.train.model import SPEED_SCALE, two_hot
+
+    bias = weights["planner.target_speed.bias"]
+    classes = scale.get("speed_classes") or []
+    if classes:  # the classes' logits: all the mass on `target_speed` (its two neighbouring classes)
+        label = two_hot(torch.tensor([float(target_speed)]), torch.tensor(classes, dtype=torch.float32))[0]
+        bias.copy_(label.clamp(min=1e-9).log())
+    else:
+        bias.fill_(target_speed)
 
     weights["planner.delta.bias"].copy_(torch.tensor([step_m / (SPEED_SCALE * frame_dt), 0.0]))
     with open(copy / "model.pt", "wb") as f:
@@ -176,3 +187,17 @@ def test_seeds_drive_each_route_in_distinct_worlds_and_the_summary_gives_interva
         with Image.open(film) as im:
             assert im.format == "WEBP" and im.is_animated
             assert im.n_frames == int(r["meta"]["duration_game"] / RunFilm(film, None).every_s + 1e-6) + 1
+
+
+def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_expert_does():
+    from tools.evaluate.driver import curve_speed
+    from tools.expert.expert import A_LAT, IDM_DECEL
+
+    straight = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
+    assert curve_speed(straight) > 100  # no curve: the target speed decides
+    assert curve_speed(np.zeros((10, 2))) == float("inf")  # standing at the route's end: no heading
+    for radius in (8.0, 15.0, 30.0):  # a curve to the right, 10 points 2 m apart along it, from 2 m ahead
+        angle = 2.0 * np.arange(10) / radius
+        arc = np.stack([2.0 + radius * np.sin(angle), radius * (1 - np.cos(angle))], axis=1)
+        # the curve's speed, or a little more: the first points' curvature blends in the straight before it
+        assert np.sqrt(A_LAT * radius) < curve_speed(arc) < np.sqrt(A_LAT * radius + 2 * IDM_DECEL * 8.0)

@@ -134,6 +134,7 @@ def test_predict_on_sensors_rendered_for_a_snapshot_of_a_recorded_pose(policy, r
     rendered = Renderer(Scene(town, seed=0), policy.rig).render(Snapshot(time=m.time, ego=ego))
     plan = policy.predict({name: array for name, (array, _codec) in rendered.items()}, m)
     assert plan.waypoints.shape == (8, 2) and np.isfinite(plan.waypoints).all() and plan.target_speed >= 0
+    assert plan.route.shape == (10, 2) and np.isfinite(plan.route).all()
 
 
 def test_predict_without_a_sensor_the_policy_needs_is_one_line(policy, recorded):

@@ -368,6 +368,27 @@ def test_tiny_model_sizes():
     assert count_parameters(model) < 2_000_000
 
 
+def test_target_speed_is_a_distribution_over_classes_trained_two_hot_and_an_old_checkpoint_keeps_its_regression():
+    from tools.dataset.samples import CacheSettings
+    from tools.train.model import SPEED_CLASSES, ModelConfig, TransFuser, model_config, two_hot
+
+    classes = torch.tensor(SPEED_CLASSES)
+    speeds = torch.tensor([-1.0, 0.0, 0.25, 1.0, 5.0, 13.9, 30.0])
+    label = two_hot(speeds, classes)
+    assert torch.allclose(label.sum(-1), torch.ones(len(speeds)))
+    assert torch.allclose(label @ classes, speeds.clamp(0, classes[-1]))  # the label's expectation is the speed
+    assert (label > 0).sum(-1).max() <= 2  # on its two neighbouring classes
+    cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
+    assert cfg.speed_classes == SPEED_CLASSES
+    head = TransFuser(cfg, planner=True).planner.target_speed
+    assert head.out_features == len(SPEED_CLASSES)
+    old = {k: v for k, v in cfg.to_dict().items() if k != "speed_classes"}  # written before the classes
+    assert ModelConfig.from_dict(old).speed_classes == ()
+    assert TransFuser(ModelConfig.from_dict(old), planner=True).planner.target_speed.out_features == 1
+    with pytest.raises(ValueError, match="speed_classes"):
+        ModelConfig.from_dict({**cfg.to_dict(), "speed_classes": [1.0, 0.5]})
+
+
 # ----------------------------------------------------------------------------- the time between frames
 
 

@@ -27,10 +27,12 @@ BUCKETS = SCENARIO_BUCKETS + BEHAVIOUR_BUCKETS
 
 #: Thresholds of the rules (docs/buckets.md). Changing one changes `version`: the index is redone.
 RULES: dict[str, Any] = {
-    "version": 2,
+    "version": 3,
     "stand_speed": 0.5,  # m/s: below it the ego stands
     "start_speed": 4.0,  # m/s: below it, with a target speed start_margin higher, the ego is starting
-    "start_margin": 2.0,  # m/s
+    # The expert's target is its speed plus half a second of acceleration, at most 1 m/s above it: a margin
+    # of 2 m/s (version 2) left this bucket empty, and pulling away fell into follow, turn or junction.
+    "start_margin": 0.5,  # m/s
     "turn_angle": 30.0,  # degrees: the route turns by more than this within turn_ahead metres
     "turn_ahead": 20.0,  # metres
     # obstacle_passing: the obstacle scenario's site (its last actor) at most obstacle_ahead metres ahead of

@@ -3,6 +3,12 @@
 `python -m tools.evaluate route` drives one route run with it: the embedded world's attempt and drive loop
 (tools.collect.runner.attempt, tools.collect.sim.drive) with this driver in place of the expert. Collection
 never imports it (nothing under tools/collect imports torch).
+
+How the plan becomes controls (as TransFuser++'s agent, Jaeger et al., ICCV 2023): the wheel follows the
+predicted route (the path ahead, whatever the speed), the pedal the predicted target speed, capped by what
+the route's curves allow (the expert's curve rule: lateral acceleration A_LAT, braking at IDM_DECEL towards
+each curve). Steering along the speed-dependent waypoints instead went straight through junctions: coming
+too fast, the planner's waypoints hardly bend (docs/training.md, "Why the policy stopped").
 """
 
 from __future__ import annotations
@@ -16,12 +22,29 @@ from tools.dataset.geometry import ego_to_world
 from tools.dataset.measurements import Measurements
 from tools.evaluate.policy import load_policy
 from tools.expert.control import Controller
-from tools.expert.expert import Decision, WorldView
+from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
 from tools.expert.planner import DenseRoute
 
 
+def curve_speed(route: np.ndarray) -> float:
+    """The highest speed (m/s) from which the ego can brake at IDM_DECEL into every curve of `route` ((N, 2),
+    ego frame, in driving order) at a lateral acceleration of A_LAT; inf when it is straight or too short."""
+    step = np.diff(np.concatenate([np.zeros((1, 2)), route]), axis=0)
+    length = np.hypot(step[:, 0], step[:, 1])
+    keep = length > 0.2  # repeated points (the route's end) have no heading
+    if keep.sum() < 3:
+        return float("inf")
+    step, length = step[keep], length[keep]
+    heading = np.unwrap(np.arctan2(step[:, 1], step[:, 0]))
+    s = np.cumsum(length)
+    # Curvature over two segments (about 4 m: the expert's +-3 m), at the distance of the middle point.
+    curvature = np.abs(heading[2:] - heading[:-2]) / np.maximum(s[2:] - s[:-2], 1e-3)
+    speed = np.sqrt(A_LAT / np.maximum(curvature, 1e-4))
+    return float(np.sqrt(speed**2 + 2 * IDM_DECEL * s[1:-1]).min())
+
+
 class PolicyDriver:
-    """A trained checkpoint (tools.evaluate.policy): waypoints and a target speed predicted from the frame's
+    """A trained checkpoint (tools.evaluate.policy): a route and a target speed predicted from the frame's
     sensors at every frame tick, tracked by the controllers until the next one."""
 
     needs_sensors = True
@@ -38,8 +61,8 @@ class PolicyDriver:
         if inputs is not None:
             sensors, m = inputs  # the renderer's {name: (array, codec)}: the policy takes the arrays
             plan = self.policy.predict({name: array for name, (array, _) in sensors.items()}, m)
-            self.path = ego_to_world(ego, np.asarray(plan.waypoints, dtype=np.float64))
-            self.target_speed = float(plan.target_speed)
+            self.path = ego_to_world(ego, np.asarray(plan.route, dtype=np.float64))
+            self.target_speed = min(float(plan.target_speed), curve_speed(np.asarray(plan.route, dtype=np.float64)))
         control = self.controller(ego.x, ego.y, ego.yaw, ego.speed, self.path, self.target_speed)
         return Decision(control=control, target_speed=self.target_speed, reason="policy", path=self.path)
 

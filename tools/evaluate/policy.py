@@ -42,6 +42,7 @@ FLAG = "--checkpoint"
 class Plan:
     waypoints: np.ndarray  # (H, 2) float, ego frame (x forward, y right, metres), one per frame_dt
     target_speed: float  # m/s, the model's predicted target speed (clamped >= 0)
+    route: np.ndarray  # (R, 2) float, ego frame: the predicted path ahead (the route's next points, 2 m apart)
 
 
 class Policy:
@@ -68,7 +69,8 @@ class Policy:
         with torch.inference_mode():
             out = self._model(batch)
         waypoints = out["waypoints"][0].double().numpy()
-        return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])))
+        return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
+                    route=out["route"][0].double().numpy())
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -90,7 +90,8 @@ class TrainConfig:
     w_waypoints: float = 1.0
     """posttrain: weight of the waypoint loss (L1 in metres over valid waypoints)."""
     w_target_speed: float = 0.5
-    """posttrain: weight of the target speed loss (L1 in m/s)."""
+    """posttrain: weight of the target speed loss (cross-entropy over the speed classes; L1 in m/s for a
+    checkpoint without them)."""
     w_route: float = 0.5
     """posttrain: weight of the route loss (L1 in metres)."""
 

@@ -273,9 +273,12 @@ def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any]
         mcfg = stored_model_config(ckpt["state"]["model_config"], ckpt["path"], mcfg, src.cache_root,
                                    "train from scratch in a new logdir=, or on the cache this run was trained on")
     elif start is not None:
+        preset = mcfg
         mcfg = stored_model_config(start["model_config"], start["path"], mcfg, src.cache_root,
                                    "pre-train on this cache first (bin/train pretrain), or pass load= of a "
                                    "checkpoint pre-trained on it")
+        # A pre-training checkpoint has no planner: the new planner's head is this version's.
+        mcfg = dataclasses.replace(mcfg, speed_classes=preset.speed_classes)
     torch.manual_seed(cfg.seed)
     model = TransFuser(mcfg, planner=cfg.phase == "posttrain")
     if ckpt is not None:

@@ -42,6 +42,13 @@ DEPTH_UNIT = 10.0  # depth is predicted and compared in units of 10 m
 DEPTH_MAX = 100.0  # metres; beyond is clipped
 POS_SCALE = 10.0  # metres; the planner sees positions divided by this
 SPEED_SCALE = 10.0  # m/s; also the speed whose one-frame step is the unit of the planner's deltas (step_scale)
+#: The target speed classes (m/s) of the planner's target-speed head, as TransFuser++ (Jaeger et al., ICCV
+#: 2023) predicts target speed: a distribution over these, trained on the expert's target speed spread over
+#: its two neighbouring classes (two-hot), read as its expectation. Fine at the bottom, where the expert's
+#: target ramps up from a stop (its speed plus at most 1 m/s); 14 covers the 50 km/h limit (13.9 m/s).
+#: An L1 regression (the head before) predicts the median: standing still, where most frames wait, that
+#: is 0 even when a fifth of them pull away (docs/training.md, "Why the policy stopped").
+SPEED_CLASSES = (0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0, 12.0, 14.0)
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,9 @@ class ModelConfig:
     bev_classes: int = len(BEV_CLASSES)
     horizon: int = 8  # P waypoints
     route_points: int = 10  # R route points
+    # The target-speed head's classes (m/s, increasing, the first 0); empty: one regressed value (L1), what
+    # checkpoints written before the classes hold (from_dict reads a missing key so).
+    speed_classes: tuple[float, ...] = SPEED_CLASSES
     # Seconds between two waypoints: the time between the recorded frames of the cache the model was
     # trained on (tools.dataset.cache.read_frame_dt). No default: no stage assumes a recording rate.
     frame_dt: float = dataclasses.field(kw_only=True)
@@ -71,6 +81,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if isinstance(self.frame_dt, bool) or not isinstance(self.frame_dt, int | float) or not self.frame_dt > 0:
             raise ValueError(f"model config: frame_dt={self.frame_dt!r}, expected seconds > 0")
+        c = self.speed_classes
+        if c and (len(c) < 2 or c[0] != 0 or any(b <= a for a, b in zip(c, c[1:], strict=False))):
+            raise ValueError(f"model config: speed_classes={c!r}, expected increasing speeds from 0 (or none)")
 
     @property
     def step_scale(self) -> float:
@@ -91,6 +104,7 @@ class ModelConfig:
             problems = ([f"missing {', '.join(missing)}"] if missing else []) + \
                 ([f"unknown {', '.join(unknown)}"] if unknown else [])
             raise ValueError(f"model config: {'; '.join(problems)}")
+        d = {"speed_classes": [], **d}  # written before the classes: the regression head
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -199,7 +213,8 @@ class Planner(nn.Module):
         nn.init.zeros_(self.delta.weight)  # start as the constant-velocity rollout
         nn.init.zeros_(self.delta.bias)
         self.frame_dt, self.step_scale = cfg.frame_dt, cfg.step_scale
-        self.target_speed = nn.Linear(h, 1)
+        self.target_speed = nn.Linear(h, max(len(cfg.speed_classes), 1))
+        self.register_buffer("speed_classes", torch.tensor(cfg.speed_classes, dtype=torch.float32), persistent=False)
         self.route = nn.Linear(h, 2 * cfg.route_points)
 
     def forward(self, img: torch.Tensor, bev: torch.Tensor, target_point: torch.Tensor, speed: torch.Tensor,
@@ -221,11 +236,15 @@ class Planner(nn.Module):
             z = self.gru(torch.cat([x / POS_SCALE, tp, v], dim=1), z)
             x = x + cv_step + self.step_scale * self.delta(z)
             waypoints.append(x)
-        return {
-            "waypoints": torch.stack(waypoints, dim=1),
-            "target_speed": self.target_speed(z).squeeze(1),
-            "route": self.route(z).view(-1, self.route_points, 2),
-        }
+        out = {"waypoints": torch.stack(waypoints, dim=1), "route": self.route(z).view(-1, self.route_points, 2)}
+        speed_logits = self.target_speed(z)
+        if len(self.speed_classes):
+            out["target_speed_logits"] = speed_logits
+            out["target_speed_classes"] = self.speed_classes.expand(len(speed_logits), -1)  # for the loss
+            out["target_speed"] = speed_logits.float().softmax(-1) @ self.speed_classes  # the expectation
+        else:
+            out["target_speed"] = speed_logits.squeeze(1)
+        return out
 
 
 class TransFuser(nn.Module):
@@ -283,11 +302,30 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
         wvalid = batch["waypoints_valid"].bool()
         werr = (out["waypoints"].float() - batch["waypoints"].float()).abs().sum(-1)
         losses["waypoints"] = (werr * wvalid).sum() / wvalid.sum().clamp(min=1)
-        losses["target_speed"] = F.l1_loss(out["target_speed"].float(), batch["target_speed"].float())
+        if "target_speed_logits" in out:  # cross-entropy with the two-hot label over the classes
+            logits = out["target_speed_logits"].float()
+            label = two_hot(batch["target_speed"].float(), out["target_speed_classes"][0])
+            losses["target_speed"] = -(label * logits.log_softmax(-1)).sum(-1).mean()
+        else:
+            losses["target_speed"] = F.l1_loss(out["target_speed"].float(), batch["target_speed"].float())
         losses["route"] = F.l1_loss(out["route"].float(), batch["route"].float())
     losses = {name: losses[name] for name in (LOSSES if "waypoints" in out else PERCEPTION_LOSSES)}
     losses["loss"] = sum(weights[name] * value for name, value in losses.items())
     return losses
+
+
+def two_hot(value: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """(B,) values as (B, K) distributions over the increasing `classes`: each value split between its two
+    neighbouring classes in proportion to how close it is to each (its expectation is the value, clipped to
+    the classes' range)."""
+    value = value.clamp(float(classes[0]), float(classes[-1]))
+    upper = torch.searchsorted(classes, value.contiguous(), right=True).clamp(1, len(classes) - 1)
+    lo, hi = classes[upper - 1], classes[upper]
+    w_hi = ((value - lo) / (hi - lo)).clamp(0, 1)
+    label = torch.zeros(len(value), len(classes), device=value.device)
+    label.scatter_(1, (upper - 1)[:, None], (1 - w_hi)[:, None])
+    label.scatter_add_(1, upper[:, None], w_hi[:, None])
+    return label
 
 
 def count_parameters(model: nn.Module) -> int:
