@@ -7,7 +7,8 @@ Verified against the carla 0.9.16 client.
 Told what to do by the environment: STANDIN_MODE = ok (default) | hang (never listens) | crash (exits 3) |
 version (answers 0.9.15); STANDIN_DELAY seconds before it listens or crashes; STANDIN_CHILD=1 starts a child
 process that sleeps (the group must end it too); STANDIN_MAPS the maps it has, comma-separated (default
-DEFAULT_MAPS); STANDIN_PID_FILE a file to write its pid (and its child's, one a line) into.
+DEFAULT_MAPS); STANDIN_PID_FILE a file to write its pid (and its child's, one a line) into, and the same
+into STANDIN_PID_FILE.<its RPC port> (the stand-in evaluator kills the server of its own --port).
 
 Like CARLA it binds its RPC, streaming and secondary ports (the defaults RPC + 1 and RPC + 2 where its flags name
 none: CarlaSettings.cpp), each as Boost.Asio's acceptor does (SO_REUSEADDR, every address, listening), and a port
@@ -65,9 +66,10 @@ def main() -> None:
     pids = [os.getpid()]
     if os.environ.get("STANDIN_CHILD") == "1":
         pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)
-    if os.environ.get("STANDIN_PID_FILE"):
-        with open(os.environ["STANDIN_PID_FILE"], "w") as f:
-            f.write("".join(f"{pid}\n" for pid in pids))
+    if os.environ.get("STANDIN_PID_FILE"):  # the last server started, and this one's by its RPC port
+        for path in (os.environ["STANDIN_PID_FILE"], f"{os.environ['STANDIN_PID_FILE']}.{flags['carla-rpc-port']}"):
+            with open(path, "w") as f:
+                f.write("".join(f"{pid}\n" for pid in pids))
     print(f"stand-in CARLA server: {' '.join(sys.argv[1:])} (mode {mode})", flush=True)
     time.sleep(float(os.environ.get("STANDIN_DELAY", "0")))
     if mode == "crash":

@@ -126,8 +126,9 @@ def write(path: str, data: dict) -> None:
         json.dump(data, fd, indent=4)
 
 
-def kill_server() -> None:
-    with open(os.environ["STANDIN_PID_FILE"]) as f:
+def kill_server(port: int) -> None:
+    """SIGKILLs the server on `port` (several workers' servers run at once: each writes its own pid file)."""
+    with open(f"{os.environ['STANDIN_PID_FILE']}.{port}") as f:
         os.kill(int(f.readline()), signal.SIGKILL)
 
 
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> None:
     if mode == "norecord":
         raise SystemExit(1)
     if mode in ("crash-server", "crash-server-record"):
-        kill_server()
+        kill_server(args.port)
         if mode == "crash-server-record":  # the tick times out: the real one prints the exception, records it
             try:
                 raise RuntimeError(f"time-out of 10000ms while waiting for the simulator, make sure the simulator "

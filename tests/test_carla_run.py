@@ -381,8 +381,7 @@ CRASH = "Failed - Simulation crashed: RuntimeError: time-out of 10000ms while wa
 def test_a_route_crashing_on_every_attempt_is_named_apart_from_one_that_crashed_once_standin_server_and_evaluator(
         tmp_path, short_routes, carla_env):
     always, once, modes = crash_modes(short_routes)
-    # One worker: the stand-in evaluator kills the server whose pid the one STANDIN_PID_FILE holds, the last started.
-    proc = run_bin("collect", short_routes, "--root", tmp_path / "root", "--world=carla", "--workers", "1",
+    proc = run_bin("collect", short_routes, "--root", tmp_path / "root", "--world=carla", "--workers", "2",
                    "--max-attempts", "2", env={**carla_env, "STANDIN_MODES": modes,
                                                "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -294,11 +294,11 @@ class Town:
         self.xodr = Path(xodr)
         self.text = read_opendrive(self.xodr)
         self.name = self.xodr.stem
-        self.net = self._sumo_net()
-        self.offset = self._net_offset()
 
-    def _sumo_net(self) -> Path:
-        """The SUMO network for this OpenDRIVE text (made by netconvert once, kept: derived_file)."""
+    @cached_property
+    def net(self) -> Path:
+        """The SUMO network for this OpenDRIVE text (made by netconvert once, kept: derived_file), when first
+        needed: a Town whose routes are refused (a waypoint off every road) writes nothing beside its file."""
 
         def netconvert(tmp: Path) -> None:
             _run([sumo_binary("netconvert"), "--opendrive-files", str(self.xodr), *_NET_OPTIONS,
@@ -335,7 +335,8 @@ class Town:
     def _text_digest(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
-    def _net_offset(self) -> tuple[float, float]:
+    @cached_property
+    def offset(self) -> tuple[float, float]:
         with open(self.net) as f:
             head = f.read(20000)
         m = re.search(r'netOffset="([-\d.eE+]+),([-\d.eE+]+)"', head)
