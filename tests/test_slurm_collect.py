@@ -108,6 +108,11 @@ def test_clean_failed_leaves_runs_queued_for_another_attempt_alone(slurm, four_r
         slurm.run("scancel", job)
 
 
+#: Route runs of one short route in the task past its time limit: a worker forks each from its town's zygote in
+#: about 1 s on a quiet machine, so 40 could all finish inside the minute; 200 cannot.
+PAST_LIMIT_RUNS = 200
+
+
 @pytest.fixture(scope="module")
 def past_time_limit(slurm, short_routes, tmp_path_factory):
     """A task that runs past its one-minute time limit, submitted (--no-watch) before the collection tests below,
@@ -119,9 +124,9 @@ def past_time_limit(slurm, short_routes, tmp_path_factory):
     for extra in sorted(p for p in routes.rglob("*.xml") if "towns" not in p.parts)[1:]:
         extra.unlink()
     root = d / "root"
-    # 40 repetitions of one short route in one task: far more than the 1-minute limit.
-    first = collect(slurm, routes, root, "--time", "1", "--repetitions", "40", "--runs-per-task", "40",
-                    "--no-watch")
+    # PAST_LIMIT_RUNS repetitions of one short route in one task: far more than the 1-minute limit.
+    first = collect(slurm, routes, root, "--time", "1", "--repetitions", str(PAST_LIMIT_RUNS), "--runs-per-task",
+                    str(PAST_LIMIT_RUNS), "--no-watch")
     return routes, root, first
 
 
@@ -274,7 +279,8 @@ def test_a_task_past_its_time_limit_is_recorded_resubmitted_and_reported_as_time
     slurm.wait_done(job, timeout=180)
     # The resubmission is held in the queue: a task that started at once would redo the crashed run (discarding its
     # result) while this test reads the root.
-    again = collect(slurm, routes, root, "--time", "1", "--repetitions", "40", "--runs-per-task", "40",
+    again = collect(slurm, routes, root, "--time", "1", "--repetitions", str(PAST_LIMIT_RUNS), "--runs-per-task",
+                    str(PAST_LIMIT_RUNS),
                     "--no-watch", "--sbatch-args=--hold")
     assert again.returncode == 0, again.stderr
     assert "1 TIMEOUT" in again.stderr
@@ -284,5 +290,5 @@ def test_a_task_past_its_time_limit_is_recorded_resubmitted_and_reported_as_time
     waves = load_waves(layout)
     assert len(waves) == 2 and {w["key"] for w in waves[1].runs} >= {str(crashed[0])}
     finished = sum(run_state(layout, k) is RunState.FINISHED for k in layout.iter_runs())
-    assert len(waves[1].runs) == 40 - finished
+    assert len(waves[1].runs) == PAST_LIMIT_RUNS - finished
     slurm.run("scancel", waves[1].arrays[0]["job_id"])  # the resubmission this test made; not waited for
