@@ -153,6 +153,11 @@ def _start(dense) -> Bicycle:
     return Bicycle(x=x, y=y, yaw=yaw)
 
 
+def _parked_car(x: float, y: float, yaw: float) -> Box:
+    """A standing car (4.6 x 1.9 m) at (x, y) along `yaw`: the obstacle the passing tests put on the route."""
+    return Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+
+
 def _distance_on_route(dense, box: Box) -> float:
     return float(dense.s[int(np.hypot(dense.xy[:, 0] - box.x, dense.xy[:, 1] - box.y).argmin())])
 
@@ -177,7 +182,7 @@ def test_expert_waits_behind_an_obstacle_then_passes_it_in_the_next_lane_without
     town, dense = straight
     world = StandInWorld(_start(dense))
     x, y, yaw = _at(dense, 80.0)
-    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    parked = _parked_car(x, y, yaw)
     world.actors = [parked]
     expert = Expert(dense, world.dt, town.carla_map)
     touched = []
@@ -246,7 +251,7 @@ def test_expert_past_the_obstacle_goes_back_into_its_lane_before_oncoming_cars_t
     town, dense = _town01_road8(carla_towns)
     world = StandInWorld(_start(dense))
     x, y, yaw = _at(dense, 70.0)
-    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    parked = _parked_car(x, y, yaw)
     world.actors = [parked]
     expert = Expert(dense, world.dt, town.carla_map)
     touched = []
@@ -275,7 +280,7 @@ def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(st
     town, dense = straight
     world = StandInWorld(_start(dense))
     x, y, yaw = _at(dense, 60.0)
-    parked = Box(id=7, cls=sem.CAR, x=x, y=y, z=0.75, yaw=yaw, length=4.6, width=1.9, height=1.5, speed=0.0)
+    parked = _parked_car(x, y, yaw)
     expert = Expert(dense, world.dt, town.carla_map)
     offset = None
     touched = []
