@@ -216,8 +216,8 @@ def test_two_clusters_apart_and_stop_leaves_nothing(slurm, slurm_accounting, tmp
 
 
 def test_signal_before_the_time_limit_requeue_and_timeout(slurm, slurm_accounting, time_limit_jobs):
-    """--signal=B:USR1@50 with --time=1 reaches the batch shell 10-40 s in (slurmctld checks time limits every
-    ~30 s); `scontrol requeue` from inside works and the job runs again with SLURM_RESTART_COUNT=1 about
+    """--signal=B:USR1@50 with --time=1 reaches the batch shell 10-40 s after the allocation (slurmctld checks time
+    limits every ~30 s); `scontrol requeue` from inside works and the job runs again with SLURM_RESTART_COUNT=1 about
     cred_expire (10 s) later; a job past its limit ends TIMEOUT 60-90 s after it started. Both clusters at once,
     and the jobs were submitted by the fixture time_limit_jobs before the module's other tests, to keep the
     wait to one minute and a half, less what those tests took."""
@@ -234,7 +234,9 @@ def test_signal_before_the_time_limit_requeue_and_timeout(slurm, slurm_accountin
         events = [line.split()[0] for line in lines]
         assert events == ["start", "usr1", "requeue", "start", "second"], lines
         first, usr1, requeued, second = (float(lines[i].split()[1]) for i in (0, 1, 2, 3))
-        assert 5 <= usr1 - first <= 58, lines  # before the limit
+        # before the limit; slurmctld counts it from the allocation, which on a loaded machine precedes the batch
+        # script's first line by several seconds (CI saw the signal 1 s after that line)
+        assert 0 <= usr1 - first <= 58, lines
         assert lines[0].split()[2:] == ["restart=0", f"conf={cluster.conf}"]
         assert lines[3].split()[2] == "restart=1"
         assert second - requeued < 30, lines  # BeginTime = requeue + cred_expire + 1
@@ -244,7 +246,7 @@ def test_signal_before_the_time_limit_requeue_and_timeout(slurm, slurm_accountin
         assert (info["JobState"], info["Reason"]) == ("TIMEOUT", "TimeLimit"), info
         lines = (tmp_path / name / f"{job}.log").read_text().splitlines()
         assert [line.split()[0] for line in lines] == ["start", "term"], lines
-        assert 55 <= float(lines[1].split()[1]) - float(lines[0].split()[1]) <= 100, lines
+        assert 40 <= float(lines[1].split()[1]) - float(lines[0].split()[1]) <= 100, lines  # (same allowance)
 
     job = jobs[slurm_accounting.name, "requeue"]
     rows = wait_until(lambda: (r := sacct_rows(slurm_accounting, job, "--duplicates"))

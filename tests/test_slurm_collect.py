@@ -277,6 +277,11 @@ def test_a_task_past_its_time_limit_is_recorded_resubmitted_and_reported_as_time
     assert first.returncode == 0, first.stderr
     (job,) = array_ids(root)
     slurm.wait_done(job, timeout=180)
+    layout = Layout(root)
+    # The run the limit cut short: begun (its attempt's log) without a result. A worker starts its next run as soon
+    # as one ends, but the limit can still fall between two runs (then none was cut short; CI saw it once).
+    cut = [k for k in layout.iter_runs() if layout.attempt_logs(k) and not layout.result_path(k).exists()]
+    assert len(cut) <= 1, cut
     # The resubmission is held in the queue: a task that started at once would redo the crashed run (discarding its
     # result) while this test reads the root.
     again = collect(slurm, routes, root, "--time", "1", "--repetitions", str(PAST_LIMIT_RUNS), "--runs-per-task",
@@ -284,11 +289,10 @@ def test_a_task_past_its_time_limit_is_recorded_resubmitted_and_reported_as_time
                     "--no-watch", "--sbatch-args=--hold")
     assert again.returncode == 0, again.stderr
     assert "1 TIMEOUT" in again.stderr
-    layout = Layout(root)
     crashed = [k for k in layout.iter_runs() if read_status(layout.result_path(k)) == FAILED_SIMULATION]
-    assert len(crashed) == 1, "the run the time limit cut short is recorded as crashed"
+    assert crashed == cut, "the run the time limit cut short is recorded as crashed"
     waves = load_waves(layout)
-    assert len(waves) == 2 and {w["key"] for w in waves[1].runs} >= {str(crashed[0])}
+    assert len(waves) == 2 and {w["key"] for w in waves[1].runs} >= {str(k) for k in crashed}
     finished = sum(run_state(layout, k) is RunState.FINISHED for k in layout.iter_runs())
     assert len(waves[1].runs) == PAST_LIMIT_RUNS - finished
     slurm.run("scancel", waves[1].arrays[0]["job_id"])  # the resubmission this test made; not waited for

@@ -293,6 +293,7 @@ class Collector:
                     elif why == "given-up":
                         self.given_up.append(job.key)
                         self._advance(bar)
+                reaped = False
                 for w in list(self.running):
                     rc = w.proc.poll()
                     if rc is None:
@@ -300,10 +301,12 @@ class Collector:
                         continue
                     self.running.remove(w)
                     self._reap(w, rc, queue, bar)
+                    reaped = True
                 if tty and time.monotonic() - last_refresh > 1.0:  # keep the elapsed time moving
                     bar.refresh()
                     last_refresh = time.monotonic()
-                time.sleep(POLL_S)
+                if not reaped:  # a slot just freed is filled at once: no idle gap between a worker's runs
+                    time.sleep(POLL_S)
         finally:
             bar.close()
             if self.running:
