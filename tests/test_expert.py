@@ -288,7 +288,7 @@ def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(st
     def stream(w: StandInWorld) -> None:  # cars 30 m apart at 4 m/s in the lane to pass in, without end
         nonlocal offset
         if offset is None:
-            offset = expert._neighbour_offset(x, y)
+            offset, _ = expert._neighbour_offset(x, y)
         cars = []
         for k in range(12):
             s = (4.0 * w.time + 30.0 * k) % 360.0 - 40.0
@@ -305,6 +305,76 @@ def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(st
     stream(world)
     world.drive(expert, 60.0, stream)
     assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
+
+
+def _lateral(dense, s: float, left: float, heading_offset: float = 0.0, speed: float = 0.0, id: int = 8) -> Box:
+    """A car at route distance s, `left` metres left of the route, heading along it (+ heading_offset degrees)."""
+    x, y, yaw = _at(dense, s)
+    rad = math.radians(yaw)
+    return Box(id=id, cls=sem.CAR, x=x + left * math.sin(rad), y=y - left * math.cos(rad), z=0.75,
+               yaw=yaw + heading_offset, length=4.6, width=1.9, height=1.5, speed=speed)
+
+
+def _touches(world: StandInWorld) -> bool:
+    e = world.ego_box()
+    rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in world.actors])
+    return bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any())
+
+
+def test_expert_waits_for_a_car_that_turns_into_the_oncoming_lane_beyond_the_pass(carla_towns):
+    """Town10HD ConstructionObstacle(TwoWays): a car driving towards the far end of the pass, off the oncoming
+    lane, turned into it at the junction beyond; its straight forecast kept clear of the pass, the ego began it,
+    and the two stood face to face until blocked. Through the oncoming lane, a car that can reach the pass's far
+    end during the pass, driving towards it, is waited for."""
+    town, dense = _town01_road8(carla_towns)
+    world = StandInWorld(_start(dense))
+    parked = _parked_car(*_at(dense, 70.0))
+    world.actors = [parked]
+    expert = Expert(dense, world.dt, town.carla_map)
+    lane, oncoming = expert._neighbour_offset(parked.x, parked.y)
+    assert oncoming, "the test's pass is not through the oncoming lane"
+    touched, started = [], []
+
+    def turning_in(w: StandInWorld) -> None:
+        # From t = 19 s (the ego has stood behind the obstacle since t = 15), 8 m/s against the route from s = 128,
+        # 7 m left of the oncoming lane until s = 110, then into it over 10 m: it turns in beyond the pass's end
+        # (about 92 m), unseen by a straight forecast.
+        s_car = 128.0 - 8.0 * (w.time - 19.0)
+        left = lane + 7.0 * float(np.clip((s_car - 100.0) / 10.0, 0.0, 1.0))
+        w.actors = [parked, _lateral(dense, s_car, left, 180.0, 8.0)] if 0.5 < s_car <= 128.0 else [parked]
+        touched.append(_touches(w))
+        if expert.passing is not None and not started:
+            started.append(s_car)
+
+    world.drive(expert, 50.0, turning_in)
+    assert not any(touched)
+    assert started and started[0] < _distance_on_route(dense, parked), "the pass began before the car went by"
+    assert _distance_on_route(dense, world.ego_box()) > 100.0, "the ego never got past the obstacle"
+
+
+def test_a_car_standing_in_the_egos_own_lane_does_not_keep_it_from_passing(straight):
+    """Town15 ConstructionObstacle: on its 3 m lanes the cars queued behind the ego stood 2.6 to 2.8 m from the
+    shifted path, and an actor within 3 m of it (centre to centre) kept the pass from starting: the ego stood until
+    blocked. An actor keeps off the pass by the two half widths and PASS_SIDE_GAP_M."""
+    town, dense = straight
+    world = StandInWorld(_start(dense))
+    parked = _parked_car(*_at(dense, 60.0))
+    world.actors = [parked]
+    expert = Expert(dense, world.dt, town.carla_map)
+    side, _ = expert._neighbour_offset(parked.x, parked.y)
+    queued = []
+
+    def queue_behind(w: StandInWorld) -> None:  # once the ego stands behind the obstacle: a car 0.4 m off centre,
+        # towards the lane to pass in (2.8 m from the shifted path on these 3.2 m lanes)
+        s_ego = _distance_on_route(dense, w.ego_box())
+        if not queued and s_ego > 45.0 and w.ego.speed < 0.1:
+            queued.append(_lateral(dense, s_ego - 9.0, math.copysign(0.4, side)))
+            w.actors = [parked, queued[0]]
+
+    decisions = world.drive(expert, 40.0, queue_behind)
+    assert queued, "the ego never stood behind the obstacle"
+    assert any(d.reason == "passing" for d in decisions)
     assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
 
 

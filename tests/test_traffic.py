@@ -96,3 +96,33 @@ def test_a_small_town_keeps_its_traffic_over_the_whole_town(tmp_path):
         assert not world._bg
     finally:
         world.close()
+
+
+def test_on_a_small_town_a_vehicle_replacing_one_that_arrived_enters_far_from_the_ego(tmp_path):
+    """Town10HD ConstructionObstacleTwoWays: a car that replaced one that arrived entered 57 m before the ego, in
+    the junction beyond the obstacle it had just begun to pass, and turned into the oncoming lane; both stood
+    until blocked. On a small town a replacement (what `step` adds for each arrival) enters ENTER_CLEAR_M or more
+    from the ego; drawn without that bound, some of the same town's enter close to it."""
+    from tools.collect.sim.world import ENTER_CLEAR_M, SumoWorld
+
+    town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
+    route = _straight_route(town, 250.0)
+    world = SumoWorld(town, route, seed=2, vehicles=0, sim_hz=20)
+    try:
+        assert not world.regional
+
+        def entered(clear: float) -> list[float]:
+            before = set(world.background_positions())
+            for _ in range(30):
+                world._add_background(clear=clear)
+            world.ls.simulationStep()
+            positions = world.background_positions()
+            return [math.hypot(x - world.ego.x, y - world.ego.y) for vid, (x, y) in positions.items()
+                    if vid not in before]
+
+        bounded, unbounded = entered(ENTER_CLEAR_M), entered(0.0)
+    finally:
+        world.close()
+    # SUMO's position is the front bumper, a car length and a step into the edge
+    assert len(bounded) >= 10 and min(bounded) >= ENTER_CLEAR_M - 10.0, sorted(bounded)
+    assert min(unbounded) < ENTER_CLEAR_M, "the test's town has no edge near the ego to tell by"

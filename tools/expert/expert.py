@@ -88,6 +88,8 @@ PASS_CLEAR_M = 8.0  # back in this far beyond the obstacle, metres
 #: a row of cones), metres.
 PASS_CLUSTER_M = 15.0
 PASS_SPEED = 6.0  # m/s while passing through an oncoming lane
+#: Room kept between the ego's side and an actor beside the pass, metres.
+PASS_SIDE_GAP_M = 0.5
 #: An obstacle this close to its lane's centre (metres) stands on neither side: it may be passed through the oncoming
 #: lane (a car queued behind an obstacle stands on the centre, a hair to the left as often as not).
 CENTRED_M = 0.3
@@ -507,27 +509,45 @@ class Expert:
         span = (r.s >= lo) & (r.s <= hi)
         if r.junction[span].any():
             return  # never pass inside a junction
-        offset = self._neighbour_offset(float(obstacle[0, 0]), float(obstacle[0, 1]))
-        if offset is None:
+        found = self._neighbour_offset(float(obstacle[0, 0]), float(obstacle[0, 1]))
+        if found is None:
             return
+        offset, offset_oncoming = found
         # The neighbouring lane must be empty over the pass and for the oncoming traffic's approach.
         rad = np.radians(r.yaw[span])
         shifted = r.xy[span] + offset * np.stack([np.sin(rad), -np.cos(rad)], axis=-1)
         traffic = actors[~np.isin(actors[:, 6], (leader["id"], *others))]
         duration = (hi - s_ego) / PASS_SPEED
-        if len(traffic):  # first those that could get there at all: as far as they drive meanwhile, and 3 m
+        # An actor keeps off the pass when its centre stays this far from the shifted path: the ego's and its own
+        # half widths and PASS_SIDE_GAP_M (a car centred in the ego's own lane, 3 m beside a pass on Town15's 3 m
+        # lanes, is no obstacle to it).
+        clear = ego.width / 2 + traffic[:, 4] / 2 + PASS_SIDE_GAP_M
+        if len(traffic):  # first those that could get there at all: as far as they drive meanwhile
             near_path = np.hypot(traffic[:, None, 0] - shifted[None, :, 0], traffic[:, None, 1] - shifted[None, :, 1])
-            traffic = traffic[near_path.min(axis=1) < traffic[:, 5] * duration + 3.0]
+            keep = near_path.min(axis=1) < traffic[:, 5] * duration + clear
+            traffic, clear = traffic[keep], clear[keep]
         if len(traffic):  # who drives its way ahead of it, or far enough behind, may stay
-            traffic = traffic[~self._merges_behind_or_follows(ego, traffic, s_ego)]
+            keep = ~self._merges_behind_or_follows(ego, traffic, s_ego)
+            traffic, clear = traffic[keep], clear[keep]
+        if len(traffic) and offset_oncoming:
+            # Through the oncoming lane, its traffic enters the pass at the far end: a vehicle that can get there
+            # during the pass and drives towards it waits the pass out, whatever its heading now (one turning into
+            # the lane at the junction beyond drives across it at first: Town10HD's construction sites, blocked).
+            end = shifted[-1]
+            to_end = end[None, :] - traffic[:, :2]
+            rad = np.radians(traffic[:, 2])
+            towards = to_end[:, 0] * np.cos(rad) + to_end[:, 1] * np.sin(rad) > 0.0
+            reach = np.hypot(to_end[:, 0], to_end[:, 1]) < traffic[:, 5] * duration + PASS_CLEAR_M
+            if (towards & reach & (traffic[:, 5] > STANDING_SPEED)).any():
+                return
         if len(traffic):
-            # Each actor's constant-velocity forecast over the pass (driven at PASS_SPEED) keeps 3 m from it.
+            # Each actor's constant-velocity forecast over the pass (driven at PASS_SPEED) keeps `clear` from it.
             times = np.arange(0.0, duration + 1e-6, FORECAST_STEP_S)
             rad = np.radians(traffic[:, 2])
             fx = traffic[:, None, 0] + (np.cos(rad) * traffic[:, 5])[:, None] * times[None, :]
             fy = traffic[:, None, 1] + (np.sin(rad) * traffic[:, 5])[:, None] * times[None, :]
             d = np.hypot(fx[:, :, None] - shifted[None, None, :, 0], fy[:, :, None] - shifted[None, None, :, 1])
-            if (d.min(axis=(1, 2)) < 3.0).any():
+            if (d.min(axis=(1, 2)) < clear).any():
                 return
         # The move out starts a little behind the ego: it stands close behind the obstacle, and steers out at once.
         self.passing = _Pass(start=s_ego - PASS_RAMP_M / 3, end=hi, offset=offset, obstacle=leader["id"],
@@ -571,11 +591,11 @@ class Expert:
             end = max(end, float(path_s[k[i]] + half_along[i]))
         return tuple(ids), end
 
-    def _neighbour_offset(self, x: float, y: float) -> float | None:
-        """Metres to the left (negative: right) of the obstacle's lane centre of the lane to pass in: a lane of
-        the same direction on the side away from the obstacle (it stands left or right of its lane's centre),
-        else the oncoming lane on the left, else a same-direction lane on the obstacle's side; None when there
-        is none."""
+    def _neighbour_offset(self, x: float, y: float) -> tuple[float, bool] | None:
+        """Metres to the left (negative: right) of the obstacle's lane centre of the lane to pass in, and whether
+        it is the oncoming lane: a lane of the same direction on the side away from the obstacle (it stands left or
+        right of its lane's centre), else the oncoming lane on the left, else a same-direction lane on the
+        obstacle's side; None when there is none."""
         wp = lane_at(self.map, x, y)
         if wp is None:
             return None
@@ -589,4 +609,4 @@ class Expert:
         if lane is None:
             return None
         a, b = wp.transform.location, lane.transform.location
-        return sign * math.hypot(b.x - a.x, b.y - a.y)
+        return sign * math.hypot(b.x - a.x, b.y - a.y), lane is oncoming[0]

@@ -46,6 +46,9 @@ _STATE = {"r": "red", "R": "red", "s": "red", "y": "yellow", "Y": "yellow", "u":
 #: The world state (snapshot) holds the vehicles and lights within this distance of the ego, metres: what
 #: the expert looks at (80 m ahead), the sensors see (the camera's far lamps are a pixel at this range).
 VIEW_RADIUS_M = 150.0
+#: On a small town, a background vehicle that replaces one that arrived enters at least this far from the ego, metres
+#: (beyond where the expert looks ahead: one entering 57 m before it turned into the lane it was passing in).
+ENTER_CLEAR_M = 100.0
 #: No background vehicle starts this close behind the ego (in its lane or beside it), metres.
 START_CLEAR_M = 30.0
 #: A red-light crossing is judged once the ego has driven this far past the stop line (which link it took).
@@ -310,15 +313,29 @@ class SumoWorld:
         # keepRoute 2: onto any lane (the ego leaves SUMO's idea of its route); a lane within 10 m.
         self.ls.vehicle.moveToXY(EGO, "", -1, sx, sy, angle, 2, 10.0)
 
-    def _add_background(self, depart_pos: str = "base") -> None:
+    def _add_background(self, depart_pos: str = "base", clear: float = 0.0) -> None:
+        """A background vehicle on a route between two random edges; with `clear`, one whose first edge starts at
+        least that far from the ego (the farthest of the draws when none does): a car that replaces one that
+        arrived does not appear out of nothing before the ego."""
+        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
+        best, best_d = None, -1.0
         for _ in range(20):
             a, b = self.rng.sample(self._edges, 2)
             found = self.ls.simulation.findRoute(a, b)
-            if found.edges and len(found.edges) >= 2:
+            if not found.edges or len(found.edges) < 2:
+                continue
+            if clear <= 0.0:
+                best = found
                 break
-        else:
+            x, y = self.ls.lane.getShape(f"{a}_0")[0][:2]
+            d = math.hypot(x - sx, y - sy)
+            if d > best_d:
+                best, best_d = found, d
+            if d >= clear:
+                break
+        if best is None:
             return
-        self._insert_background(list(found.edges), depart_pos, "best")
+        self._insert_background(list(best.edges), depart_pos, "best")
 
     def _insert_background(self, edges: list[str], depart_pos: str, depart_lane: str) -> str:
         """A background vehicle of a random type on the route `edges`, leaving now; its id."""
@@ -487,7 +504,7 @@ class SumoWorld:
                     self._bg.pop(vid, None)
                     self._add_regional(*self._entry_band())
                 else:
-                    self._add_background()
+                    self._add_background(clear=ENTER_CLEAR_M)
         if self.regional and self.tick % REGION_CHECK_TICKS == 0:
             self._keep_region()
         ev = StepEvents()
