@@ -7,6 +7,7 @@ the town kept), never through timings."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -100,3 +101,33 @@ def test_a_zygote_outlives_children_that_exit_or_segfault_and_still_runs_a_route
     assert run_state(Layout(root), key) is RunState.FINISHED
     assert "(kept by this worker)" in log.read_text(errors="replace")
     assert z.proc.returncode is not None  # closed: no zygote left behind
+
+
+def test_warm_up_loads_every_renderer_kernel_a_route_runs_first_frame_calls(town_xodr):
+    """A forked route run paid about 0.8 s at its first frame for numba to load the renderer's compiled kernels
+    (Town12: later set-up 2.5 s, 1.1 s with the zygote's warm-up): after `warm_up`, rendering a frame of another
+    place compiles and loads nothing more."""
+    from tools.collect.sensors import raycast
+    from tools.collect.sensors.render import warm_up
+    from tools.collect.town import Town
+
+    town = Town(town_xodr)
+    assert warm_up(town) > 0.0
+    kernels = {name: f for name, f in vars(raycast).items() if hasattr(f, "signatures") and f.signatures}
+    assert {"camera_plan", "camera_boxes", "camera_ground", "camera_finish", "lidar_plan", "lidar_boxes",
+            "lidar_points", "bev_ground"} <= kernels.keys()
+    loaded = {name: len(f.signatures) for name, f in kernels.items()}
+    lane = [la for la in town.lanes if not la.internal and len(la.centerline) >= 2][-1]
+    from tools.collect.sensors.render import Renderer
+    from tools.collect.sensors.scene import Scene
+    from tools.dataset import semantics as sem
+    from tools.dataset.rig import RigConfig
+    from tools.expert.state import Box, Snapshot
+
+    (x, y), (x1, y1) = lane.centerline[0], lane.centerline[1]
+    yaw = math.degrees(math.atan2(y1 - y, x1 - x))
+    scene = Scene(town, seed=0, region=Scene.route_region(lane.centerline))
+    ego = Box(0, sem.CAR, x, y, 0.75, yaw, 4.9, 2.1, 1.5)
+    others = [Box(k, cls, x + 6.0 * k, y, 1.0, yaw, 5.0, 2.0, 2.0, 3.0) for k, cls in ((1, sem.BUS), (2, sem.CAR))]
+    Renderer(scene, RigConfig()).render(Snapshot(time=1.0, ego=ego, actors=others, lights=[]))
+    assert {name: len(f.signatures) for name, f in kernels.items()} == loaded

@@ -215,6 +215,7 @@ def _load(xodr: Path) -> str:
     import libsumo  # noqa: F401  (imported, never started: each child starts its own simulation)
 
     import tools.collect.runner.attempt  # noqa: F401  (what a route run imports)
+    from tools.collect.sensors.render import warm_up
     from tools.collect.sensors.scene import load_town_scene
     from tools.collect.town import Town, keep_town
 
@@ -223,6 +224,7 @@ def _load(xodr: Path) -> str:
     parts = town.load()
     load_town_scene(town)
     keep_town(town)
+    parts["kernels"] = warm_up(town)  # numba's compiled renderer, loaded here once rather than in every run
     seconds = time.perf_counter() - started
     return (f"town {town.name} loaded once by this worker (zygote pid {os.getpid()}) in {seconds:.1f} s: imports "
             f"{imported:.1f} s, " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in parts.items()))
