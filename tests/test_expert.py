@@ -378,6 +378,27 @@ def test_a_car_standing_in_the_egos_own_lane_does_not_keep_it_from_passing(strai
     assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
 
 
+def test_expert_passes_an_obstacle_it_stands_behind_at_a_junctions_exit(carla_towns):
+    """Town02 VehicleOpensDoorTwoWays: behind a car standing just past a junction, the ego's centre stood on the
+    junction's last route point; the pass was refused as "inside a junction" (its check began 17 m behind the
+    obstacle, in the junction the ego had left) and the ego stood until blocked. What lies behind the ego's front
+    is driven already: only the route ahead of it must be free of junctions."""
+    town = Town(carla_towns / "Town01.xodr")
+    dense = RoutePlanner(town.carla_map).trace(np.array([[88.41, 268.33], [184.90, 330.60]]))
+    exit_s = float(dense.s[np.flatnonzero(dense.junction)[-1]])
+    assert 60.0 < exit_s < dense.length - 80.0
+    world = StandInWorld(_start(dense))
+    # where the ego stands STANDING_GAP behind it, its centre is a metre short of the junction's exit
+    parked = _parked_car(*_at(dense, exit_s - 1.0 + 4.9 / 2 + 5.0 + 4.6 / 2))
+    world.actors = [parked]
+    expert = Expert(dense, world.dt, town.carla_map)
+    touched = []
+    decisions = world.drive(expert, 45.0, lambda w: touched.append(_touches(w)))
+    assert any(d.reason == "passing" for d in decisions)
+    assert not any(touched)
+    assert _distance_on_route(dense, world.ego_box()) > exit_s + 30.0, "the ego never got past the obstacle"
+
+
 def test_expert_yields_to_a_car_crossing_its_path(straight):
     """The constant-velocity forecast sees the conflict seconds ahead: the ego brakes before the crossing car
     is in its lane (reason "collision"), lets it pass, and goes on."""

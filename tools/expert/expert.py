@@ -507,8 +507,8 @@ class Expert:
         lo, hi = s_obst - PASS_RAMP_M - 5.0, last + PASS_CLEAR_M + PASS_RAMP_M
         r = self.route
         span = (r.s >= lo) & (r.s <= hi)
-        if r.junction[span].any():
-            return  # never pass inside a junction
+        if r.junction[(r.s > s_ego + ego.length / 2) & (r.s <= hi)].any():
+            return  # never pass inside a junction (the one the ego stands at the exit of is behind its front)
         found = self._neighbour_offset(float(obstacle[0, 0]), float(obstacle[0, 1]))
         if found is None:
             return
