@@ -47,6 +47,7 @@ from tools.collect.sensors.scene import (
     SLOT_TERRAIN,
     Scene,
 )
+from tools.collect.town import Town
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, world_to_ego
 from tools.dataset.rig import (
@@ -492,20 +493,19 @@ def bev_class(cls: int) -> int:
     return _BEV_OF_KIND[sem.actor_kind(cls)]
 
 
-def warm_up(scene_town) -> float:
-    """Render one frame of the default rig on a lane of `scene_town` (a Town), to be thrown away: numba loads the
-    compiled kernels (tools.collect.sensors.raycast) at their first call, about 0.8 s. A worker's zygote does it
-    once (tools.collect.runner.zygote), so that the route runs forked from it do not each pay it. Its seconds."""
+def warm_up(town: Town) -> float:
+    """Render one frame of the default rig on a lane of `town`, to be thrown away: numba loads the compiled kernels
+    (tools.collect.sensors.raycast) at their first call, about 0.8 s. A worker's zygote does it once
+    (tools.collect.runner.zygote), so that the route runs forked from it do not each pay it. Its seconds."""
     started = time.perf_counter()
-    lane = next((la for la in scene_town.lanes if not la.internal and len(la.centerline) >= 2), None)
+    lane = next((la for la in town.lanes if not la.internal and len(la.centerline) >= 2), None)
     if lane is None:
         return 0.0
     (x0, y0), (x1, y1) = lane.centerline[0], lane.centerline[-1]
     yaw = math.degrees(math.atan2(y1 - y0, x1 - x0))
     ahead = (x0 + 8.0 * math.cos(math.radians(yaw)), y0 + 8.0 * math.sin(math.radians(yaw)))
-    scene = Scene(scene_town, seed=0, region=Scene.route_region(np.array([[x0, y0], ahead]), margin=40.0))
+    scene = Scene(town, seed=0, region=Scene.route_region(np.array([[x0, y0], ahead]), margin=40.0))
     ego = Box(0, sem.CAR, x0, y0, 0.75, yaw, 4.9, 2.1, 1.5, speed=0.0)
     car = Box(1, sem.CAR, ahead[0], ahead[1], 0.75, yaw, 4.6, 1.9, 1.5, speed=0.0)
     Renderer(scene, RigConfig()).render(Snapshot(time=0.0, ego=ego, actors=[car], lights=[]))
     return time.perf_counter() - started
-
