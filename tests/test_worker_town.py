@@ -108,22 +108,20 @@ def test_warm_up_loads_every_renderer_kernel_a_route_runs_first_frame_calls(town
     (Town12: later set-up 2.5 s, 1.1 s with the zygote's warm-up): after `warm_up`, rendering a frame of another
     place compiles and loads nothing more."""
     from tools.collect.sensors import raycast
-    from tools.collect.sensors.render import warm_up
-    from tools.collect.town import Town
-
-    town = Town(town_xodr)
-    assert warm_up(town) > 0.0
-    kernels = {name: f for name, f in vars(raycast).items() if hasattr(f, "signatures") and f.signatures}
-    assert {"camera_plan", "camera_boxes", "camera_ground", "camera_finish", "lidar_plan", "lidar_boxes",
-            "lidar_points", "bev_ground"} <= kernels.keys()
-    loaded = {name: len(f.signatures) for name, f in kernels.items()}
-    lane = [la for la in town.lanes if not la.internal and len(la.centerline) >= 2][-1]
-    from tools.collect.sensors.render import Renderer
+    from tools.collect.sensors.render import Renderer, warm_up
     from tools.collect.sensors.scene import Scene
+    from tools.collect.town import Town
     from tools.dataset import semantics as sem
     from tools.dataset.rig import RigConfig
     from tools.expert.state import Box, Snapshot
 
+    town = Town(town_xodr)
+    assert warm_up(town) > 0.0
+    kernels = {name: f for name, f in vars(raycast).items() if hasattr(f, "signatures")}  # every numba dispatcher
+    loaded = {name: len(f.signatures) for name, f in kernels.items()}
+    assert all(loaded[name] for name in ("camera_plan", "camera_boxes", "camera_ground", "camera_finish",
+                                         "lidar_plan", "lidar_boxes", "lidar_points", "bev_ground"))
+    lane = [la for la in town.lanes if not la.internal and len(la.centerline) >= 2][-1]
     (x, y), (x1, y1) = lane.centerline[0], lane.centerline[1]
     yaw = math.degrees(math.atan2(y1 - y, x1 - x))
     scene = Scene(town, seed=0, region=Scene.route_region(lane.centerline))
