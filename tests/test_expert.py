@@ -162,6 +162,20 @@ def _distance_on_route(dense, box: Box) -> float:
     return float(dense.s[int(np.hypot(dense.xy[:, 0] - box.x, dense.xy[:, 1] - box.y).argmin())])
 
 
+def _lateral(dense, s: float, left: float, heading_offset: float = 0.0, speed: float = 0.0, id: int = 8) -> Box:
+    """A car at route distance s, `left` metres left of the route, heading along it (+ heading_offset degrees)."""
+    x, y, yaw = _at(dense, s)
+    rad = math.radians(yaw)
+    return Box(id=id, cls=sem.CAR, x=x + left * math.sin(rad), y=y - left * math.cos(rad), z=0.75,
+               yaw=yaw + heading_offset, length=4.6, width=1.9, height=1.5, speed=speed)
+
+
+def _touches(world: StandInWorld) -> bool:
+    e = world.ego_box()
+    rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in world.actors])
+    return bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any())
+
+
 def test_expert_stops_before_a_red_light_and_goes_on_green(straight):
     town, dense = straight
     world = StandInWorld(_start(dense))
@@ -186,13 +200,7 @@ def test_expert_waits_behind_an_obstacle_then_passes_it_in_the_next_lane_without
     world.actors = [parked]
     expert = Expert(dense, world.dt, town.carla_map)
     touched = []
-
-    def check(w: StandInWorld) -> None:
-        e = w.ego_box()
-        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
-                                          np.array([x, y, yaw, 4.6, 1.9]))))
-
-    decisions = world.drive(expert, 40.0, check)
+    decisions = world.drive(expert, 40.0, lambda w: touched.append(_touches(w)))
     reasons = [d.reason for d in decisions]
     assert "leader" in reasons  # it first stops behind the obstacle
     stopped = [d for d in decisions if d.reason == "leader" and d.leader and d.leader["id"] == 7]
@@ -231,13 +239,7 @@ def test_expert_passes_a_bus_standing_on_its_lanes_centre_through_the_oncoming_l
     world.actors = [bus]
     expert = Expert(dense, world.dt, town.carla_map)
     touched = []
-
-    def check(w: StandInWorld) -> None:
-        e = w.ego_box()
-        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
-                                          np.array([bus.x, bus.y, bus.yaw, bus.length, bus.width]))))
-
-    decisions = world.drive(expert, 40.0, check)
+    decisions = world.drive(expert, 40.0, lambda w: touched.append(_touches(w)))
     assert min(d.leader["gap"] for d in decisions if d.leader and d.leader["id"] == 7) > 4.5  # room to steer out
     assert any(d.reason == "passing" for d in decisions)
     assert not any(touched)
@@ -257,15 +259,10 @@ def test_expert_past_the_obstacle_goes_back_into_its_lane_before_oncoming_cars_t
     touched = []
 
     def oncoming_stops(w: StandInWorld) -> None:
-        e = w.ego_box()
-        s_ego = _distance_on_route(dense, e)
+        s_ego = _distance_on_route(dense, w.ego_box())
         if len(w.actors) == 1 and expert.passing is not None and s_ego - 4.9 / 2 > 70.0 + 2.3 + 2.0:
-            ox, oy, oyaw = _at(dense, s_ego + 11.0)
-            rad = math.radians(oyaw)
-            w.actors = [parked, Box(id=8, cls=sem.CAR, x=ox + 4.0 * math.sin(rad), y=oy - 4.0 * math.cos(rad),
-                                    z=0.75, yaw=oyaw + 180.0, length=4.6, width=1.9, height=1.5, speed=0.0)]
-        rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in w.actors])
-        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any()))
+            w.actors = [parked, _lateral(dense, s_ego + 11.0, 4.0, 180.0)]
+        touched.append(_touches(w))
 
     world.drive(expert, 45.0, oncoming_stops)
     assert len(world.actors) == 2, "the oncoming car never stopped ahead of the passing ego"
@@ -293,33 +290,14 @@ def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(st
         for k in range(12):
             s = (4.0 * w.time + 30.0 * k) % 360.0 - 40.0
             if 0.0 < s < dense.length:
-                cx, cy, cyaw = _at(dense, s)
-                rad = math.radians(cyaw)
-                cars.append(Box(id=20 + k, cls=sem.CAR, x=cx + offset * math.sin(rad), y=cy - offset * math.cos(rad),
-                                z=0.75, yaw=cyaw, length=4.6, width=1.9, height=1.5, speed=4.0))
+                cars.append(_lateral(dense, s, offset, speed=4.0, id=20 + k))
         w.actors = [parked, *cars]
-        e = w.ego_box()
-        rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in w.actors])
-        touched.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any()))
+        touched.append(_touches(w))
 
     stream(world)
     world.drive(expert, 60.0, stream)
     assert not any(touched)
     assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
-
-
-def _lateral(dense, s: float, left: float, heading_offset: float = 0.0, speed: float = 0.0, id: int = 8) -> Box:
-    """A car at route distance s, `left` metres left of the route, heading along it (+ heading_offset degrees)."""
-    x, y, yaw = _at(dense, s)
-    rad = math.radians(yaw)
-    return Box(id=id, cls=sem.CAR, x=x + left * math.sin(rad), y=y - left * math.cos(rad), z=0.75,
-               yaw=yaw + heading_offset, length=4.6, width=1.9, height=1.5, speed=speed)
-
-
-def _touches(world: StandInWorld) -> bool:
-    e = world.ego_box()
-    rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in world.actors])
-    return bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]), rows).any())
 
 
 def test_expert_waits_for_a_car_that_turns_into_the_oncoming_lane_beyond_the_pass(carla_towns):
@@ -419,9 +397,7 @@ def test_expert_yields_to_a_car_crossing_its_path(straight):
         box = Box(id=3, cls=sem.CAR, x=crossing["x"], y=crossing["y"], z=0.75, yaw=yaw + 90, length=4.6, width=1.9,
                   height=1.5, speed=8.0)
         w.actors = [box]
-        e = w.ego_box()
-        hits.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
-                                       np.array([box.x, box.y, box.yaw, box.length, box.width]))))
+        hits.append(_touches(w))
 
     move(world)
     decisions = world.drive(expert, 20.0, move)
@@ -491,9 +467,7 @@ def _drive_past_a_turning_car(town, dense, v0: float, accel: float, turn: float,
         box = Box(id=5, cls=sem.BUS, x=float(bx), y=float(by), z=1.5, yaw=float(yaw0 + 180.0 + way[i, 2]),
                   length=7.5, width=2.4, height=3.0, speed=float(way[i, 3]))
         w.actors = [box]
-        e = w.ego_box()
-        hits.append(bool(boxes_overlap(np.array([e.x, e.y, e.yaw, e.length, e.width]),
-                                       np.array([box.x, box.y, box.yaw, box.length, box.width]))))
+        hits.append(_touches(w))
 
     move(world)
     decisions = world.drive(expert, 14.0, move)
