@@ -95,7 +95,7 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         min_length: shortest route, metres (default 150).
         max_length: longest route, metres (default 700).
         scenarios: comma-separated scenario types to place, one per route (tools.collect.scenario_types.PLACEABLE).
-        preset: tiny, small or full (the table above; tools/dataset/presets.py).
+        preset: tiny, small, medium or full (the table above; tools/dataset/presets.py).
         spacing: metres between two route waypoints (2 to 50; default 2, as leaderboard 2.0's route files).
     """
     from tools.collect.routes import generate_routes
@@ -103,7 +103,7 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
 
     chosen = resolve(ROUTES, check_preset(preset), {"count": count, "min_length": min_length, "max_length": max_length})
     if chosen["count"] is None:
-        raise ToolError("--count missing: give --count N, or --preset tiny|small (4 or 24 routes)")
+        raise ToolError("--count missing: give --count N, or --preset tiny|small|medium (4, 24 or 128 routes)")
     if out is None:
         raise ToolError("--out missing: give the folder to write the route files into")
     town = cli.text(town, "town")
@@ -207,7 +207,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         watch: keep monitoring until every route run ended (--no-watch: submit and exit).
         poll: seconds between two looks at the scheduler (30; tests use less).
         py123d: also write each finished route run as a Py123D log under ROOT/py123d.
-        preset: tiny, small or full (the table above; tools/dataset/presets.py).
+        preset: tiny, small, medium or full (the table above; tools/dataset/presets.py).
         servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
             --gpus x K runs at once in each SLURM task.
         settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla,

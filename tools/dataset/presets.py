@@ -3,6 +3,9 @@
     tiny    the whole chain (routes, collection, buckets, cache, pretrain, posttrain) in about a minute on
             2 cores: 4 short routes, a few training steps; to check that everything runs
     small   about ten minutes on 2 cores: 24 routes, a few hundred training steps; to see that it learns
+    medium  about half an hour on 2 cores: 128 routes, 1,200 training steps a phase; with bin/demo, three
+            training seeds evaluated on held-out routes of the generated town and of a real CARLA town: a
+            result with intervals (docs/training.md "The medium preset")
     full    each tool's defaults (what runs without --preset)
 
 The rule (`resolve`): a value given explicitly (a flag, a key=value) wins; else the preset's; else, without
@@ -18,32 +21,39 @@ from typing import Any
 
 from tools.dataset.errors import ToolError
 
-PRESETS = ("tiny", "small", "full")
+PRESETS = ("tiny", "small", "medium", "full")
 
-#: Per stage: key -> value per preset (tiny, small, full). None: not set by that preset.
+#: Per stage: key -> value per preset (tiny, small, medium, full). None: not set by that preset.
 #: routes: python -m tools.collect routes (count has no default: full sets none).
-ROUTES: dict[str, tuple[Any, Any, Any]] = {
-    "count": (4, 24, None),
-    "min_length": (120.0, 150.0, 150.0),
-    "max_length": (200.0, 350.0, 700.0),
+ROUTES: dict[str, tuple[Any, Any, Any, Any]] = {
+    "count": (4, 24, 128, None),
+    "min_length": (120.0, 150.0, 150.0, 150.0),
+    "max_length": (200.0, 350.0, 350.0, 700.0),
 }
 #: collect: bin/collect, python -m tools.collect collect (vehicles: the embedded world's background traffic; a
 #: CARLA world decides its own, so a preset leaves it out there).
-COLLECT: dict[str, tuple[Any, Any, Any]] = {
-    "workers": (2, 2, 1),
-    "vehicles": (10, 20, 40),
+COLLECT: dict[str, tuple[Any, Any, Any, Any]] = {
+    "workers": (2, 2, 2, 1),
+    "vehicles": (10, 20, 20, 40),
 }
 #: train: bin/train pretrain|posttrain preset=NAME (the TrainConfig keys).
-TRAIN: dict[str, tuple[Any, Any, Any]] = {
-    "max_steps": (20, 600, 1200),
-    "batch_size": (4, 8, 8),
-    "warmup_steps": (2, 30, 30),
-    "log_every": (5, 50, 10),
-    "image_every": (0, 200, 100),
-    "val_samples": (16, 128, 0),
-    "save_every": (20, 200, 200),
+TRAIN: dict[str, tuple[Any, Any, Any, Any]] = {
+    "max_steps": (20, 600, 1200, 1200),
+    "batch_size": (4, 8, 8, 8),
+    "warmup_steps": (2, 30, 30, 30),
+    "log_every": (5, 50, 50, 10),
+    "image_every": (0, 200, 400, 100),
+    "val_samples": (16, 128, 256, 0),
+    "save_every": (20, 200, 400, 200),
 }
-TABLES = {"routes": ROUTES, "collect": COLLECT, "train": TRAIN}
+#: demo: bin/demo --preset NAME (train_seeds: trainings with seeds 0..K-1, each evaluated; eval_routes: held-out
+#: routes per town; real_town: a CARLA town (the py123d wheel's) whose held-out routes are driven too, "" none).
+DEMO: dict[str, tuple[Any, Any, Any, Any]] = {
+    "train_seeds": (1, 1, 3, 1),
+    "eval_routes": (4, 4, 8, 4),
+    "real_town": ("", "", "Town03", ""),
+}
+TABLES = {"routes": ROUTES, "collect": COLLECT, "train": TRAIN, "demo": DEMO}
 
 
 def check_preset(preset: Any, flag: str = "--preset") -> str | None:
@@ -56,7 +66,7 @@ def check_preset(preset: Any, flag: str = "--preset") -> str | None:
     return preset
 
 
-def resolve(table: dict[str, tuple[Any, Any, Any]], preset: str | None, given: dict[str, Any]) -> dict[str, Any]:
+def resolve(table: dict[str, tuple[Any, ...]], preset: str | None, given: dict[str, Any]) -> dict[str, Any]:
     """Every key of `table`: the value in `given` when it is not None (explicit), else the preset's (`full`
     without one). A key the preset leaves None stays None (the tool's own rule applies)."""
     column = PRESETS.index(preset or "full")
@@ -67,7 +77,8 @@ def table_text(stage: str, indent: str = "  ") -> str:
     """The preset table of a stage, for --help: a row per key, a column per preset."""
     table = TABLES[stage]
     rows = [["", *PRESETS]] + [[key.replace("_", "-") if stage != "train" else key,
-                                *("-" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in values)]
+                                *("-" if v in (None, "") else f"{v:g}" if isinstance(v, float) else str(v)
+                                  for v in values)]
                                for key, values in table.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(indent + "  ".join([r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:],

@@ -25,7 +25,7 @@ def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition
     nothing while the jobs are pending, running or done, and resubmits from the first stage that failed.
     Everything is checked before anything is submitted.
 
-    --preset tiny|small|full sizes the run: bin/collect --preset and bin/train preset= (tools/dataset/presets.py;
+    --preset tiny|small|medium|full sizes the run: bin/collect --preset and bin/train preset= (tools/dataset/presets.py;
     the routes come from `python -m tools.collect routes --preset`); a --STAGE-args value wins over it.
     tiny runs every stage on 4 short routes in about a minute on 2 cores, small in about ten. Collection:
       {collect}
@@ -53,7 +53,7 @@ def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition
         buckets_sbatch: sbatch options of the buckets job.
         cache_sbatch: sbatch options of each cache array task ("--cpus-per-task=4 --time=02:00:00").
         train_sbatch: sbatch options of both training jobs ("--mem=200G --time=2-00:00:00").
-        preset: tiny, small or full: the size of the collection and of both training runs (above).
+        preset: tiny, small, medium or full: the size of the collection and of both training runs (above).
     """
     from tools.pipeline.chain import parse_options, pipeline
 

@@ -44,7 +44,7 @@ class TrainConfig:
     phase: str = "pretrain"
     """pretrain (perception heads only) or posttrain (perception + planner); the command's first word."""
     preset: str = ""
-    """tiny, small or full: the run size whose values (the table below) fill the keys not given on the command
+    """tiny, small, medium or full: the run size whose values (the table below) fill the keys not given on the command
     line; empty: the defaults (as full). Recorded in config.json."""
 
     # --- where things are -------------------------------------------------------------------------
