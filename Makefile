@@ -1,5 +1,5 @@
 # drivekit: the two set-up commands on a fresh machine are `make demo` and `make test`.
-# Every variable below can be overridden: make demo DEMO=/tmp/demo DEMO_ROUTES=8 WORKERS=4
+# Every variable below can be overridden: make demo DEMO=/tmp/demo DEMO_ROUTES=8 WORKERS=4, make demo PRESET=medium
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,6 +7,7 @@ PIP_FLAGS ?=
 DEMO ?= demo
 DEMO_ROUTES ?= 8
 WORKERS ?= 2
+PRESET ?=
 PYTEST_ARGS ?=
 APPTAINER ?= apptainer
 APPTAINER_FLAGS ?=
@@ -95,9 +96,10 @@ bench: $(STAMP)
 	done
 
 # The whole pipeline on the embedded world (bin/demo): town, routes, collection, buckets, cache,
-# pretrain, posttrain, then a summary. Rerunning skips finished route runs and resumes training.
+# pretrain, posttrain, closed-loop evaluation, then a summary. Rerunning skips finished route runs and resumes
+# training. PRESET=medium (or tiny, small) runs bin/demo --preset PRESET: its routes, workers, seeds and towns.
 demo: $(STAMP)
-	DEMO_ROUTES=$(DEMO_ROUTES) WORKERS=$(WORKERS) bin/demo $(DEMO)
+	$(if $(PRESET),bin/demo --preset $(PRESET) $(DEMO),DEMO_ROUTES=$(DEMO_ROUTES) WORKERS=$(WORKERS) bin/demo $(DEMO))
 
 images: $(IMAGES)
 
