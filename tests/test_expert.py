@@ -21,7 +21,7 @@ from tools.dataset import results
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import boxes_overlap
 from tools.dataset.layout import Layout
-from tools.expert.expert import Expert
+from tools.expert.expert import LANE_CHANGES, Expert
 from tools.expert.planner import RoutePlanner
 from tools.expert.state import Box, Light, Snapshot
 
@@ -298,6 +298,47 @@ def test_expert_merges_into_slow_traffic_of_its_direction_to_pass_an_obstacle(st
     world.drive(expert, 60.0, stream)
     assert not any(touched)
     assert _distance_on_route(dense, world.ego_box()) > 90.0, "the ego never got past the obstacle"
+
+
+@pytest.mark.parametrize(("v_car", "behind"), [(14.0, 12.0), (12.0, 8.0)])
+def test_expert_lets_a_car_behind_in_the_lane_it_changes_into_go_by_first(straight, v_car, behind):
+    """make demo's held-out route NonSignalizedJunctionLeftTurn town_0001: the route moves into the left lane just
+    before a junction, a car came up from behind in that lane, and the expert, which left every car behind it to car
+    following, moved over in front of it (a vehicle collision, expert DS 90 on the demo's 4 routes). A car behind in
+    the lane the route changes into is now in its conflict check: it lets the car by, then changes lanes. Here a
+    route on the straight road moves into the lane on its right at about 80 m, the ego at 10 m/s 35 m before it, a
+    car in that lane `behind` metres behind the ego at `v_car` (both cases touched the car before)."""
+    town, _ = straight
+    cmap = town.carla_map
+    lanes = [w for w in cmap.generate_waypoints(5.0) if not w.is_junction and w.lane_id == -1]
+    start = max(lanes, key=lambda w: len(w.next_until_lane_end(5.0)))
+    beside = start.get_right_lane()  # lane -1 has the oncoming lane 1 on its left, lane -2 of its own way on its right
+    assert beside is not None and beside.lane_id == -2, "the straight road has two lanes each way"
+    xy = lambda w: [w.transform.location.x, w.transform.location.y]  # noqa: E731
+    dense = RoutePlanner(cmap).trace(np.array([xy(start.next(20.0)[0]), xy(start.next(100.0)[0]),
+                                               xy(beside.next(200.0)[0])]))
+    (change,) = np.flatnonzero(np.isin(dense.option, LANE_CHANGES))
+    s0 = float(dense.s[change]) - 35.0
+    x, y, yaw = _at(dense, s0)
+    world = StandInWorld(Bicycle(x=x, y=y, yaw=yaw, speed=10.0))
+    lane = np.array([xy(w) for w in [beside, *beside.next_until_lane_end(1.0)]])
+    along = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(lane, axis=0).T))])
+    q0 = along[np.hypot(lane[:, 0] - x, lane[:, 1] - y).argmin()] - behind
+    expert = Expert(dense, world.dt, cmap)
+    touched = []
+
+    def drive_by(w: StandInWorld) -> None:
+        q = q0 + v_car * w.time
+        w.actors = [Box(id=9, cls=sem.CAR, x=float(np.interp(q, along, lane[:, 0])),
+                        y=float(np.interp(q, along, lane[:, 1])), z=0.75, yaw=beside.transform.rotation.yaw,
+                        length=4.6, width=1.9, height=1.5, speed=v_car)]
+        touched.append(_touches(w))
+
+    drive_by(world)
+    decisions = world.drive(expert, 15.0, drive_by)
+    assert not any(touched)
+    assert any(d.reason == "collision" and "vehicle 9" in d.detail for d in decisions)  # it waited for the car
+    assert _distance_on_route(dense, world.ego_box()) > dense.s[change] + 40.0, "the ego did not go on"
 
 
 def test_expert_waits_for_a_car_that_turns_into_the_oncoming_lane_beyond_the_pass(carla_towns):

@@ -15,7 +15,8 @@ Each tick (`Expert.step`), in this order (the design follows PDM-Lite's, carla_g
   5. a collision check: the ego's boxes along the path at the speeds of that plan against every other
      actor's box forecast HORIZON_S ahead (longer approaching a junction, which is how it yields at a
      junction without lights): at constant velocity, a vehicle with the acceleration and turn rate it
-     showed over the last MOTION_BASE_S; a conflict means stop;
+     showed over the last MOTION_BASE_S; a conflict means stop (a car behind going its way is left to
+     follow, unless it is in the lane the path changes into within reach);
   6. passing: behind an obstacle that has not moved for PASS_AFTER_S, with no light or queue ahead, it
      moves over into the neighbouring lane (the same direction's, else the oncoming one) once that lane
      is free for the whole pass;
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tools.dataset.geometry import OrientedBoxes, boxes_overlap, oriented_overlap, wrap_degrees
+from tools.dataset.measurements import RoadOption
 from tools.dataset.semantics import VEHICLES, actor_kind
 from tools.expert.control import Control, Controller
 from tools.expert.planner import DenseRoute, lane_at, neighbours, stop_signs
@@ -73,6 +75,10 @@ MOTION_MAX_HEADING = 90.0
 MOTION_TURN_SPEED = 1.0
 #: Margins added to the ego's box in the collision check (ahead, to each side), metres.
 FRONT_MARGIN_M = 1.5
+#: A car behind the ego whose centre is this far to its side or more is in another lane (half a lane's width).
+OWN_LANE_M = 1.5
+#: The route's lane changes (the option of the sample where the new lane is reached).
+LANE_CHANGES = (int(RoadOption.CHANGELANELEFT), int(RoadOption.CHANGELANERIGHT))
 SIDE_MARGIN_M = 0.3
 #: A stop sign is served once the ego stood (below STOPPED_SPEED) with its front this close to the line, metres.
 STOP_SIGN_REACH_M = 3.0
@@ -431,12 +437,18 @@ class Expert:
         if len(near) == 0 or len(path) < 2:
             return None
         # Not the leader (car following handles it), not what the ego overlaps already (a collision in
-        # progress is the world's to judge), not a car behind following the ego.
+        # progress is the world's to judge), not a car behind following the ego: one behind in its own lane, or
+        # in any lane while the path within reach changes none. Where the route changes lanes (before a turn) a
+        # car behind in the other lane comes up beside the ego as it moves over, and is in its way.
         c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
         dx, dy = near[:, 0] - ego.x, near[:, 1] - ego.y
-        ego_x = dx * c + dy * s
+        ego_x, ego_y = dx * c + dy * s, dy * c - dx * s
         same_way = np.abs(wrap_degrees(near[:, 2] - ego.yaw)) < 45.0
-        keep = ~((ego_x < -ego.length / 2) & same_way) & (near[:, 6] != (skip if skip is not None else -1))
+        options = self.route.option[self.index : self.index + len(path)]
+        within = path_s[: len(options)] <= s_ego + v_plan * horizon + ego.length
+        changes_lane = bool(np.isin(options[within], LANE_CHANGES).any())
+        follows = (ego_x < -ego.length / 2) & same_way & ((np.abs(ego_y) < OWN_LANE_M) | (not changes_lane))
+        keep = ~follows & (near[:, 6] != (skip if skip is not None else -1))
         # Only what can reach the ego's path within the horizon (a distance bound), and not overlapping now.
         faster = motion[:, 0] * horizon / 2 if motion is not None else 0.0  # a speeding-up actor's extra reach
         keep &= np.hypot(dx, dy) < (near[:, 5] + faster + v_plan) * horizon + ego.length + 10
