@@ -75,11 +75,11 @@ MOTION_MAX_HEADING = 90.0
 MOTION_TURN_SPEED = 1.0
 #: Margins added to the ego's box in the collision check (ahead, to each side), metres.
 FRONT_MARGIN_M = 1.5
+SIDE_MARGIN_M = 0.3
 #: A car behind the ego whose centre is this far to its side or more is in another lane (half a lane's width).
 OWN_LANE_M = 1.5
 #: The route's lane changes (the option of the sample where the new lane is reached).
 LANE_CHANGES = (int(RoadOption.CHANGELANELEFT), int(RoadOption.CHANGELANERIGHT))
-SIDE_MARGIN_M = 0.3
 #: A stop sign is served once the ego stood (below STOPPED_SPEED) with its front this close to the line, metres.
 STOP_SIGN_REACH_M = 3.0
 STOPPED_SPEED = 0.1  # m/s, as the leaderboard's stop criterion
