@@ -60,7 +60,16 @@ $(TOWNS_STAMP): | $(STAMP)
 # Where test-deps can install them (root with apt-get: CI), the SLURM tests must run, not skip.
 DRIVEKIT_REQUIRE_SLURM ?= $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo 1 || echo 0)
 
+# A run keeps at most about 1.5 GB under $$TMPDIR at once (passing tests' folders are removed as they end:
+# pyproject.toml); a full disk fails tests far from their cause, so a run with less free says so first.
+TEST_TMP_MB ?= 3000
+
 test: $(TEST_STAMP) $(TOWNS_STAMP) test-deps
+	@tmp=$${TMPDIR:-/tmp}; free=$$(df -Pm "$$tmp" | awk 'NR==2 {print $$4}'); \
+	if [ "$$free" -lt $(TEST_TMP_MB) ]; then \
+	  echo "make test: only $$free MB free in $$tmp, and a run needs about $(TEST_TMP_MB) MB there:" \
+	       "free some space (or set TMPDIR to a folder on a larger disk); tests may fail with 'No space left'" >&2; \
+	fi
 	DRIVEKIT_REQUIRE_SLURM=$(DRIVEKIT_REQUIRE_SLURM) DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) \
 	  $(PY) -m pytest -q $(PYTEST_ARGS)
 
