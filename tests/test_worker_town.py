@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, start_tool
+from conftest import BIN, PYTHON, run_bin, run_tool, start_tool
 
 from tools.collect.runner.zygote import Zygote
 from tools.dataset.layout import Layout
@@ -73,6 +73,38 @@ def test_a_workers_next_route_run_finds_the_town_kept_after_a_run_crashed_by_sig
     assert [n for _, n in forks] == [1, 2]
     assert all("(kept by this worker)" in log.read_text(errors="replace") for log in logs)
     assert read_status(layout.result_path(key)) != FAILED_SIMULATION  # the retry's result replaced the crash's
+
+
+def test_a_route_run_forked_from_a_zygote_records_what_the_same_run_started_alone_records(one_route, tmp_path):
+    """The world is the route's and the repetition's seed, nothing else: a run that bin/collect forks from a worker's
+    zygote (which loaded the town and rendered a warm-up frame first) and the same run started alone with the same
+    settings (`python -m tools.collect run`) record the same measurements and frames, byte for byte, and the same
+    outcome."""
+    (route,) = [p for p in one_route.rglob("*.xml") if "towns" not in p.parts]
+    forked, alone = tmp_path / "forked", tmp_path / "alone"
+    proc = run_bin("collect", one_route, "--root", forked, "--workers", "1", "--vehicles", "10", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_tool(PYTHON, "-m", "tools.collect", "run", "--route", route, "--root", alone, "--vehicles=10",
+                    timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    (key,) = list(Layout(forked).iter_runs())
+    assert list(Layout(alone).iter_runs()) == [key]
+    assert [n for log in Layout(forked).attempt_logs(key) for _, n in _forks(log)] == [1]  # it was forked
+
+    def recorded(root: Path) -> dict[str, bytes]:
+        run_dir = Layout(root).run_dir(key)
+        return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+                if p.is_file() and p.name not in ("run.json", "heartbeat.json")}  # these name the process
+
+    def outcome(root: Path) -> dict:
+        record = json.loads(Layout(root).result_path(key).read_text())["_checkpoint"]["records"][0]
+        return {**record, "meta": {k: v for k, v in record["meta"].items() if k != "duration_system"}}
+
+    ours, theirs = recorded(forked), recorded(alone)
+    assert "measurements.msgpack" in ours and len(ours) > 10
+    assert sorted(ours) == sorted(theirs)
+    assert [name for name in ours if ours[name] != theirs[name]] == []
+    assert outcome(forked) == outcome(alone)
 
 
 def test_a_zygote_outlives_children_that_exit_or_segfault_and_still_runs_a_route(short_routes, tmp_path):
