@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import live_processes
 from slurm_cluster import slurm, slurm_accounting  # noqa: F401  (session fixtures: a real SLURM)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,21 +170,6 @@ def posttrained(train_root, pretrained, tmp_path_factory) -> Path:
 
 # ----------------------------------------------------------------------------- the end of the run
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    """The living child processes of `pid` (from /proc): pid and command line."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:  # ended while being read
-            continue
-        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found.append((int(stat.parent.name), cmdline))
-    return found
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """A child process this run started that is still alive now (a pool worker of a test that failed or timed
@@ -191,9 +177,10 @@ def pytest_unconfigure(config):
     exit, and the run would hang after its summary until CI's limit. End each one, by its pid, and say so."""
     import signal
 
-    for pid, cmdline in _children(os.getpid()):
-        print(f"conftest: ending process {pid} that the test run left running: {cmdline[:200]}", file=sys.stderr)
+    for child in [p for p in live_processes() if p.ppid == os.getpid()]:
+        print(f"conftest: ending process {child.pid} that the test run left running: {child.cmdline[:200]}",
+              file=sys.stderr)
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(child.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PYTHON, copy_root, run_bin, run_tool, start_tool, tree
+from processes import Process, live_processes
 
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
@@ -39,23 +40,12 @@ def moments(name: str, low: float, high: float) -> list[float]:
 # ----------------------------------------------------------------------------- what must hold
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Pids of live processes whose command line contains `text` (to see what a killed parent left)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+def processes_mentioning(text: str) -> list[Process]:
+    """Live processes whose command line contains `text` (to see what a killed parent left)."""
+    return [p for p in live_processes() if text in p.cmdline]
 
 
-def wait_for_no_processes(text: str, timeout: float = 10.0) -> list[int]:
+def wait_for_no_processes(text: str, timeout: float = 10.0) -> list[Process]:
     deadline = time.monotonic() + timeout
     while (left := processes_mentioning(text)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -128,7 +118,7 @@ def test_kill9_of_a_worker_is_a_crash_that_the_collector_retries(routes, tmp_pat
     while proc.poll() is None and not _recording(root) and time.monotonic() < deadline:
         time.sleep(0.02)
     # bin/collect execs the collector, so its workers are children of the process we started
-    workers = [pid for pid in processes_mentioning(str(root)) if pid != proc.pid and _ppid(pid) == proc.pid]
+    workers = [p.pid for p in processes_mentioning(str(root)) if p.ppid == proc.pid]
     for pid in workers:  # the collector's own child (we started the collector), by pid
         os.kill(pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=240)
@@ -145,13 +135,6 @@ def _recording(root: Path) -> bool:
     """Whether a route run is being recorded: it has frames and no result yet."""
     layout = Layout(root)
     return any(layout.frame_count(k) > 0 and not layout.result_path(k).exists() for k in layout.iter_runs())
-
-
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
 
 
 def test_two_collectors_at_once_run_each_route_run_exactly_once(routes, tmp_path):

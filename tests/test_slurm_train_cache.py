@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, PYTHON, REPO, copy_root, run_bin, run_tool, start_tool, tree, wait_until
+from processes import live_processes
 from slurm_cluster import path_without_slurm
 
 from tools.pipeline.chain import DONE_DIR, STATE_FILE, PipelineOptions, Scheduler, status_of
@@ -62,16 +63,9 @@ def text(path: Path) -> str:
 
 def training_pid(logdir: Path) -> int | None:
     """The training process of the run writing `logdir` (under torchrun: the worker, not torchrun)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [a.decode(errors="replace") for a in argv]
-        if "tools.train" in words and any(str(logdir) in w for w in words) and "torch.distributed.run" not in words:
-            return int(entry.name)
+    for p in live_processes():
+        if "tools.train" in p.argv and any(str(logdir) in w for w in p.argv) and "torch.distributed.run" not in p.argv:
+            return p.pid
     return None
 
 
