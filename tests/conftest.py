@@ -1,10 +1,12 @@
 """Shared by every test file: how to run a command (run_tool, run_bin, start_tool), and fixtures: a real town
 made with SUMO, real route files for it, a collected root, its buckets and cache, and a tiny pre-trained and
-post-trained model (each made once per session)."""
+post-trained model (each made once per session); at the end of the run, any process the tests left running is
+ended (pytest_unconfigure)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -175,8 +177,6 @@ def pytest_unconfigure(config):
     """A child process this run started that is still alive now (a pool worker of a test that failed or timed
     out) would keep the interpreter from exiting: multiprocessing and concurrent.futures join their workers at
     exit, and the run would hang after its summary until CI's limit. End each one, by its pid, and say so."""
-    import signal
-
     for child in [p for p in live_processes() if p.ppid == os.getpid()]:
         print(f"conftest: ending process {child.pid} that the test run left running: {child.cmdline[:200]}",
               file=sys.stderr)
