@@ -31,6 +31,7 @@ def live_processes() -> list[Process]:
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]  # after "pid (comm) ": state, ppid, ...
         if state != "Z":
-            words = tuple(a.decode(errors="replace") for a in argv.split(b"\0")[:-1])  # each argument ends in NUL
+            # Each argument ends in NUL, unless the process rewrote its command line (a title such as slurmstepd's).
+            words = tuple(a.decode(errors="replace") for a in argv.removesuffix(b"\0").split(b"\0")) if argv else ()
             found.append(Process(int(entry.name), int(ppid), words))
     return found
