@@ -123,6 +123,11 @@ def collected_root(tmp_path_factory, town_xodr) -> Path:
     return d / "root"
 
 
+def file_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` by its relative path, with its bytes: what "the same, byte for byte" compares."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def copy_root(root: Path, dest: Path) -> Path:
     """A private copy of a dataset root for a test that changes it."""
     import shutil

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, PYTHON, REPO, copy_root, run_bin, run_tool, start_tool, tree, wait_until
+from conftest import BIN, PYTHON, REPO, copy_root, file_bytes, run_bin, run_tool, start_tool, tree, wait_until
 from processes import live_processes
 from slurm_cluster import path_without_slurm
 
@@ -106,10 +106,6 @@ def submit_training(cluster, template: str, log: Path, logdir: Path, root: Path,
                           f"root={root}", f"logdir={logdir}", *TINY, *keys)
 
 
-def files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 # ----------------------------------------------------------------------------- the cache
 
 
@@ -123,7 +119,7 @@ def test_the_cache_array_builds_the_same_records_as_a_local_build(slurm, collect
     assert {r["ArrayTaskId"]: r["JobState"] for r in slurm.show_job(array)} == dict.fromkeys("012", "COMPLETED")
     for task in range(3):
         assert f"--shard {task}/3" in text(logs / f"drivekit-build-cache-{array}_{task}.log")
-    ours, local = files(root / "cache"), files(built_root / "cache")
+    ours, local = file_bytes(root / "cache"), file_bytes(built_root / "cache")
     assert len(local) > 100 and sorted(ours) == sorted(local)
     assert [name for name in ours if ours[name] != local[name]] == []  # byte for byte: the encoders are deterministic
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, PYTHON, run_bin, run_tool, start_tool
+from conftest import BIN, PYTHON, file_bytes, run_bin, run_tool, start_tool
 
 from tools.collect.runner.zygote import Zygote
 from tools.dataset.layout import Layout
@@ -92,9 +92,8 @@ def test_a_route_run_forked_from_a_zygote_records_what_the_same_run_started_alon
     assert [n for log in Layout(forked).attempt_logs(key) for _, n in _forks(log)] == [1]  # it was forked
 
     def recorded(root: Path) -> dict[str, bytes]:
-        run_dir = Layout(root).run_dir(key)
-        return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-                if p.is_file() and p.name not in ("run.json", "heartbeat.json")}  # these name the process
+        return {name: data for name, data in file_bytes(Layout(root).run_dir(key)).items()
+                if name not in ("run.json", "heartbeat.json")}  # these name the process
 
     def outcome(root: Path) -> dict:
         record = json.loads(Layout(root).result_path(key).read_text())["_checkpoint"]["records"][0]
