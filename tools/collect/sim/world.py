@@ -784,8 +784,8 @@ class SumoWorld:
         return self._ego_box
 
     def snapshot(self) -> Snapshot:
-        """The world now: the ego (the bicycle's pose), the vehicles and signalled links near it (made once
-        per tick, when first asked for)."""
+        """The world now: the ego (the bicycle's pose), the vehicles and signalled links near it, the ego's speed
+        limit, lane and acceleration (made once per tick, when first asked for)."""
         if self._snap is None or self._snap.time != self.time:
             self._snap = self._snapshot()
         return self._snap
@@ -807,9 +807,13 @@ class SumoWorld:
                           state=_STATE.get(state[i], "off") if i < len(state) else "off", via=via)
                     for i, via in line.links]
             lights += self._light_cache[key]
-        actors = self._boxes()
-        actors += [b for b in self._statics.values() if math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M]
-        return Snapshot(time=self.time, ego=self.ego_box(), actors=actors, lights=lights)
+        return Snapshot(time=self.time, ego=self.ego_box(), actors=self.actors(), lights=lights,
+                        speed_limit=self.speed_limit(), lane=self.lane(), acceleration=self.ego.accel)
+
+    def actors(self) -> list[Box]:
+        """The snapshot's actors (the vehicles and the scenarios' boxes near the ego), without making one."""
+        e = self.ego
+        return self._boxes() + [b for b in self._statics.values() if math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M]
 
     def speed_limit(self) -> float:
         """The speed limit of the lane the ego is on (of the last lane it was on, while SUMO maps it to
