@@ -37,7 +37,7 @@ from tools.collect.sim.drive import StageClock  # noqa: E402
 from tools.collect.sim.world import REGION_RADIUS_M, VIEW_RADIUS_M, SumoWorld  # noqa: E402
 from tools.collect.town import Town, sumo_binary  # noqa: E402
 from tools.expert.control import Controller  # noqa: E402
-from tools.expert.planner import DenseRoute  # noqa: E402
+from tools.expert.route import DenseRoute  # noqa: E402
 
 TICKS_PER_FRAME = 5
 SIM_HZ = 20

@@ -11,7 +11,7 @@ import pytest
 
 from tools.collect.town import Town, make_town
 from tools.expert.control import Controller
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 
 
 def _straight_route(town: Town, length: float) -> DenseRoute:

@@ -35,7 +35,7 @@ from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
 from tools.dataset.rig import RigConfig
 from tools.expert.expert import Decision
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 from tools.expert.state import Box, Snapshot
 
 #: A target point is passed (and the next one becomes the target) this close to the ego, metres.

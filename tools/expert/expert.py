@@ -4,7 +4,7 @@ It reads what a privileged driver may know, never the simulator behind it (nothi
 the same expert drives in the embedded world and in CARLA):
   - the ego's box and speed, other actors' boxes and speeds (tools.expert.state.Snapshot),
   - traffic-light states at their stop lines (Snapshot.lights), the lane's speed limit,
-  - the dense route (tools.expert.planner.DenseRoute) and the lanes of the `carla.Map` (for passing).
+  - the dense route (tools.expert.route.DenseRoute) and the lanes of the `carla.Map` (for passing).
 
 Each tick (`Expert.step`), in this order (the design follows PDM-Lite's, carla_garage / LEAD):
   1. progress: the ego's place on the route (monotonic);
@@ -37,7 +37,8 @@ from tools.dataset.geometry import OrientedBoxes, boxes_overlap, oriented_overla
 from tools.dataset.measurements import RoadOption
 from tools.dataset.semantics import VEHICLES, actor_kind
 from tools.expert.control import Control, Controller
-from tools.expert.planner import DenseRoute, lane_at, neighbours, stop_signs
+from tools.expert.lanes import lane_at, neighbours
+from tools.expert.route import DenseRoute, stop_signs
 from tools.expert.state import Box, Light, Snapshot
 
 #: Plans per simulated second; the controllers run every tick on the latest plan.

@@ -60,7 +60,7 @@ from tools.dataset.rig import (
     lidar_intensity,
 )
 from tools.expert.drivers import make_expert
-from tools.expert.planner import DenseRoute, given_route, stop_signs
+from tools.expert.route import DenseRoute, given_route, stop_signs
 from tools.expert.state import Box, Light, Snapshot
 
 log = logging.getLogger("collect.carla")

@@ -26,7 +26,8 @@ from tools.collect.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout, RunKey
 from tools.expert.drivers import Driver
-from tools.expert.planner import DenseRoute, RoutePlanner, stop_signs
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import DenseRoute, stop_signs
 
 log = logging.getLogger("collect.run")
 

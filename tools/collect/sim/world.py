@@ -30,7 +30,7 @@ from tools.dataset import semantics
 from tools.dataset.errors import ToolError
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.expert.control import Control
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 from tools.expert.state import Box, Light, Snapshot
 
 EGO = "ego"
