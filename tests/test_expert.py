@@ -21,7 +21,8 @@ from tools.dataset import results
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import boxes_overlap
 from tools.dataset.layout import Layout
-from tools.expert.expert import LANE_CHANGES, Expert
+from tools.expert.conflicts import LANE_CHANGES
+from tools.expert.expert import Expert
 from tools.expert.planner import RoutePlanner
 from tools.expert.state import Box, Light, Snapshot
 
