@@ -1,4 +1,5 @@
-"""The world state handed from a world backend (embedded SUMO world, or CARLA) to the sensors.
+"""The world state handed from a world backend (embedded SUMO world, or CARLA) to the drivers, the sensors and
+the frame recorder (tools.collect.recording: a frame is recorded from one Snapshot).
 
 All positions are in CARLA's world frame (tools.dataset.geometry): metres, x east, y = -y(OpenDRIVE)
 (left-handed), z up; yaw in degrees, positive turning from +x towards +y (a right turn seen from above).
