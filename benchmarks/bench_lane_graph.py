@@ -40,7 +40,9 @@ from pathlib import Path
 import carla, numpy as np
 sys.path.insert(0, sys.argv[3])
 from test_planner_towns import field_route, polyline
-from tools.expert.planner import LaneGraph, NoRoute, RoutePlanner
+from tools.expert.lanes import LaneGraph
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import NoRoute
 
 xodr, n = Path(sys.argv[1]), int(sys.argv[2])
 t0 = time.perf_counter()

@@ -34,10 +34,11 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools.collect.sim.drive import StageClock  # noqa: E402
-from tools.collect.sim.world import REGION_RADIUS_M, VIEW_RADIUS_M, SumoWorld  # noqa: E402
+from tools.collect.sim.traffic import REGION_RADIUS_M  # noqa: E402
+from tools.collect.sim.world import VIEW_RADIUS_M, SumoWorld  # noqa: E402
 from tools.collect.town import Town, sumo_binary  # noqa: E402
 from tools.expert.control import Controller  # noqa: E402
-from tools.expert.planner import DenseRoute  # noqa: E402
+from tools.expert.route import DenseRoute  # noqa: E402
 
 TICKS_PER_FRAME = 5
 SIM_HZ = 20
@@ -113,14 +114,14 @@ def bench(xodr: Path, frames: int, vehicles: int, regional: bool | None, seed: i
                 clock.lap("snapshot")
                 n_frames += 1
                 near_view.append(sum(math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M for b in snap.actors))
-                bg = world.background_positions()
+                bg = world.background.positions()
                 near_region.append(sum(math.hypot(x - e.x, y - e.y) < REGION_RADIUS_M for x, y in bg.values()))
                 clock.lap("counting")
             control = controller(e.x, e.y, e.yaw, e.speed, route.xy[index:index + 40], SPEED)
             clock.lap("other")
             world.step(control)
             clock.lap("world (SUMO)")
-        regional_mode = world.regional
+        regional_mode = world.background.regional
     finally:
         world.close()
     (x0, y0, x1, y1) = (float(route.xy[:, 0].min()), float(route.xy[:, 1].min()), float(route.xy[:, 0].max()),

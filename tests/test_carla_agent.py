@@ -39,7 +39,8 @@ from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import RoadOption
 from tools.dataset.rig import RigConfig
 from tools.dataset.validate import check_frame, check_run
-from tools.expert.planner import DenseRoute, RoutePlanner
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import DenseRoute
 
 STANDINS = Path(__file__).parent / "standin_leaderboard"
 TICKS = 41  # 2 s at 20 Hz: frames at ticks 0, 5, ..., 40

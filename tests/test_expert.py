@@ -21,7 +21,8 @@ from tools.dataset import results
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import boxes_overlap
 from tools.dataset.layout import Layout
-from tools.expert.expert import LANE_CHANGES, Expert
+from tools.expert.conflicts import LANE_CHANGES
+from tools.expert.expert import Expert
 from tools.expert.planner import RoutePlanner
 from tools.expert.state import Box, Light, Snapshot
 
@@ -71,10 +72,10 @@ def test_lane_at_finds_the_lane_under_a_point_of_a_town_high_up(carla_towns):
     """Town11 lies about 275 m up. carla.Map.get_waypoint at height 0 put the accident's police car (a metre right
     of the ego's lane centre) on the oncoming lane, so the expert found no lane to pass it in and stood behind it
     until blocked (benchmarks/bench_towns.py, Town11 AccidentTwoWays); the scenarios placed their actors from the
-    same wrong lane. planner.lane_at takes the road's height first."""
+    same wrong lane. lanes.lane_at takes the road's height first."""
     import carla
 
-    from tools.expert.planner import lane_at
+    from tools.expert.lanes import lane_at
 
     cmap = Town(carla_towns / "Town11.xodr").carla_map
     start = cmap.get_waypoint(carla.Location(-1812.9, -10183.8, 275.0), project_to_road=True,
@@ -528,7 +529,7 @@ def test_the_expert_imports_nothing_of_sumo():
 def stop_sign_route(carla_towns):
     """Town10HD, a route from 20 to 30 m before a stop sign's line to 40 m past it: its carla.Map, the dense
     route, and the line's distance along it."""
-    from tools.expert.planner import STOP_SIGN, stop_signs
+    from tools.expert.route import STOP_SIGN, stop_signs
 
     town = Town(carla_towns / "Town10HD.xodr")
     for wp in town.carla_map.generate_waypoints(5.0):

@@ -21,7 +21,9 @@ import pytest
 from tools.collect.town import Town, make_town
 from tools.dataset.errors import ToolError
 from tools.dataset.measurements import RoadOption
-from tools.expert.planner import LaneGraph, NoRoute, RoutePlanner
+from tools.expert.lanes import LaneGraph
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import NoRoute
 
 REPO = Path(__file__).resolve().parent.parent
 #: Every CARLA town the py123d wheel ships (`make towns` extracts them all into DRIVEKIT_CARLA_TOWNS).
@@ -88,7 +90,9 @@ from pathlib import Path
 import carla
 sys.path.insert(0, sys.argv[3])
 from test_planner_towns import field_route, off_route, polyline
-from tools.expert.planner import LaneGraph, NoRoute, RoutePlanner
+from tools.expert.lanes import LaneGraph
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import NoRoute
 
 xodr, n = Path(sys.argv[1]), int(sys.argv[2])
 t0 = time.perf_counter()

@@ -483,7 +483,7 @@ def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, sho
             snap = sumo.snapshot()
             assert snap.lights
             assert renderer.unmatched_lights(snap.lights) == []
-            near = {f"{line.tls}:{i}" for line in sumo.stop_lines for i, _ in line.links
+            near = {f"{line.tls}:{i}" for line in sumo.signals.stop_lines for i, _ in line.links
                     if math.hypot(line.x - snap.ego.x, line.y - snap.ego.y) < VIEW_RADIUS_M}
             driven = {s.head for s in scene.signals for light in snap.lights if light.id in s.links}
             assert driven == {s.head for s in scene.signals if near & set(s.links)}

@@ -27,9 +27,10 @@ from tools.collect.town import Town
 from tools.dataset import semantics as sem
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.layout import Layout
-from tools.dataset.measurements import Measurements
+from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import SUCCESS_STATUSES
-from tools.expert.planner import RoadOption, RoutePlanner, turn_option
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import turn_option
 
 #: Every scenario type of the leaderboard 2.0 route files (data/routes_training.xml, routes_devtest.xml) and
 #: scenario_runner's route scenarios at CARLA 0.9.16.

@@ -1,5 +1,5 @@
 """Traffic where the ego is (issue 22): on a large town the background vehicles live in a region around the ego
-(tools.collect.sim.world.REGION_RADIUS_M), their count kept at the settings' `vehicles`, seeded; a town that is
+(tools.collect.sim.traffic.REGION_RADIUS_M), their count kept at the settings' `vehicles`, seeded; a town that is
 not large keeps its traffic over the whole town."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from tools.collect.town import Town, make_town
 from tools.expert.control import Controller
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 
 
 def _straight_route(town: Town, length: float) -> DenseRoute:
@@ -43,24 +43,25 @@ def _drive(world, route: DenseRoute, ticks: int, every: int, speed: float = 8.0)
         index, _ = route.advance(index, e.x, e.y, 20.0)
         world.step(controller(e.x, e.y, e.yaw, e.speed, route.xy[index:index + 40], speed))
         if tick % every == 0:
-            yield world.ego.x, world.ego.y, world.background_positions()
+            yield world.ego.x, world.ego.y, world.background.positions()
 
 
 def test_on_a_large_town_the_background_stays_around_the_ego_and_keeps_its_count(long_town):
-    from tools.collect.sim.world import REGION_CHECK_TICKS, REGION_HYSTERESIS_M, REGION_RADIUS_M, SumoWorld
+    from tools.collect.sim.traffic import REGION_CHECK_TICKS, REGION_HYSTERESIS_M, REGION_RADIUS_M
+    from tools.collect.sim.world import SumoWorld
 
     target = 30
     route = _straight_route(long_town, 1500.0)
     world = SumoWorld(long_town, route, seed=4, vehicles=target, sim_hz=20)
     try:
-        assert world.regional
+        assert world.background.regional
         start = (world.ego.x, world.ego.y)
         counts = []
         for x, y, bg in _drive(world, route, ticks=60 * 20, every=REGION_CHECK_TICKS):
             # Right after a check every vehicle SUMO drives is within the region and its hysteresis.
             far = max((math.hypot(bx - x, by - y) for bx, by in bg.values()), default=0.0)
             assert far <= REGION_RADIUS_M + REGION_HYSTERESIS_M, far
-            assert len(world._bg) == target  # those driving and those waiting to enter: the settings' count
+            assert len(world.background.vehicles) == target  # driving and waiting to enter: the settings' count
             counts.append(sum(math.hypot(bx - x, by - y) <= REGION_RADIUS_M for bx, by in bg.values()))
         moved = math.hypot(world.ego.x - start[0], world.ego.y - start[1])
         assert moved > REGION_RADIUS_M  # the region moved with the ego: the start's traffic is gone
@@ -92,8 +93,8 @@ def test_a_small_town_keeps_its_traffic_over_the_whole_town(tmp_path):
     town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
     world = SumoWorld(town, _straight_route(town, 200.0), seed=1, vehicles=10, sim_hz=20)
     try:
-        assert not world.regional
-        assert not world._bg
+        assert not world.background.regional
+        assert not world.background.vehicles
     finally:
         world.close()
 
@@ -103,20 +104,21 @@ def test_on_a_small_town_a_vehicle_replacing_one_that_arrived_enters_far_from_th
     the junction beyond the obstacle it had just begun to pass, and turned into the oncoming lane; both stood
     until blocked. On a small town a replacement (what `step` adds for each arrival) enters ENTER_CLEAR_M or more
     from the ego; drawn without that bound, some of the same town's enter close to it."""
-    from tools.collect.sim.world import ENTER_CLEAR_M, SumoWorld
+    from tools.collect.sim.traffic import ENTER_CLEAR_M
+    from tools.collect.sim.world import SumoWorld
 
     town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
     route = _straight_route(town, 250.0)
     world = SumoWorld(town, route, seed=2, vehicles=0, sim_hz=20)
     try:
-        assert not world.regional
+        assert not world.background.regional
 
         def entered(clear: float) -> list[float]:
-            before = set(world.background_positions())
+            before = set(world.background.positions())
             for _ in range(30):
-                world._add_background(clear=clear)
+                world.background.add((world.ego.x, world.ego.y), clear=clear)
             world.ls.simulationStep()
-            positions = world.background_positions()
+            positions = world.background.positions()
             return [math.hypot(x - world.ego.x, y - world.ego.y) for vid, (x, y) in positions.items()
                     if vid not in before]
 

@@ -3,14 +3,16 @@
     recorder = RunRecorder(layout, key, route, dense, settings)
     recorder.start(town=..., town_file=..., rig=..., repetition=..., seed=..., attempt=...)   # run.json, heartbeat
     for each tick:
-        if recorder.due(tick):                        # a recording tick (settings.record, record_every)
-            m = recorder.measurements(snap, referee, tick, decision=..., ...)
-            recorder.write(recorder.encode(m, snap, sensors))   # frames/<index>.msgpack, atomic
-        recorder.beat(tick)                           # a heartbeat every results.HEARTBEAT_EVERY_S wall seconds
-    recorder.close()                                  # the run's measurements index, after its last frame
+        if recorder.due: ...                  # a frame tick (every settings.record_every): sensors, a policy's inputs
+        decision = driver.step(...)
+        recorder.add_frame(snap, referee, decision, sensors)   # every tick: the frame when due, heartbeats
+    recorder.finish()                         # the run's measurements index, after its last frame
 
+The recorder counts the ticks itself: whether a frame is due (and settings.record is on), its index and tick, and
+when the heartbeat is due (every results.HEARTBEAT_EVERY_S wall seconds) are decided here alone.
 What a frame holds is the frame contract (tools.dataset: measurements, frames, rig); this module fills it from
-the privileged state (tools.expert.state.Snapshot), the dense route and the referee's place on it.
+the privileged state (tools.expert.state.Snapshot: the ego, the actors near it, and the ego's speed limit, lane,
+acceleration and scenario), the dense route and the referee's place on it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +35,7 @@ from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
 from tools.dataset.rig import RigConfig
 from tools.expert.expert import Decision
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 from tools.expert.state import Box, Snapshot
 
 #: A target point is passed (and the next one becomes the target) this close to the ego, metres.
@@ -57,8 +60,7 @@ def _r3(v: float) -> float:
 
 
 def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee: Referee, *, frame_index: int,
-                 tick: int, ahead: int, weather: dict, speed_limit: float, lane: str, accel: float,
-                 scenario: dict | None, decision: Decision | None) -> Measurements:
+                 tick: int, ahead: int, weather: dict, decision: Decision | None) -> Measurements:
     """The measurements of the frame recorded now (tools.dataset.measurements); values rounded to millimetres.
     `decision` is what the driver decided at this frame (None: the policy's input, before it decides)."""
     ego = snap.ego
@@ -81,9 +83,9 @@ def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee:
              "extent": [ego.length, ego.width, ego.height]},
         ego_opendrive={"x": _r3(ego.x), "y": _r3(-ego.y), "heading": round(heading, 5)},
         speed=_r3(ego.speed),
-        acceleration=_r3(accel),
+        acceleration=_r3(snap.acceleration),
         target_speed=_r3(decision.target_speed if decision else 0.0),
-        speed_limit=_r3(speed_limit),
+        speed_limit=_r3(snap.speed_limit),
         command=int(command),
         next_command=int(route.option[coarse[k2]]),
         command_name=command.name,
@@ -94,7 +96,7 @@ def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee:
         route_index=referee.index,
         route_completion=_r3(referee.completion),
         junction=bool(route.junction[referee.index]),
-        lane=lane,
+        lane=snap.lane,
         light=light,
         leader=leader,
         light_hazard=light_hazard,
@@ -103,7 +105,7 @@ def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee:
         reason=decision.reason if decision else "",
         reason_detail=decision.detail if decision else "",
         control=decision.control.to_dict() if decision else {},
-        scenario=scenario,
+        scenario=snap.scenario,
     )
 
 
@@ -143,56 +145,75 @@ def write_run_json(layout: Layout, key: RunKey, route: Route, *, town: str, town
     })
 
 
+#: A frame's sensors as tools.dataset.frames.pack_frame takes them: name -> (array, codec).
+Sensors = dict[str, tuple[np.ndarray, str]]
+
+
 class RunRecorder:
     """Writes one route run's files: run.json at the start, a frame per recording tick, heartbeats, and the
     measurements index at the end. The order of writes is what makes a killed run never look complete
-    (tools.collect.runner.attempt writes the result after `close`)."""
+    (tools.collect.runner.attempt writes the result after `finish`). A loop calls `add_frame` once per tick; the
+    recorder counts the ticks and decides which are frame ticks and when the heartbeat beats."""
 
     def __init__(self, layout: Layout, key: RunKey, route: Route, dense: DenseRoute, settings: CollectSettings):
         self.layout, self.key, self.route, self.dense, self.settings = layout, key, route, dense, settings
         self.coarse = dense.target_indices()
         self.weather = route.weathers[0] if route.weathers else {}
-        self.frames = 0
+        self.town = ""  # start's
+        self.ticks = 0  # ticks added so far (add_frame): the index of the tick now
+        self.frames = 0  # frames written so far: the index of the next one
         self.recorded: list[Measurements] = []  # the frames' measurements, for the run's measurements index
         self._last_beat = 0.0
 
     def start(self, *, town: str, town_file: Path, rig: RigConfig, repetition: int, seed: int, attempt: int) -> None:
         """run.json (what every reader of the run looks up), then the first heartbeat."""
+        self.town = town
         write_run_json(self.layout, self.key, self.route, town=town, town_file=town_file, settings=self.settings,
                        rig=rig, dense=self.dense, coarse=self.coarse, repetition=repetition, seed=seed,
                        attempt=attempt)
         results.write_heartbeat(self.layout, self.key, 0)
         self._last_beat = time.monotonic()
 
-    def due(self, tick: int) -> bool:
-        """Whether `tick` is a recording tick (every settings.record_every ticks)."""
-        return tick % self.settings.record_every == 0
+    @property
+    def due(self) -> bool:
+        """Whether this tick (the next `add_frame`) is a frame tick: every settings.record_every ticks. A loop
+        renders sensors only then, and a policy sees them only then."""
+        return self.ticks % self.settings.record_every == 0
 
-    def measurements(self, snap: Snapshot, referee: Referee, tick: int, *, speed_limit: float, lane: str,
-                     accel: float, scenario: dict | None, decision: Decision | None) -> Measurements:
-        """The measurements of the frame recorded now (`decision` None: a policy's input, before it decides)."""
-        return measurements(snap, self.dense, self.coarse, referee, frame_index=self.frames, tick=tick,
-                            ahead=self.settings.route_ahead, weather=self.weather, speed_limit=speed_limit,
-                            lane=lane, accel=accel, scenario=scenario, decision=decision)
+    def measurements(self, snap: Snapshot, referee: Referee, decision: Decision | None = None) -> Measurements:
+        """The measurements of this tick's frame (`decision` None: a policy's input, before it decides)."""
+        return measurements(snap, self.dense, self.coarse, referee, frame_index=self.frames, tick=self.ticks,
+                            ahead=self.settings.route_ahead, weather=self.weather, decision=decision)
 
-    def encode(self, m: Measurements, snap: Snapshot, sensors: dict[str, tuple[np.ndarray, str]]) -> bytes:
-        """The frame's bytes (tools.dataset.frames.pack_frame): measurements, boxes near the ego, sensors."""
-        self.recorded.append(m)
-        return frames.pack_frame(self.frames, m, boxes(snap), sensors)
-
-    def write(self, data: bytes) -> None:
-        """Write the frame `encode` made, atomically; the next frame gets the next index."""
-        frames.write_packed(self.layout.frame_path(self.key, self.frames), data)
-        self.frames += 1
-
-    def beat(self, tick: int) -> None:
-        """A heartbeat, when the last one is results.HEARTBEAT_EVERY_S wall seconds old."""
+    def add_frame(self, snap: Snapshot | None, referee: Referee, decision: Decision,
+                  sensors: Sensors | Callable[[], Sensors] | None, timings: dict[str, float] | None = None) -> None:
+        """Once per tick, after the driver decided and before the world moves on. On a frame tick with recording
+        on, the frame is written atomically as frames/<index>.msgpack: the measurements of `snap` (the state the
+        driver saw), the referee's place and `decision`, the boxes near the ego, and `sensors` (or what it gives
+        when called: our CARLA agent gathers its sensors only for a frame written). On other ticks `snap` and
+        `sensors` may be None. A heartbeat when the last one is results.HEARTBEAT_EVERY_S wall seconds old.
+        `timings`, if given, receives the seconds spent encoding and writing a frame."""
+        if self.due and self.settings.record:
+            if snap is None or sensors is None:
+                raise ValueError(f"{self.key}: tick {self.ticks} is a frame tick, but add_frame got no "
+                                 f"{'snapshot' if snap is None else 'sensors'}")
+            arrays = sensors() if callable(sensors) else sensors
+            t0 = time.perf_counter()
+            m = self.measurements(snap, referee, decision)
+            self.recorded.append(m)
+            data = frames.pack_frame(self.frames, m, boxes(snap), arrays)
+            t1 = time.perf_counter()
+            frames.write_packed(self.layout.frame_path(self.key, self.frames), data)
+            self.frames += 1
+            if timings is not None:
+                timings.update(encoding=t1 - t0, writing=time.perf_counter() - t1)
+        self.ticks += 1
         if time.monotonic() - self._last_beat > results.HEARTBEAT_EVERY_S:
-            results.write_heartbeat(self.layout, self.key, tick)
+            results.write_heartbeat(self.layout, self.key, self.ticks)
             self._last_beat = time.monotonic()
 
-    def close(self, town: str) -> None:
+    def finish(self) -> None:
         """After the last frame: the run's measurements index (what the bucket builder reads instead of every
         frame)."""
         if self.recorded:
-            frames.write_run_measurements(self.layout.run_measurements(self.key), town, self.recorded)
+            frames.write_run_measurements(self.layout.run_measurements(self.key), self.town, self.recorded)

@@ -8,7 +8,7 @@ import numpy as np
 
 from tools.collect.config import CollectSettings
 from tools.dataset import results
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 
 #: The referee looks for the ego's place on the route this far beyond the last one, metres.
 PROGRESS_WINDOW_M = 30.0
@@ -24,7 +24,7 @@ class Referee:
     def __init__(self, route: DenseRoute, settings: CollectSettings, stops: np.ndarray | None = None):
         self.route = route
         self.settings = settings
-        #: Route distances of the stop signs' lines (planner.stop_signs); the next one to judge; whether the
+        #: Route distances of the stop signs' lines (tools.expert.route.stop_signs); the next one to judge; whether the
         #: ego stood still near it.
         self.stops = np.zeros(0) if stops is None else np.asarray(stops, dtype=np.float64)
         self._next_stop = 0

@@ -41,8 +41,11 @@ from tools.collect.town import Town, opendrive_map
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import is_plain_name
+from tools.dataset.measurements import RoadOption
 from tools.dataset.weather import weather_problem
-from tools.expert.planner import NoRoute, RoadOption, RoutePlanner, neighbours, turn_option
+from tools.expert.lanes import neighbours
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import NoRoute, turn_option
 
 #: Route run folder for a route without scenarios.
 NO_SCENARIO = "NoScenario"

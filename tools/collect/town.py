@@ -29,7 +29,7 @@ import numpy as np
 
 from tools.dataset import atomic
 from tools.dataset.errors import ToolError
-from tools.expert.planner import LANE_GRAPH_VERSION, LaneGraph, keep_graph
+from tools.expert.lanes import LANE_GRAPH_VERSION, LaneGraph, keep_graph
 
 #: Bump when the netconvert options below change, so cached networks are rebuilt.
 _NET_OPTIONS = ["--offset.disable-normalization", "true", "--no-turnarounds", "true"]
@@ -388,9 +388,9 @@ class Town:
 
     @cached_property
     def lane_graph(self) -> LaneGraph:
-        """The route planner's lane graph of this town (tools.expert.planner.LaneGraph): walked once from
+        """The route planner's lane graph of this town (tools.expert.lanes.LaneGraph): walked once from
         carla_map (seconds on Town12 and Town13), kept beside the town, read back in milliseconds.
-        RoutePlanner(town.carla_map) finds it (tools.expert.planner.keep_graph)."""
+        RoutePlanner(town.carla_map) finds it (tools.expert.lanes.keep_graph)."""
         from importlib.metadata import version
 
         path = self.derived_file("lanes.npz", f"{LANE_GRAPH_VERSION} carla {version('carla')}",

@@ -23,7 +23,7 @@ from tools.dataset.measurements import Measurements
 from tools.evaluate.policy import load_policy
 from tools.expert.control import Controller
 from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 
 
 def curve_speed(route: np.ndarray) -> float:

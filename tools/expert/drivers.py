@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from tools.dataset.rig import RigConfig
 from tools.expert.expert import Decision, Expert, WorldView
-from tools.expert.planner import DenseRoute
+from tools.expert.route import DenseRoute
 
 
 class Driver(Protocol):

@@ -1,4 +1,5 @@
-"""The world state handed from a world backend (embedded SUMO world, or CARLA) to the sensors.
+"""The world state handed from a world backend (embedded SUMO world, or CARLA) to the drivers, the sensors and
+the frame recorder (tools.collect.recording: a frame is recorded from one Snapshot).
 
 All positions are in CARLA's world frame (tools.dataset.geometry): metres, x east, y = -y(OpenDRIVE)
 (left-handed), z up; yaw in degrees, positive turning from +x towards +y (a right turn seen from above).
@@ -60,9 +61,16 @@ class Light:
 
 @dataclass
 class Snapshot:
-    """Everything the sensors need at one recorded instant."""
+    """Everything the sensors need at one instant, and what a recorded frame says of the ego besides
+    (tools.collect.recording.measurements)."""
 
     time: float  # simulated seconds since the start of the run
     ego: Box
     actors: list[Box] = field(default_factory=list)  # other vehicles (not the ego)
     lights: list[Light] = field(default_factory=list)
+    speed_limit: float = 0.0  # of the ego's lane, m/s
+    lane: str = ""  # the world's id of the ego's lane ("" while it has none)
+    acceleration: float = 0.0  # the ego's, along its heading, m/s^2
+    #: The running scenario nearest ahead of the ego (the embedded world's scenarios:
+    #: tools.collect.sim.scenarios.Scenarios.active), None: none.
+    scenario: dict | None = None

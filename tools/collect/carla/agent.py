@@ -60,7 +60,7 @@ from tools.dataset.rig import (
     lidar_intensity,
 )
 from tools.expert.drivers import make_expert
-from tools.expert.planner import DenseRoute, given_route, stop_signs
+from tools.expert.route import DenseRoute, given_route, stop_signs
 from tools.expert.state import Box, Light, Snapshot
 
 log = logging.getLogger("collect.carla")
@@ -241,7 +241,8 @@ class CarlaWorldView:
             cls = actor_class(actor)
             if cls is not None:
                 actors.append(actor_box(actor, int(actor.id), cls, ground))
-        self._snap = Snapshot(time=time_s, ego=ego, actors=actors, lights=lights)
+        self._snap = Snapshot(time=time_s, ego=ego, actors=actors, lights=lights, speed_limit=self.speed_limit(),
+                              lane=self.lane(), acceleration=self.acceleration())
 
     def _lights(self, light: Any, ground: float) -> list[Light]:
         """One Light per stop line of a CARLA traffic light (its stop waypoints), id "<actor id>:<k>"."""
@@ -397,7 +398,6 @@ class AgentCore:
         self.key = config.key
         self.buffer = SensorBuffer()
         self.spawned: list[Any] = []
-        self.ticks = 0
         self.t0: float | None = None
 
     def sensors(self, hero: Any) -> list[dict[str, Any]]:
@@ -439,7 +439,7 @@ class AgentCore:
         self.hero_id = int(hero.id)
 
     def step(self, input_data: dict[str, Any], frame: int, timestamp: float) -> Any:
-        """One tick: our Control (tools.expert.control) for the ego; a frame written on recording ticks."""
+        """One tick: our Control (tools.expert.control) for the ego; the recorder writes a frame when one is due."""
         if self.t0 is None:
             self.t0 = timestamp
         view = self.view
@@ -447,18 +447,16 @@ class AgentCore:
         snap = view.snapshot()
         self.referee.track(np.array([snap.ego.x, snap.ego.y]))
         decision = self.driver.step(view, None)
-        recorder = self.recorder
-        if self.settings.record and recorder.due(self.ticks):
-            own = self.buffer.wait(self.own_names, frame)
-            arrays = to_sensors(self.rig, self.codecs, input_data, own, self.hero_id)
-            arrays["bev"] = self.renderer.bev(snap)
-            sensors = {name: (arrays[name], codec) for name, codec in self.codecs.items()}
-            m = recorder.measurements(snap, self.referee, self.ticks, speed_limit=view.speed_limit(), lane=view.lane(),
-                                      accel=view.acceleration(), scenario=None, decision=decision)
-            recorder.write(recorder.encode(m, snap, sensors))
-        self.ticks += 1
-        recorder.beat(self.ticks)
+        self.recorder.add_frame(snap, self.referee, decision, lambda: self._sensors(input_data, frame, snap))
         return decision.control
+
+    def _sensors(self, input_data: dict[str, Any], frame: int, snap: Snapshot) -> dict[str, tuple[np.ndarray, str]]:
+        """The frame's sensors (the recorder asks on frame ticks only): the leaderboard's cameras, the agent's own
+        sensors once they delivered this frame, and the BEV."""
+        own = self.buffer.wait(self.own_names, frame)
+        arrays = to_sensors(self.rig, self.codecs, input_data, own, self.hero_id)
+        arrays["bev"] = self.renderer.bev(snap)
+        return {name: (arrays[name], codec) for name, codec in self.codecs.items()}
 
     def destroy(self) -> None:
         for sensor in self.spawned:
@@ -469,8 +467,8 @@ class AgentCore:
                 log.warning("could not destroy sensor %s: %s", getattr(sensor, "id", "?"), e)
         self.spawned = []
         if hasattr(self, "recorder"):  # set up: the run's measurements index, after its last frame
-            self.recorder.close(self.route.town)
-            log.info("%s: %d frames recorded in %d ticks", self.key, self.recorder.frames, self.ticks)
+            self.recorder.finish()
+            log.info("%s: %d frames recorded in %d ticks", self.key, self.recorder.frames, self.recorder.ticks)
 
 
 def plan_route(plan: list | None, carla_map: Any) -> DenseRoute:

@@ -63,7 +63,8 @@ from tools.collect.town import opendrive_map
 from tools.dataset import results
 from tools.dataset.errors import ToolError
 from tools.dataset.rig import CameraConfig, RigConfig
-from tools.expert.planner import NoRoute, RoutePlanner
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import NoRoute
 
 #: scenario_runner's helpers that read one parameter of a block, and the shape each reads.
 _HELPERS = {"get_value_parameter": VALUE, "get_interval_parameter": INTERVAL, "get_parameter": VALUE}

@@ -12,7 +12,7 @@ from typing import Any
 from tools.collect.carla.run import LEADERBOARD_COMMIT, SCENARIO_RUNNER_COMMIT
 from tools.collect.config import CollectSettings
 from tools.dataset.manifest import file_sha256, package_versions, route_set
-from tools.expert import control, expert
+from tools.expert import conflicts, control, expert
 
 
 def _constants(module: Any) -> dict[str, Any]:
@@ -30,14 +30,15 @@ def _constants(module: Any) -> dict[str, Any]:
 
 
 def expert_record() -> dict[str, Any]:
-    """The expert's parameters (every constant of tools/expert/expert.py and control.py) and a hash of its
+    """The expert's parameters (every constant of tools/expert/expert.py, conflicts.py and control.py) and a hash of its
     source files, which names its exact code even in a dirty checkout."""
     folder = Path(expert.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(folder.glob("*.py")):
         digest.update(f"{path.name}\0{file_sha256(path)}\n".encode())
     return {"module": "tools.expert", "sha256": digest.hexdigest(),
-            "parameters": {"expert": _constants(expert), "control": _constants(control)}}
+            "parameters": {"expert": dict(sorted({**_constants(expert), **_constants(conflicts)}.items())),
+                           "control": _constants(control)}}
 
 
 def world_record(settings: CollectSettings) -> dict[str, Any]:

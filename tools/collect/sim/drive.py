@@ -4,7 +4,7 @@ claim, and writes the result it returns."""
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -26,7 +26,8 @@ from tools.collect.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout, RunKey
 from tools.expert.drivers import Driver
-from tools.expert.planner import DenseRoute, RoutePlanner, stop_signs
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import DenseRoute, stop_signs
 
 log = logging.getLogger("collect.run")
 
@@ -101,37 +102,32 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
         while referee.status is None and not referee.arrived:
             s_ego = float(dense.s[referee.index])
             scenarios.update(world, s_ego)
-            due = recorder.due(world.tick) and renderer is not None
             clock.lap("scenarios")
-            if due:  # a frame tick: the sensors, and the measurements but for what the driver decides
-                snap = world.snapshot()
+            snap = sensors = None
+            if recorder.due and renderer is not None:  # a frame tick: the world's state with the scenario, sensors
+                snap = dataclasses.replace(world.snapshot(), scenario=scenarios.active(world, s_ego))
                 clock.lap("snapshot")
                 sensors = renderer.render(snap, parts)
                 clock.add(parts)
-                frame = functools.partial(recorder.measurements, snap, referee, world.tick,
-                                          speed_limit=world.speed_limit(), lane=world.lane(), accel=world.ego.accel,
-                                          scenario=scenarios.active(world, s_ego))
             # A policy sees the frame's sensors and measurements (its inputs) before it decides.
-            decision = driver.step(world, (sensors, frame(decision=None)) if due and driver.needs_sensors else None)
+            sees = snap is not None and driver.needs_sensors
+            decision = driver.step(world, (sensors, recorder.measurements(snap, referee)) if sees else None)
             clock.lap("driver")
-            if film is not None and (due or renderer is None) and film.due(world.time):
-                film.add(world.time, world.ego_box(), decision, sensors if due else None,
-                         world.snapshot().actors if renderer is None else None, dense.xy)
+            if film is not None and (snap is not None or renderer is None) and film.due(world.time):
+                film.add(world.time, world.ego_box(), decision, sensors, world.actors() if renderer is None else None,
+                         dense.xy)
                 clock.lap("film")
-            if due and settings.record:
-                data = recorder.encode(frame(decision=decision), snap, sensors)
-                clock.lap("encoding")
-                recorder.write(data)
-                clock.lap("writing")
+            written: dict[str, float] = {}  # the frame's encoding and writing, if one was due
+            recorder.add_frame(snap, referee, decision, sensors, written)
+            clock.add(written)
             events = world.step(decision.control)
             clock.lap("world (SUMO)")
             ego = world.ego_box()
             judged = {k: len(v) for k, v in referee.infractions.items()}
             referee.update(world.time, np.array([ego.x, ego.y]), ego.speed, events)
             if film is not None and any(len(v) > judged[k] for k, v in referee.infractions.items()):
-                film.add(world.time, ego, decision, None, world.snapshot().actors, dense.xy,
+                film.add(world.time, ego, decision, None, world.actors(), dense.xy,
                          [k for k, v in referee.infractions.items() if len(v) > judged[k]])
-            recorder.beat(world.tick)
             clock.lap("referee")
     finally:
         world.close()
@@ -140,7 +136,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
         written = film.write()
         log.info("%s: picture %s: %d frames, %.1f s of wall time (%.1f s writing)", key, written, len(film.frames),
                  clock.seconds.get("film", 0.0) + time.perf_counter() - t, time.perf_counter() - t)
-    recorder.close(town.name)
+    recorder.finish()
     n_frames = recorder.frames
     global last_stages
     last_stages = dict(clock.seconds, frames=n_frames)

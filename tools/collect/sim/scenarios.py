@@ -62,7 +62,8 @@ from tools.collect.scenario_types import (
 )
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import wrap_degrees
-from tools.expert.planner import DenseRoute, lane_at, neighbours
+from tools.expert.lanes import lane_at, neighbours
+from tools.expert.route import DenseRoute
 
 log = logging.getLogger("collect.scenarios")
 

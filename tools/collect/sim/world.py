@@ -1,14 +1,13 @@
-"""The embedded world's traffic: SUMO through libsumo, in-process and seeded, around an ego it does not drive.
+"""The embedded world: SUMO through libsumo, in-process and seeded, around an ego it does not drive.
 
 SUMO drives every other vehicle. The ego is an external vehicle: a kinematic bicycle
 (tools.collect.sim.vehicle) moved by its driver's control (the expert, tools.expert, or a trained policy)
 and placed into SUMO each tick with `moveToXY`, so background traffic sees it and reacts to it.
 What happens to the ego is judged here from geometry, as the leaderboard's criteria judge it:
-collisions from box overlap, red lights from crossing a stop line while the link taken shows red.
-On a large town (LARGE_TOWN_EXTENT) the background lives around the ego, as the leaderboard's background
-activity does: the settings' `vehicles` enter within REGION_RADIUS_M of it (during the run beyond the view),
-drive random walks, and are taken out beyond the region, so that SUMO's cost follows the traffic near the ego,
-not the town's size. Smaller towns keep their traffic over the whole town.
+collisions from box overlap, red lights from crossing a stop line while the link taken shows red
+(tools.collect.sim.signals). The background traffic is tools.collect.sim.traffic's (around the ego on a large
+town); the actors scenarios place and move (tools.collect.sim.scenarios) are kept here, as boxes with SUMO
+stand-ins that SUMO's traffic stops behind.
 This module converts SUMO's frame (network coordinates, angles clockwise from north, front-bumper
 positions) into CARLA's frame once, so everything downstream speaks CARLA.
 """
@@ -16,7 +15,6 @@ positions) into CARLA's frame once, so everything downstream speaks CARLA.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -24,59 +22,24 @@ from typing import Any
 import numpy as np
 import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
 
+from tools.collect.sim.signals import Signals
+from tools.collect.sim.traffic import REGION_CHECK_TICKS, Background
 from tools.collect.sim.vehicle import Bicycle
-from tools.collect.town import LARGE_TOWN_EXTENT, Town, sumo_binary
+from tools.collect.town import Town, sumo_binary
 from tools.dataset import semantics
 from tools.dataset.errors import ToolError
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.expert.control import Control
-from tools.expert.planner import DenseRoute
-from tools.expert.state import Box, Light, Snapshot
+from tools.expert.route import DenseRoute
+from tools.expert.state import Box, Snapshot
 
 EGO = "ego"
-#: (class, length, width, height, share) of background vehicles.
-VEHICLE_TYPES = (
-    (semantics.CAR, 4.6, 1.9, 1.5, 0.80),
-    (semantics.TRUCK, 7.5, 2.4, 3.0, 0.12),
-    (semantics.BUS, 11.0, 2.5, 3.2, 0.08),
-)
 EGO_SIZE = (4.9, 2.1, 1.5)  # a CARLA Lincoln MKZ, roughly
-_STATE = {"r": "red", "R": "red", "s": "red", "y": "yellow", "Y": "yellow", "u": "yellow", "G": "green",
-          "g": "green", "o": "off", "O": "off"}
 #: The world state (snapshot) holds the vehicles and lights within this distance of the ego, metres: what
 #: the expert looks at (80 m ahead), the sensors see (the camera's far lamps are a pixel at this range).
 VIEW_RADIUS_M = 150.0
-#: On a small town, a background vehicle that replaces one that arrived enters at least this far from the ego, metres
-#: (beyond where the expert looks ahead: one entering 57 m before it turned into the lane it was passing in).
-ENTER_CLEAR_M = 100.0
 #: No background vehicle starts this close behind the ego (in its lane or beside it), metres.
 START_CLEAR_M = 30.0
-#: A red-light crossing is judged once the ego has driven this far past the stop line (which link it took).
-LINK_JUDGED_AFTER_M = 8.0
-#: The ego's front crossing a stop line is looked for at the lines this close to it along x and along y, metres.
-LINE_NEAR_M = 15.0
-#: Side of the squares by which stop lines are looked up, metres: larger than LINE_NEAR_M, so that the lines near
-#: a point lie in its square or in the eight around it.
-_LINE_CELL_M = 20.0
-
-
-#: Background traffic on a large town (its SUMO network wider or taller than LARGE_TOWN_EXTENT): the settings'
-#: `vehicles` live within this distance of the ego, metres, as the leaderboard's background activity keeps traffic
-#: around the hero. Its disk is about a small town's area (Town03), so the
-#: density near the ego is a small town's. Smaller towns keep their traffic over the whole town.
-REGION_RADIUS_M = 250.0
-#: A background vehicle farther than REGION_RADIUS_M + this from the ego is taken out (and replaced), metres.
-REGION_HYSTERESIS_M = 50.0
-#: Regional traffic is checked (vehicles taken out and replaced) every this many ticks.
-REGION_CHECK_TICKS = 20
-#: Spacing of the places (along each edge's lanes) where regional traffic may enter, metres.
-_SPAWN_SPACING_M = 20.0
-#: Length of a regional vehicle's route (a random walk from where it enters), metres.
-_WALK_M = 3 * REGION_RADIUS_M
-#: A regional vehicle SUMO could not insert for this many seconds is given up (and replaced elsewhere).
-_PENDING_GIVE_UP_S = 3.0
-
-
 #: The leaderboard's collision kind (collisions_<kind>) of each actor kind (semantics.actor_kind).
 _COLLISION_KIND = {"vehicle": "vehicle", "pedestrian": "pedestrian", "cyclist": "pedestrian", "obstacle": "layout"}
 #: In an oncoming lane the ego drives in (passing), SUMO's traffic stops this far ahead of it, metres.
@@ -86,10 +49,6 @@ SHADOW_AHEAD_M = 15.0
 def _opposite(angle_a: float, angle_b: float) -> bool:
     """Two headings (degrees) more than 90 degrees apart."""
     return abs(wrap_degrees(angle_a - angle_b)) > 90.0
-
-
-def _cell(x: float, y: float) -> tuple[int, int]:
-    return math.floor(x / _LINE_CELL_M), math.floor(y / _LINE_CELL_M)
 
 
 def _reach(length: float, width: float) -> float:
@@ -110,18 +69,6 @@ class StepEvents:
     #: cyclists) or "layout" (props), as the leaderboard's collision infractions are split.
     collisions: list[tuple[int, str]] = field(default_factory=list)
     ran_red_light: str | None = None  # "<tls>:<link>" crossed on red
-
-
-@dataclass(frozen=True)
-class StopLine:
-    """The stop line of one incoming lane of a signal, and its links (index, via point) through the junction."""
-
-    tls: str
-    x: float
-    y: float
-    yaw: float
-    width: float
-    links: tuple[tuple[int, tuple[float, float]], ...]
 
 
 class _Near:
@@ -153,16 +100,6 @@ class _Near:
         return rows
 
 
-@dataclass
-class _Crossing:
-    """A stop line the ego crossed, waiting to be judged: the link states at that moment."""
-
-    line: StopLine
-    states: dict[int, str]
-    x: float
-    y: float
-
-
 class SumoWorld:
     """One SUMO simulation (libsumo allows one per process): background traffic, and the ego at the start
     of its route, moved by `step(control)`."""
@@ -170,12 +107,11 @@ class SumoWorld:
     def __init__(self, town: Town, route: DenseRoute, seed: int, vehicles: int, sim_hz: int,
                  regional: bool | None = None):
         """`regional`: keep the background traffic within REGION_RADIUS_M of the ego (True) or over the whole town
-        (False); None (the default): regional on a large town only (LARGE_TOWN_EXTENT)."""
+        (False); None (the default): regional on a large town only (tools.collect.sim.traffic.Background)."""
         import libsumo
 
         self.ls = libsumo
         self.town = town
-        self.rng = random.Random(seed)
         self.dt = 1.0 / sim_hz
         self.time = 0.0
         self.tick = 0
@@ -184,10 +120,7 @@ class SumoWorld:
         self._types: dict[str, tuple[int, float, float, float]] = {}
         self._near: _Near | None = None  # since the last SUMO step (`_vehicles`); None: not read yet
         self._lane_angles: dict[str, float] = {}  # `_lane_angle`, by lane id
-        self._next_bg = 0
-        self._crossing: _Crossing | None = None
         self._collided: set[int] = set()
-        self._light_cache: dict[tuple[int, str], list[Light]] = {}
         self._speed_limit = 13.89  # until the ego is first on a lane: 50 km/h
         self._snap: Snapshot | None = None
         self._ego_box: Box | None = None  # since the ego last moved (`ego_box`); None: not made yet
@@ -203,7 +136,6 @@ class SumoWorld:
         #: maps the ego onto one lane, and its drivers see only what is in theirs. (SUMO id, lane) or None.
         self._shadow: tuple[str, str] | None = None
         self._shadows = 0
-        self.target_vehicles = vehicles
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
             "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "none",
@@ -211,13 +143,7 @@ class SumoWorld:
             "--default.action-step-length", f"{self.dt}", "--lanechange.duration", "2.0",
         ])
         try:
-            self._edges = [e for e in libsumo.edge.getIDList() if not e.startswith(":")]
-            (bx0, by0), (bx1, by1) = libsumo.simulation.getNetBoundary()
-            #: True: the background lives around the ego (REGION_RADIUS_M), not over the whole town.
-            self.regional = max(bx1 - bx0, by1 - by0) > LARGE_TOWN_EXTENT if regional is None else bool(regional)
-            self._bg: dict[str, float] = {}  # regional: the background vehicles' ids, and when each was added
-            if self.regional:
-                self._setup_spawn_places()
+            self.background = Background(libsumo, town, seed, vehicles, regional, view=VIEW_RADIUS_M)
             self._setup_types()
             # The ego starts with its rear on the route's first point, heading along the route.
             s0 = min(EGO_SIZE[0] / 2, route.length / 2)
@@ -227,19 +153,8 @@ class SumoWorld:
             self.ls.simulationStep()  # the ego first: the background's free places are free of it
             if EGO not in self.ls.vehicle.getIDList():
                 raise WorldError("SUMO could not place the ego at the start of the route")
-            for _ in range(vehicles):
-                if self.regional:
-                    self._add_regional(0.0, REGION_RADIUS_M)
-                else:
-                    self._add_background(depart_pos="random_free")
-            self.stop_lines = self._stop_lines()
-            self._line_xy = np.array([[line.x, line.y] for line in self.stop_lines]).reshape(-1, 2)
-            #: The stop lines in each _LINE_CELL_M square or in the eight around it, in the order of stop_lines.
-            self._lines_around: dict[tuple[int, int], list[StopLine]] = {}
-            for line in self.stop_lines:
-                cx, cy = _cell(line.x, line.y)
-                for cell in ((i, j) for i in (cx - 1, cx, cx + 1) for j in (cy - 1, cy, cy + 1)):
-                    self._lines_around.setdefault(cell, []).append(line)
+            self.background.start((self.ego.x, self.ego.y))
+            self.signals = Signals(libsumo, town)
             self._sumo_step()  # insert the background
             for _ in range(5):
                 if not self._clear_start():
@@ -256,21 +171,14 @@ class SumoWorld:
         vt.setLength("ego", length)
         vt.setWidth("ego", width)
         vt.setHeight("ego", height)
-        for cls, length, width, height, _ in VEHICLE_TYPES:
-            name = f"bg{cls}"
-            vt.copy("DEFAULT_VEHTYPE", name)
-            vt.setLength(name, length)
-            vt.setWidth(name, width)
-            vt.setHeight(name, height)
-            vt.setImperfection(name, 0.5)
-            vt.setSpeedDeviation(name, 0.1)
+        self.background.setup_types()
 
     def _add_ego(self) -> None:
         """The ego as a SUMO vehicle that SUMO never moves: placed by `_place_ego` every tick."""
         sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
         edge, _, _ = self.ls.simulation.convertRoad(sx, sy, False, "passenger")
         if not edge or edge.startswith(":"):
-            edge = self._edges[0]
+            edge = self.background.edges[0]
         self._ego_adds += 1
         route = f"ego_route{self._ego_adds}"  # a route id is for good: a re-added ego needs a new one
         self.ls.route.add(route, [edge])
@@ -299,7 +207,7 @@ class SumoWorld:
                 self.ls.vehicle.remove(vid)
                 self._ids.pop(vid, None)
                 self._types.pop(vid, None)
-                self._bg.pop(vid, None)
+                self.background.forget(vid)
                 removed = True
         if removed:  # one more step: the subscription's results still name the removed vehicles
             self._place_ego()
@@ -312,177 +220,6 @@ class SumoWorld:
         angle = Town.yaw_to_sumo_angle(self.ego.yaw)
         # keepRoute 2: onto any lane (the ego leaves SUMO's idea of its route); a lane within 10 m.
         self.ls.vehicle.moveToXY(EGO, "", -1, sx, sy, angle, 2, 10.0)
-
-    def _add_background(self, depart_pos: str = "base", clear: float = 0.0) -> None:
-        """A background vehicle on a route between two random edges; with `clear`, one whose first edge starts at
-        least that far from the ego (the farthest of the draws when none does): a car that replaces one that
-        arrived does not appear out of nothing before the ego."""
-        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
-        best, best_d = None, -1.0
-        for _ in range(20):
-            a, b = self.rng.sample(self._edges, 2)
-            found = self.ls.simulation.findRoute(a, b)
-            if not found.edges or len(found.edges) < 2:
-                continue
-            if clear <= 0.0:
-                best = found
-                break
-            x, y = self.ls.lane.getShape(f"{a}_0")[0][:2]
-            d = math.hypot(x - sx, y - sy)
-            if d > best_d:
-                best, best_d = found, d
-            if d >= clear:
-                break
-        if best is None:
-            return
-        self._insert_background(list(best.edges), depart_pos, "best")
-
-    def _insert_background(self, edges: list[str], depart_pos: str, depart_lane: str) -> str:
-        """A background vehicle of a random type on the route `edges`, leaving now; its id."""
-        cls = self.rng.choices([t[0] for t in VEHICLE_TYPES], weights=[t[-1] for t in VEHICLE_TYPES])[0]
-        vid = f"bg{self._next_bg}"
-        self._next_bg += 1
-        self.ls.route.add(f"r_{vid}", edges)
-        self.ls.vehicle.add(vid, f"r_{vid}", typeID=f"bg{cls}", depart="now", departPos=depart_pos,
-                            departLane=depart_lane, departSpeed="avg")
-        self.ls.vehicle.setSpeedFactor(vid, self.rng.uniform(0.8, 1.1))
-        return vid
-
-    # ------------------------------------------------------------------ regional traffic (large towns)
-    def _setup_spawn_places(self) -> None:
-        """The places where regional traffic may enter: every _SPAWN_SPACING_M along each edge that cars may
-        use (on its rightmost lane's shape), as SUMO-frame points with their edge and position on it."""
-        ls = self.ls
-        xy, edges, pos = [], [], []
-        self._edge_length: dict[str, float] = {}  # the edges cars may use, and their lengths
-        self._successors: dict[str, list[str]] = {}  # _next_edges, by edge
-        for k, edge in enumerate(self._edges):
-            lane = f"{edge}_0"
-            if not any(self._car_lane(f"{edge}_{i}") for i in range(ls.edge.getLaneNumber(edge))):
-                continue
-            shape = np.array(ls.lane.getShape(lane), dtype=np.float64)[:, :2]
-            length = float(ls.lane.getLength(lane))
-            self._edge_length[edge] = length
-            if len(shape) < 2 or length < 1.0:
-                continue
-            seg = np.hypot(*np.diff(shape, axis=0).T)
-            along = np.concatenate([[0.0], np.cumsum(seg)])
-            at = np.arange(min(_SPAWN_SPACING_M / 2, length / 2), along[-1], _SPAWN_SPACING_M)
-            xy.append(np.column_stack([np.interp(at, along, shape[:, 0]), np.interp(at, along, shape[:, 1])]))
-            edges.append(np.full(len(at), k))
-            pos.append(np.minimum(at * length / max(along[-1], 1e-6), length - 0.5))
-        self._spawn_xy = np.concatenate(xy) if xy else np.zeros((0, 2))
-        self._spawn_edge = np.concatenate(edges) if edges else np.zeros(0, dtype=int)
-        self._spawn_pos = np.concatenate(pos) if pos else np.zeros(0)
-
-    def _entry_band(self) -> tuple[float, float]:
-        """Distances from the ego where regional traffic enters during the run: beyond the view (the sensors and
-        the expert do not see vehicles appear), within the region."""
-        return min(VIEW_RADIUS_M, REGION_RADIUS_M / 2), REGION_RADIUS_M
-
-    def _add_regional(self, near: float, far: float) -> None:
-        """One background vehicle entering at a place between `near` and `far` metres from the ego, on a random
-        walk through the network (_random_walk: no route search over a large town)."""
-        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
-        d = np.hypot(self._spawn_xy[:, 0] - sx, self._spawn_xy[:, 1] - sy)
-        entries = np.flatnonzero((d >= near) & (d <= far))
-        if not len(entries):
-            return
-        for _ in range(20):
-            k = int(entries[self.rng.randrange(len(entries))])
-            edges = self._random_walk(self._edges[self._spawn_edge[k]])
-            if len(edges) >= 2:
-                break
-        else:
-            return
-        vid = self._insert_background(edges, f"{self._spawn_pos[k]:.2f}", "free")
-        self._bg[vid] = self.time
-
-    def _random_walk(self, edge: str) -> list[str]:
-        """A route from `edge` turning at random (self.rng) at each junction, _WALK_M long (or to a dead end):
-        longer than the region's diameter, so that its vehicles leave the region before they arrive."""
-        route, length = [edge], 0.0
-        while length < _WALK_M and len(route) < 200:
-            nexts = self._next_edges(route[-1])
-            if not nexts:
-                break
-            route.append(nexts[self.rng.randrange(len(nexts))])
-            length += self._edge_length[route[-1]]
-        return route
-
-    def _next_edges(self, edge: str) -> list[str]:
-        """The edges cars may take after `edge` (from any of its lanes), sorted; asked once per edge."""
-        if edge not in self._successors:
-            lanes = [f"{edge}_{i}" for i in range(self.ls.edge.getLaneNumber(edge))]
-            found = {link[0].rsplit("_", 1)[0] for lane in lanes if self._car_lane(lane)
-                     for link in self.ls.lane.getLinks(lane) if self._car_lane(link[0])}
-            self._successors[edge] = sorted(found & self._edge_length.keys())
-        return self._successors[edge]
-
-    def _car_lane(self, lane: str) -> bool:
-        """Cars may drive on this lane."""
-        allowed = self.ls.lane.getAllowed(lane)
-        return not allowed or "passenger" in allowed
-
-    def _keep_region(self) -> None:
-        """Take out the background vehicles beyond the region (and its hysteresis) and those SUMO could not
-        insert for a while; bring the count back to the target with vehicles entering in the entry band."""
-        sx, sy = self.town.carla_to_sumo((self.ego.x, self.ego.y))
-        pending = set(self.ls.simulation.getPendingVehicles())
-        out = []
-        for vid, added in self._bg.items():
-            if vid in pending:
-                if self.time - added > _PENDING_GIVE_UP_S:
-                    out.append(vid)
-                continue
-            try:
-                x, y = self.ls.vehicle.getPosition(vid)
-            except self.ls.TraCIException:  # gone (teleported away, taken out by SUMO)
-                out.append(vid)
-                continue
-            if math.hypot(x - sx, y - sy) > REGION_RADIUS_M + REGION_HYSTERESIS_M:
-                out.append(vid)
-        for vid in out:
-            try:
-                self.ls.vehicle.remove(vid)
-            except self.ls.TraCIException:
-                pass
-            self._bg.pop(vid)
-            self._ids.pop(vid, None)
-            self._types.pop(vid, None)
-        band = self._entry_band()
-        for _ in range(self.target_vehicles - len(self._bg)):
-            self._add_regional(*band)
-
-    def background_positions(self) -> dict[str, tuple[float, float]]:
-        """Every background vehicle SUMO drives now (inserted, not the scenarios'), CARLA frame: for tests and
-        benchmarks."""
-        out = {}
-        for vid in self.ls.vehicle.getIDList():
-            if vid.startswith("bg"):
-                x, y = self.town.sumo_to_carla(np.array(self.ls.vehicle.getPosition(vid)))
-                out[vid] = (float(x), float(y))
-        return out
-
-    def _stop_lines(self) -> list[StopLine]:
-        """Every signal's stop lines in CARLA's frame, with each link's via point: the middle of the link's
-        way through the junction. A link index is the position of a connection in the signal's state
-        string, as in trafficlight.getControlledLinks and the network's `connection linkIndex`."""
-        out = []
-        for tls in self.ls.trafficlight.getIDList():
-            lanes: dict[str, list[tuple[int, tuple[float, float]]]] = {}
-            for index, links in enumerate(self.ls.trafficlight.getControlledLinks(tls)):
-                for in_lane, out_lane, via_lane in links:
-                    shape = np.array(self.ls.lane.getShape(via_lane or out_lane))[:, :2]
-                    mid = self.town.sumo_to_carla(shape[len(shape) // 2])
-                    lanes.setdefault(in_lane, []).append((index, (float(mid[0]), float(mid[1]))))
-            for lane, links in lanes.items():
-                shape = np.array(self.ls.lane.getShape(lane))[-2:, :2]
-                xy = self.town.sumo_to_carla(shape)
-                yaw = math.degrees(math.atan2(xy[1, 1] - xy[0, 1], xy[1, 0] - xy[0, 0]))
-                out.append(StopLine(tls, float(xy[1, 0]), float(xy[1, 1]), yaw, self.ls.lane.getWidth(lane),
-                                    tuple(links)))
-        return out
 
     # ------------------------------------------------------------------ stepping
     def step(self, control: Control) -> StepEvents:
@@ -500,13 +237,11 @@ class SumoWorld:
             self._ids.pop(vid, None)
             self._types.pop(vid, None)
             if vid.startswith("bg"):
-                if self.regional:
-                    self._bg.pop(vid, None)
-                    self._add_regional(*self._entry_band())
-                else:
-                    self._add_background(clear=ENTER_CLEAR_M)
-        if self.regional and self.tick % REGION_CHECK_TICKS == 0:
-            self._keep_region()
+                self.background.replace(vid, (self.ego.x, self.ego.y), self.time)
+        if self.background.regional and self.tick % REGION_CHECK_TICKS == 0:
+            for vid in self.background.keep_region((self.ego.x, self.ego.y), self.time):
+                self._ids.pop(vid, None)
+                self._types.pop(vid, None)
         ev = StepEvents()
         ego = self.ego_box()
         # Collisions: the ego's box against the boxes of the vehicles close to it. A vehicle has its box id from
@@ -528,7 +263,7 @@ class SumoWorld:
             hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), rows)
             for i in np.flatnonzero(hit):
                 self._collide(ev, near[i].id, near[i].cls)
-        ev.ran_red_light = self._judge_lights(before, self._front())
+        ev.ran_red_light = self.signals.judge(self.ego.yaw, before, self._front())
         return ev
 
     def _collide(self, ev: StepEvents, aid: int, cls: int) -> None:
@@ -724,32 +459,6 @@ class SumoWorld:
         rad = math.radians(self.ego.yaw)
         return (self.ego.x + math.cos(rad) * EGO_SIZE[0] / 2, self.ego.y + math.sin(rad) * EGO_SIZE[0] / 2)
 
-    def _judge_lights(self, a: tuple[float, float], b: tuple[float, float]) -> str | None:
-        """A red light run: the ego's front crossed a stop line while the link it then took showed red."""
-        for line in self._lines_near(b):
-            if abs(wrap_degrees(self.ego.yaw - line.yaw)) > 60.0:
-                continue
-            c, s = math.cos(math.radians(line.yaw)), math.sin(math.radians(line.yaw))
-            along_a = (a[0] - line.x) * c + (a[1] - line.y) * s
-            along_b = (b[0] - line.x) * c + (b[1] - line.y) * s
-            across = -(b[0] - line.x) * s + (b[1] - line.y) * c
-            if along_a < 0.0 <= along_b and abs(across) <= line.width / 2 + 0.5:
-                state = self.ls.trafficlight.getRedYellowGreenState(line.tls)
-                states = {i: _STATE.get(state[i], "off") if i < len(state) else "off" for i, _ in line.links}
-                self._crossing = _Crossing(line, states, b[0], b[1])
-        cr = self._crossing
-        if cr is None or math.hypot(b[0] - cr.x, b[1] - cr.y) < LINK_JUDGED_AFTER_M:
-            return None
-        self._crossing = None
-        index = min(cr.line.links, key=lambda link: math.hypot(link[1][0] - b[0], link[1][1] - b[1]))[0]
-        return f"{cr.line.tls}:{index}" if cr.states[index] == "red" else None
-
-    def _lines_near(self, xy: tuple[float, float]) -> list[StopLine]:
-        """The stop lines less than LINE_NEAR_M from `xy` along x and along y, in the order of `stop_lines`."""
-        x, y = xy
-        return [line for line in self._lines_around.get(_cell(x, y), ())
-                if abs(line.x - x) < LINE_NEAR_M and abs(line.y - y) < LINE_NEAR_M]
-
     # ------------------------------------------------------------------ state
     def _vehicles(self) -> _Near:
         """The SUMO vehicles near the ego now (read once a SUMO step)."""
@@ -784,32 +493,22 @@ class SumoWorld:
         return self._ego_box
 
     def snapshot(self) -> Snapshot:
-        """The world now: the ego (the bicycle's pose), the vehicles and signalled links near it (made once
-        per tick, when first asked for)."""
+        """The world now: the ego (the bicycle's pose), the vehicles and signalled links near it, the ego's speed
+        limit, lane and acceleration (made once per tick, when first asked for)."""
         if self._snap is None or self._snap.time != self.time:
             self._snap = self._snapshot()
         return self._snap
 
     def _snapshot(self) -> Snapshot:
         e = self.ego
-        near = self._line_xy[:, 0] - e.x, self._line_xy[:, 1] - e.y
-        lights: list[Light] = []
-        states: dict[str, str] = {}
-        for k in np.flatnonzero(np.hypot(*near) < VIEW_RADIUS_M).tolist():
-            line = self.stop_lines[k]
-            if line.tls not in states:
-                states[line.tls] = self.ls.trafficlight.getRedYellowGreenState(line.tls)
-            key = (k, states[line.tls])
-            if key not in self._light_cache:  # a line's lights change only when its signal does
-                state = states[line.tls]
-                self._light_cache[key] = [  # one light per link, on its lane's stop line
-                    Light(id=f"{line.tls}:{i}", x=line.x, y=line.y, yaw=line.yaw, width=line.width,
-                          state=_STATE.get(state[i], "off") if i < len(state) else "off", via=via)
-                    for i, via in line.links]
-            lights += self._light_cache[key]
-        actors = self._boxes()
-        actors += [b for b in self._statics.values() if math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M]
-        return Snapshot(time=self.time, ego=self.ego_box(), actors=actors, lights=lights)
+        lights = self.signals.lights(e.x, e.y, VIEW_RADIUS_M)
+        return Snapshot(time=self.time, ego=self.ego_box(), actors=self.actors(), lights=lights,
+                        speed_limit=self.speed_limit(), lane=self.lane(), acceleration=self.ego.accel)
+
+    def actors(self) -> list[Box]:
+        """The snapshot's actors (the vehicles and the scenarios' boxes near the ego), without making one."""
+        e = self.ego
+        return self._boxes() + [b for b in self._statics.values() if math.hypot(b.x - e.x, b.y - e.y) < VIEW_RADIUS_M]
 
     def speed_limit(self) -> float:
         """The speed limit of the lane the ego is on (of the last lane it was on, while SUMO maps it to
