@@ -26,7 +26,7 @@ import numpy as np
 from tools.collect.config import CollectSettings
 from tools.collect.referee import Referee
 from tools.collect.routes import Route
-from tools.dataset import atomic, frames, results
+from tools.dataset import atomic, frames, heartbeats
 from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
@@ -161,7 +161,7 @@ class RunRecorder:
         write_run_json(self.layout, self.key, self.route, town=town, town_file=town_file, settings=self.settings,
                        rig=rig, dense=self.dense, coarse=self.coarse, repetition=repetition, seed=seed,
                        attempt=attempt)
-        results.write_heartbeat(self.layout, self.key, 0)
+        heartbeats.write_heartbeat(self.layout, self.key, 0)
         self._last_beat = time.monotonic()
 
     def due(self, tick: int) -> bool:
@@ -187,8 +187,8 @@ class RunRecorder:
 
     def beat(self, tick: int) -> None:
         """A heartbeat, when the last one is results.HEARTBEAT_EVERY_S wall seconds old."""
-        if time.monotonic() - self._last_beat > results.HEARTBEAT_EVERY_S:
-            results.write_heartbeat(self.layout, self.key, tick)
+        if time.monotonic() - self._last_beat > heartbeats.HEARTBEAT_EVERY_S:
+            heartbeats.write_heartbeat(self.layout, self.key, tick)
             self._last_beat = time.monotonic()
 
     def close(self, town: str) -> None:

@@ -50,7 +50,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tools.collect.processes import die_with_parent
-from tools.dataset import atomic, cli, results, semantics
+from tools.dataset import atomic, cli, heartbeats, results, semantics
 from tools.dataset.codec import decode_array, encode_array
 from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, indexed_measurements, read_boxes, read_frame, read_measurements
@@ -587,8 +587,8 @@ def _heartbeat(layout: Layout, key: RunKey) -> Iterator[None]:
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(results.HEARTBEAT_EVERY_S):
-            results.write_heartbeat(layout, key, -1)
+        while not stop.wait(heartbeats.HEARTBEAT_EVERY_S):
+            heartbeats.write_heartbeat(layout, key, -1)
 
     thread = threading.Thread(target=beat, name="py123d-heartbeat", daemon=True)
     thread.start()

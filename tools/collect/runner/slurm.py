@@ -46,6 +46,8 @@ from tools.collect.routes import read_routes
 from tools.collect.runner.jobs import Job, duration, route_run_bytes
 from tools.collect.runner.workers import Collector, gpu_slots
 from tools.dataset import atomic, cli
+from tools.dataset.attempts import record_attempt
+from tools.dataset.claims import attempts, exclusive
 from tools.dataset.errors import ToolError, disk_full, free_bytes
 from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
@@ -53,10 +55,7 @@ from tools.dataset.results import (
     FAILED_SIMULATION,
     RouteRecord,
     RunState,
-    attempts,
-    exclusive,
     held_run_state,
-    record_attempt,
     run_state,
     run_states,
     write_result,
