@@ -118,7 +118,7 @@ class RecordingScheduler(Scheduler):
 
 def make_routes(folder: Path, n: int) -> Path:
     """n route files (copies of a few generated routes, each its own id) and their town."""
-    from tools.collect.routes import generate_routes
+    from tools.collect.route_gen import generate_routes
     from tools.collect.town import make_town
 
     xodr = make_town(folder / "seed" / "towns" / "town.xodr", grid="3x3")
