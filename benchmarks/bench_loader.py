@@ -70,7 +70,7 @@ def pin_one_core() -> int:
 
 def make_dataset(tmp: Path, routes: int) -> Path:
     """A 3x3 town, `routes` routes, each driven once into tmp/root (the collect stage's own functions)."""
-    from tools.collect.routes import generate_routes
+    from tools.collect.route_gen import generate_routes
     from tools.collect.runner.attempt import run_route
     from tools.collect.town import make_town
 

@@ -34,9 +34,10 @@ sys.path.insert(0, str(REPO))
 from tools.collect.routes import find_route_files  # noqa: E402
 from tools.collect.runner.jobs import plan  # noqa: E402
 from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions  # noqa: E402
+from tools.dataset.claims import claim_run  # noqa: E402
 from tools.dataset.layout import Layout  # noqa: E402
 from tools.dataset.manifest import update_manifest  # noqa: E402
-from tools.dataset.results import FAILED, PERFECT, RouteRecord, claim_run, write_result  # noqa: E402
+from tools.dataset.results import FAILED, PERFECT, RouteRecord, write_result  # noqa: E402
 
 
 class RecordingScheduler(Scheduler):
@@ -117,7 +118,7 @@ class RecordingScheduler(Scheduler):
 
 def make_routes(folder: Path, n: int) -> Path:
     """n route files (copies of a few generated routes, each its own id) and their town."""
-    from tools.collect.routes import generate_routes
+    from tools.collect.route_gen import generate_routes
     from tools.collect.town import make_town
 
     xodr = make_town(folder / "seed" / "towns" / "town.xodr", grid="3x3")

@@ -1,7 +1,7 @@
 """Every CARLA town, in the embedded world: set-up, memory, world speed and the expert's finish rate per town.
 
 For each town (OpenDRIVE from `make towns`, .cache/carla-towns/ or --towns-dir) it writes --routes routes of 150 to
-700 m with one scenario each (tools.collect.routes, the leaderboard's placeable types), then drives them the way a
+700 m with one scenario each (tools.collect.route_gen, the leaderboard's placeable types), then drives them the way a
 worker does: one `python -m tools.collect collect --workers 1` over the town's routes, whose route runs are forked
 from the worker's zygote of the town (tools.collect.runner.zygote), with the default rig, recording frames. The towns
 are used where they are (--towns-dir), so their derived files (SUMO network, lane graph, bounds, scenes) are made

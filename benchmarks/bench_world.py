@@ -34,7 +34,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-    from tools.collect.routes import generate_routes
+    from tools.collect.route_gen import generate_routes
     from tools.collect.runner.attempt import run_route
     from tools.collect.sensors.scene import Scene
     from tools.collect.sim import drive

@@ -17,7 +17,7 @@ import msgpack
 import pytest
 from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
-from tools.buckets.build import DEFAULT_WEIGHTS
+from tools.buckets.plans import DEFAULT_WEIGHTS
 from tools.buckets.splits import SplitSettings, assign, route_of, stratified
 from tools.dataset import atomic
 from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify

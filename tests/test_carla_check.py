@@ -18,7 +18,8 @@ import pytest
 from conftest import PYTHON, run_tool
 
 from tools.collect.carla import check
-from tools.collect.routes import generate_routes, read_routes, write_route
+from tools.collect.route_gen import generate_routes
+from tools.collect.routes import read_routes, write_route
 from tools.collect.scenario_types import CATALOGUE, JUNCTION, LOCATION, PARAMETERS, SHAPE_KEYS, VALUE
 from tools.dataset.rig import CameraConfig, RigConfig
 from tools.expert.planner import RoutePlanner

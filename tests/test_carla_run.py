@@ -25,7 +25,7 @@ from tools.collect.carla.server import CARLA_VERSION, Ports
 from tools.collect.config import CollectSettings, absolute_flags
 from tools.collect.routes import read_routes
 from tools.collect.runner.attempt import derive_seed
-from tools.dataset import atomic, results
+from tools.dataset import atomic, attempts, claims, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 
@@ -217,7 +217,7 @@ def test_town_missing_on_the_standin_server_is_one_line_naming_route_town_and_th
                      "the route"], proc.stderr
     assert "Traceback" not in proc.stderr
     layout, key = the_run(tmp_path / "root")
-    assert results.attempts(layout, key) == 1
+    assert claims.attempts(layout, key) == 1
     assert results.read_status(layout.result_path(key)) == results.FAILED_SIMULATION
     assert not pids(carla_env["STANDIN_EVALUATOR_PIDS"])  # never started
     assert all_gone(pids(carla_env["STANDIN_PID_FILE"]))
@@ -386,8 +386,8 @@ def test_a_route_crashing_on_every_attempt_is_named_apart_from_one_that_crashed_
                                                "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     layout = Layout(tmp_path / "root")
-    assert [a["status"] for a in results.read_attempts(layout, always)] == [results.FAILED_SIMULATION] * 2
-    assert [a["status"] for a in results.read_attempts(layout, once)] == [results.FAILED_SIMULATION,
+    assert [a["status"] for a in attempts.read_attempts(layout, always)] == [results.FAILED_SIMULATION] * 2
+    assert [a["status"] for a in attempts.read_attempts(layout, once)] == [results.FAILED_SIMULATION,
                                                                          results.PERFECT]
     # The ports in the messages differ from attempt to attempt: the same crash all the same.
     named = re.compile(rf"^  {re.escape(str(always))}: {re.escape(CRASH)}.* \(2 attempts; logs in ", re.M)
@@ -563,7 +563,7 @@ def test_the_evaluators_command_line_matches_the_golden_file():
 
 
 def test_the_evaluators_environment_matches_the_golden_file():
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "PYTHONPATH": "/site/extra", results.LOCK_FD_ENV: "7"}
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "PYTHONPATH": "/site/extra", claims.LOCK_FD_ENV: "7"}
     env = carla_run.evaluator_env(base, SETUP, tools_home=Path("/opt/drivekit/src"))
     golden("carla-evaluator-env.json", dict(sorted(env.items())))
 

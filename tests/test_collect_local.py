@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import BIN, progress_table, run_bin, start_tool, tree
 
+from tools.dataset.attempts import read_attempts
+from tools.dataset.claims import attempts
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import update_manifest
@@ -22,8 +24,6 @@ from tools.dataset.results import (
     PERFECT,
     RouteRecord,
     RunState,
-    attempts,
-    read_attempts,
     read_status,
     run_state,
     write_result,

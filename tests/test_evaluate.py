@@ -132,7 +132,7 @@ def test_a_policy_in_a_town_it_never_saw_is_evaluated_and_the_summary_says_so(po
     routes = tmp_path / "routes"
     (routes / "towns").mkdir(parents=True)
     shutil.copy(carla_towns / "Town01.xodr", routes / "towns" / "Town01.xodr")
-    from tools.collect.routes import generate_routes
+    from tools.collect.route_gen import generate_routes
 
     generate_routes(town=str(routes / "towns" / "Town01.xodr"), count=1, out=str(routes), seed=3, min_length=100,
                     max_length=200)

@@ -12,6 +12,7 @@ import pytest
 from conftest import PYTHON, run_bin, run_tool, tree
 
 from tools.collect.config import CollectSettings
+from tools.dataset.claims import RunClaim, claim_run
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import update_manifest
 from tools.dataset.results import (
@@ -25,9 +26,7 @@ from tools.dataset.results import (
     PERFECT,
     SUCCESS_STATUSES,
     RouteRecord,
-    RunClaim,
     RunState,
-    claim_run,
     run_state,
     write_result,
 )

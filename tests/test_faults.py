@@ -19,9 +19,10 @@ import pytest
 from conftest import PYTHON, copy_root, run_bin, run_tool, start_tool, tree
 from processes import Process, live_processes
 
+from tools.dataset.claims import attempts
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
-from tools.dataset.results import RunState, attempts, run_state
+from tools.dataset.results import RunState, run_state
 
 pytestmark = pytest.mark.faults
 REPO_BIN = Path(__file__).resolve().parent.parent / "bin"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, TINY, copy_root, run_bin, run_tool, start_tool, tree, wait_until
 
-from tools.dataset import results
+from tools.dataset import claims, heartbeats
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import RUN_NAME_MAX, Layout
 from tools.dataset.results import RunState, run_state
@@ -75,7 +75,7 @@ def test_a_link_made_after_a_tool_started_is_refused_before_a_run_is_claimed_or_
     shutil.move(layout.log_dir(key), elsewhere)
     layout.log_dir(key).symlink_to(elsewhere)
     before = tree(elsewhere)
-    for act in (lambda: results.claim_run(layout, key, redo=True), lambda: results.discard_run(layout, key)):
+    for act in (lambda: claims.claim_run(layout, key, redo=True), lambda: claims.discard_run(layout, key)):
         with pytest.raises(ToolError, match="symbolic link"):
             act()
     assert tree(elsewhere) == before and layout.run_dir(key).is_dir()
@@ -135,7 +135,7 @@ def test_clock_skew_a_live_run_200s_behind_is_running_and_a_dead_future_one_is_c
         assert layout.run_dir(behind).is_dir(), "clean-failed deleted a live run of a node whose clock is behind"
         assert not layout.run_dir(ahead).exists(), "a dead run with a future heartbeat was kept as running"
         assert str(behind) not in proc.stdout
-        assert took < results.HEARTBEAT_WATCH_S + 15, f"clean-failed took {took:.0f} s"  # watched once, not per run
+        assert took < heartbeats.HEARTBEAT_WATCH_S + 15, f"clean-failed took {took:.0f} s"  # watched once, not per run
         assert run_state(layout, behind) is RunState.RUNNING  # (its heartbeat changes within 0.3 s)
     finally:
         writer.kill()
@@ -146,7 +146,7 @@ def test_the_watchdog_judges_its_childs_heartbeat_by_change_on_its_own_clock_not
     path = tmp_path / "heartbeat.json"
     path.write_text("1")
     os.utime(path, (0, 0))  # a file server stamping 1970: old by any clock, but not stale until watched so
-    watch = results.HeartbeatWatch(path, stale_s=0.3)
+    watch = heartbeats.HeartbeatWatch(path, stale_s=0.3)
     assert not watch.stale()  # never changed since the watch began (a child still setting up)
     path.write_text("2")
     assert not watch.stale()

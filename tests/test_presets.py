@@ -13,7 +13,8 @@ import pytest
 from conftest import BIN, PYTHON, run_bin, run_tool
 
 from tools.collect.config import CollectSettings
-from tools.collect.routes import generate_routes, read_routes
+from tools.collect.route_gen import generate_routes
+from tools.collect.routes import read_routes
 from tools.dataset.buckets import COLLECTIONS, SPLITS, load_collection
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout

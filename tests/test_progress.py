@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, progress_table, run_bin, run_tool, tree
 
+from tools.dataset.claims import attempts, claim_run, exclusive
+from tools.dataset.heartbeats import write_heartbeat
 from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import update_manifest
 from tools.dataset.results import (
@@ -19,12 +21,8 @@ from tools.dataset.results import (
     PERFECT,
     RouteRecord,
     RunState,
-    attempts,
-    claim_run,
-    exclusive,
     run_state,
     run_states,
-    write_heartbeat,
     write_result,
 )
 
@@ -210,7 +208,8 @@ def test_only_runs_crashing_the_same_way_on_every_attempt_are_named_and_recovere
     crashes, a single crash, a crash then a driving failure, and a run still running are not; a crash then a
     finish is counted apart."""
     from tools.collect.inspect.tables import crash_lines
-    from tools.dataset.results import FAILED, crash_history, record_attempt
+    from tools.dataset.attempts import crash_history, record_attempt
+    from tools.dataset.results import FAILED
 
     layout = Layout(tmp_path / "root")
     timeout = "RuntimeError: time-out of 10000ms while waiting for the simulator, connected to 127.0.0.1:{}"

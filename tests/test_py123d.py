@@ -418,7 +418,7 @@ def test_a_netconvert_town_becomes_a_map_py123d_reads_with_every_lane(town_xodr,
     from py123d.api.map.arrow.arrow_map_api import get_lru_cached_map_api
     from py123d.datatypes import MapLayer
 
-    from tools.collect.inspect.py123d_export import export_town, map_file
+    from tools.collect.inspect.py123d_convert import export_town, map_file
 
     text = town_xodr.read_text()
     assert "paramPoly3" in text

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
-from tools.dataset import frames, results
+from tools.dataset import claims, frames, results
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import Measurements
 from tools.dataset.rig import RecordingRate, run_rate
@@ -104,7 +104,7 @@ def test_a_finished_run_is_skipped_unless_forced(one_run, short_routes):
     proc = _run(_route_file(short_routes), layout.root, "--vehicles", "20")
     assert proc.returncode == 0 and "already finished" in proc.stderr
     assert [p.stat().st_mtime_ns for p in layout.frame_paths(key)] == before
-    assert results.attempts(layout, key) == 1
+    assert claims.attempts(layout, key) == 1
 
 
 def test_unknown_setting_names_the_near_match(tmp_path, short_routes):

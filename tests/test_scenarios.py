@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import PYTHON, REPO, run_bin, run_tool
 
-from tools.collect.routes import Route, generate_routes, read_routes, write_route
+from tools.collect.route_gen import generate_routes
+from tools.collect.routes import Route, read_routes, write_route
 from tools.collect.scenario_types import (
     CATALOGUE,
     EXTENT_M,

@@ -17,8 +17,9 @@ from conftest import BIN, REPO, copy_root, run_tool, start_tool, tree, wait_unti
 from slurm_cluster import path_without_slurm
 
 from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions, load_waves, run_key_of, waves_dir
+from tools.dataset.claims import attempts
 from tools.dataset.layout import Layout
-from tools.dataset.results import FAILED_SIMULATION, RunState, attempts, read_status, run_state
+from tools.dataset.results import FAILED_SIMULATION, RunState, read_status, run_state
 
 pytestmark = pytest.mark.slurm
 POLL = "1"

@@ -19,8 +19,9 @@ import pytest
 from conftest import BIN, PYTHON, file_bytes, run_bin, run_tool, start_tool
 
 from tools.collect.runner.zygote import Zygote
+from tools.dataset.claims import attempts
 from tools.dataset.layout import Layout
-from tools.dataset.results import FAILED_SIMULATION, RunState, attempts, read_status, run_state
+from tools.dataset.results import FAILED_SIMULATION, RunState, read_status, run_state
 
 #: The line a forked route run's log opens with (tools.collect.runner.zygote._child).
 FORKED = re.compile(r"# town (?P<town>\S+) loaded once by this worker \(zygote pid (?P<pid>\d+)\) in [\d.]+ s: .*; "

@@ -98,7 +98,7 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         preset: tiny, small, medium or full (the table above; tools/dataset/presets.py).
         spacing: metres between two route waypoints (2 to 50; default 2, as leaderboard 2.0's route files).
     """
-    from tools.collect.routes import generate_routes
+    from tools.collect.route_gen import generate_routes
     from tools.dataset.presets import ROUTES, check_preset, resolve
 
     chosen = resolve(ROUTES, check_preset(preset), {"count": count, "min_length": min_length, "max_length": max_length})

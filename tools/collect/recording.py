@@ -29,7 +29,7 @@ import numpy as np
 from tools.collect.config import CollectSettings
 from tools.collect.referee import Referee
 from tools.collect.routes import Route
-from tools.dataset import atomic, frames, results
+from tools.dataset import atomic, frames, heartbeats
 from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
@@ -171,7 +171,7 @@ class RunRecorder:
         write_run_json(self.layout, self.key, self.route, town=town, town_file=town_file, settings=self.settings,
                        rig=rig, dense=self.dense, coarse=self.coarse, repetition=repetition, seed=seed,
                        attempt=attempt)
-        results.write_heartbeat(self.layout, self.key, 0)
+        heartbeats.write_heartbeat(self.layout, self.key, 0)
         self._last_beat = time.monotonic()
 
     @property
@@ -191,7 +191,7 @@ class RunRecorder:
         on, the frame is written atomically as frames/<index>.msgpack: the measurements of `snap` (the state the
         driver saw), the referee's place and `decision`, the boxes near the ego, and `sensors` (or what it gives
         when called: our CARLA agent gathers its sensors only for a frame written). On other ticks `snap` and
-        `sensors` may be None. A heartbeat when the last one is results.HEARTBEAT_EVERY_S wall seconds old.
+        `sensors` may be None. A heartbeat when the last one is heartbeats.HEARTBEAT_EVERY_S wall seconds old.
         `timings`, if given, receives the seconds spent encoding and writing a frame."""
         if self.due and self.settings.record:
             if snap is None or sensors is None:
@@ -208,8 +208,8 @@ class RunRecorder:
             if timings is not None:
                 timings.update(encoding=t1 - t0, writing=time.perf_counter() - t1)
         self.ticks += 1
-        if time.monotonic() - self._last_beat > results.HEARTBEAT_EVERY_S:
-            results.write_heartbeat(self.layout, self.key, self.ticks)
+        if time.monotonic() - self._last_beat > heartbeats.HEARTBEAT_EVERY_S:
+            heartbeats.write_heartbeat(self.layout, self.key, self.ticks)
             self._last_beat = time.monotonic()
 
     def finish(self) -> None:

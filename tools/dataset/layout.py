@@ -11,8 +11,8 @@
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
       results/<Scenario>/<run>.webp              an evaluated run's picture (animated; tools.collect.film)
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
-      logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (results.claim_run)
-      logs/<Scenario>/<run>/attempts.json        each ended attempt's status, and what crashed (results.record_attempt)
+      logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (claims.claim_run)
+      logs/<Scenario>/<run>/attempts.json        each ended attempt's status, and what crashed (attempts.record_attempt)
       logs/<Scenario>/<run>/leaderboard-<NN>.json   a CARLA attempt: the leaderboard evaluator's own checkpoint,
                                                  published as the result when it holds a finished record
       logs/<Scenario>/<run>/leaderboard-<NN>.live.txt   its live results (--debug-checkpoint)
@@ -382,7 +382,7 @@ class Layout:
         return self.log_dir(key) / RUN_LOCK
 
     def attempts_record(self, key: RunKey) -> Path:
-        """logs/<Scenario>/<run>/attempts.json: how each ended attempt of the run ended (results.record_attempt)."""
+        """logs/<Scenario>/<run>/attempts.json: how each ended attempt of the run ended (attempts.record_attempt)."""
         return self.log_dir(key) / ATTEMPTS_RECORD
 
     def attempt_logs(self, key: RunKey) -> list[Path]:

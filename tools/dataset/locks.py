@@ -1,7 +1,7 @@
 """File locks (flock): the one place that takes an exclusive one, and that says when a file system has none.
 
 Collectors, clean-failed, the SLURM monitor and training rely on flock to keep two processes off one route run
-(tools.dataset.results.claim_run) or one training run folder. Some cluster file systems have no working flock
+(tools.dataset.claims.claim_run) or one training run folder. Some cluster file systems have no working flock
 (NFS without a lock daemon, Lustre mounted without -o flock: ENOLCK, EOPNOTSUPP, ENOSYS): there a tool refuses in
 one line (`require_flock`, `try_lock`) instead of going on without the guarantee.
 """
@@ -39,6 +39,24 @@ def try_lock(fd: int, path: Path) -> bool:
             raise no_locks_error(path, e) from None
         raise
     return True
+
+
+def held(path: Path) -> bool:
+    """True while a process holds a lock on `path` (a run's run.lock: it runs an attempt of the run). Never creates
+    anything; False without the file, and on a file system without locks (there heartbeats decide)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def hold(path: Path) -> int | None:

@@ -5,6 +5,9 @@ one line. What a tool asks of the scheduler beyond that stays with the tool.
 A scheduler that does not answer (slurmctld or slurmdbd stopped, restarting, overloaded) is not an answer
 about any job: `query` and a failed command that could not reach the daemon raise SchedulerUnavailable,
 which a caller reads as "unknown, ask again later", never as "the job ended".
+
+What the commands answer about jobs is read here too, the same way for every tool: `state_rows` (sacct -P and
+squeue lines of "JobID|State"), `scontrol_jobs` (scontrol -o show job), `array_tasks` (an array's task list).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 
 from tools.dataset.errors import ToolError
 
@@ -116,3 +120,34 @@ class SlurmCommands:
         if not job.isdigit():
             raise ToolError(f"sbatch answered {out!r}, not a job id")
         return job
+
+
+# ----------------------------------------------------------------------------- reading job states
+
+
+def array_tasks(spec: str) -> list[int]:
+    """An array's task list as SLURM writes it ("0-7%2", "[1,3-5]", "4") -> its task ids; what is not a task
+    range is left out."""
+    out: list[int] = []
+    for part in spec.split("%")[0].strip("[]").split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi.isdigit() or not hi):
+            out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def state_rows(text: str) -> Iterator[tuple[str, list[int] | None, str]]:
+    """(job id, array task ids or None for a job that is not an array, state) of each "JobID|State" line that
+    `sacct -n -P -o JobID,State` and `squeue -h -o %i|%T` write: "12_3" is task 3 of array 12, "12_[3-9%2]"
+    tasks 3 to 9 not started yet; the state is its first word ("CANCELLED by 0": CANCELLED), "" when empty."""
+    for line in text.splitlines():
+        jid, _, state = line.partition("|")
+        job, array, tasks = jid.strip().partition("_")
+        yield job, array_tasks(tasks) if array else None, state.split()[0] if state.strip() else ""
+
+
+def scontrol_jobs(text: str) -> Iterator[dict[str, str]]:
+    """The fields (JobId, ArrayJobId, ArrayTaskId, JobState, Reason, ...) of each job or array task in the
+    answer of `scontrol -o show job` (one line each, KEY=VALUE words)."""
+    for line in text.splitlines():
+        yield dict(kv.split("=", 1) for kv in line.split() if "=" in kv)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from tools.dataset.errors import ToolError
 from tools.dataset.layout import resolve_root
 from tools.dataset.manifest import now_iso
 from tools.dataset.presets import check_preset
-from tools.dataset.slurm import INVALID_JOB, LIVE, SlurmCommands
+from tools.dataset.slurm import INVALID_JOB, LIVE, SlurmCommands, array_tasks, scontrol_jobs, state_rows
 
 PROG = "pipeline"
 REPO = Path(__file__).resolve().parents[2]
@@ -247,16 +246,6 @@ def run_local(o: PipelineOptions) -> None:
 # ----------------------------------------------------------------------------- the scheduler
 
 
-def _expand(tasks: str) -> list[str]:
-    """An array's task list as SLURM writes it ("0-7%2", "1,3-5") -> ["0", ..., "7"]."""
-    out = []
-    for part in tasks.split("%")[0].strip("[]").split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit() and (hi.isdigit() or not hi):
-            out += [str(t) for t in range(int(lo), int(hi or lo) + 1)]
-    return out
-
-
 class Scheduler(SlurmCommands):
     """What the pipeline asks of SLURM (tools.dataset.slurm runs the commands)."""
 
@@ -273,14 +262,13 @@ class Scheduler(SlurmCommands):
         whose dependency failed is NEVER."""
         proc = self.query("scontrol", "-o", "show", "job", job, benign=INVALID_JOB)  # an outage: SchedulerUnavailable
         states: dict[str, str] = {}
-        for line in proc.stdout.splitlines():
-            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        for fields in scontrol_jobs(proc.stdout):
             if fields.get("JobId") != job and fields.get("ArrayJobId") != job:
                 continue
             state = fields.get("JobState", "UNKNOWN")
             if state == "PENDING" and fields.get("Reason") == NEVER:
                 state = NEVER
-            for task in _expand(fields["ArrayTaskId"]) if "ArrayTaskId" in fields else [""]:
+            for task in map(str, array_tasks(fields["ArrayTaskId"])) if "ArrayTaskId" in fields else [""]:
                 states[task] = state
         return states
 
@@ -289,12 +277,10 @@ class Scheduler(SlurmCommands):
             return {}
         out = self.query("sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State").stdout
         states: dict[str, str] = {}
-        for line in out.splitlines():
-            jid, _, state = line.partition("|")
-            base, _, tasks = jid.strip().partition("_")
-            if base == job and state.strip():
-                for task in _expand(tasks) if tasks else [""]:
-                    states[task] = state.split()[0]
+        for base, tasks, state in state_rows(out):
+            if base == job and state:
+                for task in map(str, tasks) if tasks is not None else [""]:
+                    states[task] = state
         return states
 
     def live_job_named(self, name: str) -> str | None:

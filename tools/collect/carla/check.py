@@ -57,7 +57,8 @@ from tools.collect.carla.run import (
     scenario_runner_root,
 )
 from tools.collect.carla.server import Ports
-from tools.collect.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, generate_routes, read_routes
+from tools.collect.route_gen import generate_routes
+from tools.collect.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, read_routes
 from tools.collect.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
 from tools.collect.town import opendrive_map
 from tools.dataset import results

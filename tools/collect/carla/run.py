@@ -47,7 +47,7 @@ from tools.collect.processes import end_group, start_group
 from tools.collect.routes import Route
 from tools.collect.scenario_types import PARAMETERS
 from tools.collect.town import user_cache
-from tools.dataset import results
+from tools.dataset import claims, heartbeats, results
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 
@@ -274,7 +274,7 @@ def evaluator_env(base: Mapping[str, str], setup: CarlaSetup, tools_home: Path =
     package), scenario_runner, the leaderboard and the folder of our `tools` package (the agent file imports
     it), in that order before any PYTHONPATH of `base`; the three roots (scenario_runner and the leaderboard
     find scenario files through SCENARIO_RUNNER_ROOT); unbuffered output. The run's lock stays with us."""
-    env = {k: v for k, v in base.items() if k != results.LOCK_FD_ENV}
+    env = {k: v for k, v in base.items() if k != claims.LOCK_FD_ENV}
     paths = [str(setup.python_api), str(setup.scenario_runner_root), str(setup.leaderboard_root), str(tools_home)]
     if base.get("PYTHONPATH"):
         paths.append(base["PYTHONPATH"])
@@ -350,7 +350,7 @@ def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: f
     """Wait for the evaluator to end, keeping the run's heartbeat fresh (while the world loads, before our agent
     beats itself); a server that dies ends it after `grace` seconds (unless it ends first, having recorded the
     crash). How it ended, in words."""
-    last_beat = -results.HEARTBEAT_EVERY_S
+    last_beat = -heartbeats.HEARTBEAT_EVERY_S
     while True:
         code = evaluator.poll()
         if code is not None:
@@ -366,8 +366,9 @@ def _watch(layout: Layout, key: RunKey, server: CarlaServer, evaluator, grace: f
             ended = (f"the evaluator exited with status {code}" if code is not None else
                      f"the evaluator was ended after {grace:g} s")
             return f"the CARLA server died mid-route (exit status {died}); {ended}"
-        if time.monotonic() - last_beat >= results.HEARTBEAT_EVERY_S:
+        if time.monotonic() - last_beat >= heartbeats.HEARTBEAT_EVERY_S:
             last_beat = time.monotonic()
-            if results.heartbeat_age(layout.heartbeat(key)) >= results.HEARTBEAT_EVERY_S:  # the agent's beat stands
-                results.write_heartbeat(layout, key, 0)
+            # the agent's own beat, while fresh, stands
+            if heartbeats.heartbeat_age(layout.heartbeat(key)) >= heartbeats.HEARTBEAT_EVERY_S:
+                heartbeats.write_heartbeat(layout, key, 0)
         time.sleep(POLL_S)

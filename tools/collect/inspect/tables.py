@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tools.dataset.attempts import crash_history
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import planned_runs
-from tools.dataset.results import FAILED_STATES, RunState, crash_history, run_state
+from tools.dataset.results import FAILED_STATES, RunState, run_state
 
 COLUMNS = ("total", "finished", "failed", "running", "pending", "failure rate")
 #: Routes named one by one under "crash the same way on every attempt" (the rest are counted).
@@ -66,7 +67,7 @@ def format_table(table: dict[str, Counter]) -> str:
 
 
 def crash_lines(layout: Layout, states: dict[RunKey, RunState]) -> list[str]:
-    """What progress and a collection's summary say of crashes (tools.dataset.results.crash_history, from the
+    """What progress and a collection's summary say of crashes (tools.dataset.attempts.crash_history, from the
     runs' attempt records): the routes that crashed the same way on every attempt, each with its crash and its
     number of attempts (retrying them will not help: look at the crash), apart from the runs that crashed and
     then finished on a later attempt."""

@@ -38,7 +38,7 @@ from tools.collect.runner.jobs import route_run_bytes, take_back
 from tools.collect.runner.record import collection_record
 from tools.collect.sim.drive import DriverFactory, drive
 from tools.collect.town import Town, keep_town, kept_town, open_town
-from tools.dataset import atomic, cli, results
+from tools.dataset import atomic, attempts, claims, cli, results
 from tools.dataset.errors import DiskFull, ToolError, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
 from tools.dataset.locks import require_flock
@@ -106,7 +106,7 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         read_manifest(layout)  # refuses a root of another format version
 
     if attempt is None:  # claim the run: its lock, then the attempt (tools.dataset.results.claim_run)
-        claim = results.claim_run(layout, key, redo=force)
+        claim = claims.claim_run(layout, key, redo=force)
         if claim is results.RunState.FINISHED:
             print(f"{key}: already finished; --force redoes it", file=sys.stderr)
             if py123d:  # its Py123D log, unless there is a current one
@@ -122,7 +122,7 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
     else:  # a collector claimed it and handed us the lock
-        claim = results.inherited_claim(layout, key, int(attempt))
+        claim = claims.inherited_claim(layout, key, int(attempt))
     attempt = claim.attempt
     seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
     try:  # the claim (the run's lock) is held until the result is written
@@ -142,7 +142,7 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
     return key
 
 
-def _take_back(layout: Layout, key: RunKey, claim: results.RunClaim, lone: bool) -> DiskFull:
+def _take_back(layout: Layout, key: RunKey, claim: claims.RunClaim, lone: bool) -> DiskFull:
     """The disk filled during an attempt: uncount it (its log renamed to disk-full.log) and, run alone, discard
     what it wrote (a collector does, after measuring it). Returns the one line."""
     try:
@@ -159,13 +159,13 @@ def _attempt(layout: Layout, key: RunKey, r, route_path: Path, xodr: Path, town:
              attempt_log: Path) -> None:
     """Steps 1 to 3 of an attempt (module docstring), under the claim; the attempt's record (its status, and for a
     crash what crashed) in the run's attempts record."""
-    results.discard_run(layout, key)
+    claims.discard_run(layout, key)
     log.info("%s: attempt %s, town %s (%s), seed %d", key, attempt, xodr,
              "kept by this worker" if kept else "loaded by this route run", seed)
 
     def crashed(message: str) -> None:  # the attempt's result and record, when it could not drive
         results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
-        results.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message)
+        attempts.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message)
 
     why = ""
     try:
@@ -197,6 +197,6 @@ def _attempt(layout: Layout, key: RunKey, r, route_path: Path, xodr: Path, town:
         results.write_result(layout, key, record)
         status = record.status
     if status in results.CRASH_STATUSES:  # what crashed: the evaluator's last exception, how it ended
-        results.record_attempt(layout, key, attempt, status, *results.crash_message(attempt_log, why))
+        attempts.record_attempt(layout, key, attempt, status, *attempts.crash_message(attempt_log, why))
     else:
-        results.record_attempt(layout, key, attempt, status)
+        attempts.record_attempt(layout, key, attempt, status)

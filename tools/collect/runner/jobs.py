@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
+from tools.dataset.claims import discard_run
 from tools.dataset.errors import DiskFull, ToolError, disk_full
 from tools.dataset.layout import Layout, RunKey
-from tools.dataset.results import RunState, discard_run, run_state
+from tools.dataset.results import RunState, run_state
 
 #: How many finished route runs a size estimate looks at.
 SIZE_SAMPLE = 20

@@ -10,20 +10,11 @@ import sys
 
 from tools.collect.inspect.tables import count_states, crash_lines, format_table, known_runs
 from tools.dataset import atomic, cli
+from tools.dataset.claims import attempts, discard_run, exclusive
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import read_manifest
-from tools.dataset.results import (
-    FAILED_STATES,
-    RunState,
-    attempts,
-    discard_run,
-    exclusive,
-    held_run_state,
-    is_failed,
-    read_status,
-    run_states,
-)
+from tools.dataset.results import FAILED_STATES, RunState, held_run_state, is_failed, read_status, run_states
 
 
 def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:

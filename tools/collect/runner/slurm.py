@@ -46,6 +46,8 @@ from tools.collect.routes import read_routes
 from tools.collect.runner.jobs import Job, duration, route_run_bytes
 from tools.collect.runner.workers import Collector, gpu_slots
 from tools.dataset import atomic, cli
+from tools.dataset.attempts import record_attempt
+from tools.dataset.claims import attempts, exclusive
 from tools.dataset.errors import ToolError, disk_full, free_bytes
 from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import dataset_id, now_iso
@@ -53,15 +55,12 @@ from tools.dataset.results import (
     FAILED_SIMULATION,
     RouteRecord,
     RunState,
-    attempts,
-    exclusive,
     held_run_state,
-    record_attempt,
     run_state,
     run_states,
     write_result,
 )
-from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands
+from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands, scontrol_jobs, state_rows
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
@@ -202,24 +201,14 @@ class Scheduler(SlurmCommands):
             return {}
         states: dict[tuple[str, int], str] = {}
         if accounting:
-            out = self.query("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State").stdout
-            for line in out.splitlines():
-                jid, _, state = line.partition("|")
-                self._add(states, jid, state)
+            self._add(states, self.query("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o",
+                                         "JobID,State").stdout)
             if not {array for array, _ in states} >= set(job_ids):  # slurmdbd not told of a new array yet
-                out = self._squeue(job_ids)
-                for line in out.splitlines():
-                    jid, _, state = line.partition("|")
-                    self._add(states, jid, state)
+                self._add(states, self._squeue(job_ids))
             return states
-        out = self._squeue(job_ids)
-        for line in out.splitlines():
-            jid, _, state = line.partition("|")
-            self._add(states, jid, state)
-        out = self.query("scontrol", "-o", "show", "job").stdout
+        self._add(states, self._squeue(job_ids))
         wanted = set(job_ids)
-        for line in out.splitlines():
-            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        for fields in scontrol_jobs(self.query("scontrol", "-o", "show", "job").stdout):
             array, task = fields.get("ArrayJobId"), fields.get("ArrayTaskId", "")
             if array in wanted and task.isdigit():
                 states.setdefault((array, int(task)), fields.get("JobState", "UNKNOWN"))
@@ -229,18 +218,12 @@ class Scheduler(SlurmCommands):
         return self.query("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T", benign=INVALID_JOB).stdout
 
     @staticmethod
-    def _add(states: dict[tuple[str, int], str], jid: str, state: str) -> None:
-        jid, state = jid.strip(), state.strip().split()[0] if state.strip() else "UNKNOWN"
-        m = re.match(r"^(\d+)_(\d+)$", jid)
-        if m:
-            states[(m.group(1), int(m.group(2)))] = state
-            return
-        m = re.match(r"^(\d+)_\[(.+)\]$", jid)  # pending tasks not yet split: 12_[3-9%2]
-        if m:
-            for part in m.group(2).split("%")[0].split(","):
-                lo, _, hi = part.partition("-")
-                for t in range(int(lo), int(hi or lo) + 1):
-                    states[(m.group(1), t)] = state
+    def _add(states: dict[tuple[str, int], str], text: str) -> None:
+        """The array tasks of sacct's or squeue's "JobID|State" lines (tools.dataset.slurm.state_rows), pending
+        ones not yet split (12_[3-9%2]) each on its own."""
+        for job, tasks, state in state_rows(text):
+            for task in tasks if job.isdigit() and tasks is not None else []:
+                states[(job, task)] = state or "UNKNOWN"
 
     def set_throttle(self, job_id: str, throttle: int) -> None:
         self.run("scontrol", "update", f"JobId={job_id}", f"ArrayTaskThrottle={throttle}")

@@ -42,23 +42,17 @@ from tools.collect.processes import die_with_parent, signal_group
 from tools.collect.routes import town_file
 from tools.collect.runner.jobs import Job, route_run_bytes, take_back
 from tools.collect.runner.zygote import RouteRun, Zygote
+from tools.dataset.attempts import crash_message, record_attempt
+from tools.dataset.claims import LOCK_FD_ENV, RunClaim, attempts, claim_run, exclusive
 from tools.dataset.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
+from tools.dataset.heartbeats import HEARTBEAT_STALE_S, HeartbeatWatch
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (
     FAILED_SIMULATION,
-    HEARTBEAT_STALE_S,
-    LOCK_FD_ENV,
-    HeartbeatWatch,
     RouteRecord,
-    RunClaim,
     RunState,
-    attempts,
-    claim_run,
-    crash_message,
-    exclusive,
     is_failed,
     read_status,
-    record_attempt,
     run_state,
     run_states,
     write_result,

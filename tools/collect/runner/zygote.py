@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tools.collect.processes import die_with_parent
 from tools.dataset.atomic import process_alive
-from tools.dataset.results import LOCK_FD_ENV
+from tools.dataset.claims import LOCK_FD_ENV
 
 #: The size of one protocol message at most (a route run's command line).
 _PACKET = 1 << 16

@@ -1,0 +1,356 @@
+"""Route generation: `count` random routes of a town, each with at most one leaderboard scenario placed where it
+makes sense, written as route files (their format, reading and checks are tools.collect.routes).
+
+A route is a random walk through the town's road network (`_random_walk`) that crosses a junction, does not
+revisit itself and ends outside a junction; its scenario is the flow of its first junction's turn (none going
+straight), or one of the asked types placed on the walk (`_place`: junction types before a junction of the right
+kind, obstacles and mid-block crossings on straight stretches); its waypoints are the planner's path every
+`spacing` metres (`_dense_waypoints`), kept only when every one lies on the road (what `run` would refuse).
+`python -m tools.collect routes` is the command.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from tools.collect.routes import TOWN_SUFFIX, TOWNS_FOLDER, Route, RouteError, off_road, write_route
+from tools.collect.scenario_types import (
+    BEFORE_M,
+    CATALOGUE,
+    EXTENT_M,
+    INTERVAL,
+    JUNCTION,
+    JUNCTION_CLEARANCE_M,
+    OBSTACLE,
+    PARAMETERS,
+    PASS_ROOM_M,
+    PLACEABLE,
+)
+from tools.collect.town import Town
+from tools.dataset.measurements import RoadOption
+from tools.expert.lanes import neighbours
+from tools.expert.planner import RoutePlanner
+from tools.expert.route import NoRoute, turn_option
+
+_WEATHERS = [  # a few leaderboard-style presets: sun altitude, clouds, rain, fog
+    {"route_percentage": 0, "cloudiness": 5, "precipitation": 0, "fog_density": 0, "sun_altitude_angle": 60},
+    {"route_percentage": 0, "cloudiness": 60, "precipitation": 0, "fog_density": 10, "sun_altitude_angle": 30},
+    {"route_percentage": 0, "cloudiness": 90, "precipitation": 60, "fog_density": 20, "sun_altitude_angle": 45},
+    {"route_percentage": 0, "cloudiness": 20, "precipitation": 0, "fog_density": 5, "sun_altitude_angle": 10},
+]
+
+
+def _signalized_junctions(town) -> set[int]:
+    """carla junction ids that the SUMO network controls with traffic lights."""
+    import sumolib
+
+    net = sumolib.net.readNet(str(town.net))
+    lights = [town.sumo_to_carla(np.array(n.getCoord()[:2])) for n in net.getNodes() if "traffic_light" in n.getType()]
+    out = set()
+    if not lights:
+        return out
+    lights_a = np.array(lights)
+    for entry, _ in town.carla_map.get_topology():
+        if entry.is_junction:
+            c = entry.get_junction().bounding_box.location
+            if np.hypot(lights_a[:, 0] - c.x, lights_a[:, 1] - c.y).min() < 25.0:
+                out.add(entry.get_junction().id)
+    return out
+
+
+def _random_walk(rng: random.Random, start, length: float, step: float = 2.0):
+    """Follow lanes from `start` for `length` metres, choosing randomly at every fork."""
+    path, travelled = [start], 0.0
+    while travelled < length:
+        nxt = path[-1].next(step)
+        if not nxt:
+            break
+        path.append(rng.choice(nxt))
+        travelled += step
+    return path
+
+
+def _revisits(wps, radius: float = 5.0) -> bool:
+    """True when a walk passes the same place twice (a loop round a block)."""
+    xy = np.array([[w.transform.location.x, w.transform.location.y] for w in wps])
+    d = np.hypot(xy[:, None, 0] - xy[None, :, 0], xy[:, None, 1] - xy[None, :, 1])
+    return bool((d[np.triu_indices(len(xy), k=1)] < radius).any())
+
+
+def _junctions(path, signalized: set[int]) -> list[dict]:
+    """The junctions a walk passes, in order: {"start", "end" (walk indices inside), "turn" (LEFT, RIGHT,
+    STRAIGHT), "signalized", "exit" (the waypoint after it)}."""
+    out = []
+    i = 0
+    while i < len(path):
+        if not path[i].is_junction:
+            i += 1
+            continue
+        j = i
+        while j < len(path) and path[j].is_junction:
+            j += 1
+        entry_wp, exit_wp = path[max(i - 1, 0)], path[min(j, len(path) - 1)]
+        out.append({"start": i, "end": j - 1, "exit": exit_wp, "signalized": path[i].get_junction().id in signalized,
+                    "turn": turn_option(entry_wp.transform.rotation.yaw, exit_wp.transform.rotation.yaw)})
+        i = j
+    return out
+
+
+def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> dict:
+    """A scenario block triggered at waypoint `wp`: its z is the road's (the town's elevation), as the leaderboard
+    compares a trigger point with the route's own z."""
+    t = wp.transform
+    return {"name": f"{name}_1", "type": name, "trigger": [t.location.x, t.location.y, t.location.z, t.rotation.yaw],
+            "params": params or {}}
+
+
+def _junction_type(first: dict) -> str | None:
+    """The junction scenario type of a walk's first junction (how routes without --scenarios are filed): the
+    junction flow of its turn; None where it goes straight across (the leaderboard has no straight junction flow:
+    the route runs no scenario and is filed under NoScenario)."""
+    if first["turn"] not in (RoadOption.LEFT, RoadOption.RIGHT):
+        return None
+    kind = "Signalized" if first["signalized"] else "NonSignalized"
+    return f"{kind}Junction{'LeftTurn' if first['turn'] == RoadOption.LEFT else 'RightTurn'}"
+
+
+def _junction_params(name: str, j: dict, walk, rng: random.Random) -> dict[str, dict[str, str]] | None:
+    """The parameters of junction type `name` at junction `j` of a walk: every one its leaderboard class reads
+    (EnterActorFlow: where its flow starts and ends); None when the junction has no place for it."""
+    if name.endswith(("LeftTurn", "RightTurn")) or name.startswith("EnterActorFlow"):
+        lo = rng.choice((15, 20, 25))
+        params = {"flow_speed": {"value": f"{rng.uniform(8.0, 12.0):.1f}"},
+                  "source_dist_interval": {"from": str(lo), "to": str(lo + 30)}}
+        if name.startswith("EnterActorFlow"):
+            ends = _flow_ends(j, walk)
+            if ends is None:
+                return None
+            params.update(ends)
+        return params
+    if name.startswith("OppositeVehicle"):
+        return {"direction": {"value": rng.choice(("left", "right"))}}
+    return {}
+
+
+def _flow_ends(j: dict, walk) -> dict[str, dict[str, str]] | None:
+    """start_actor_flow and end_actor_flow of an EnterActorFlow at junction `j`: a lane entering the junction from
+    another road (the left preferred, as the embedded world runs it) that leads onto the ego's exit lane, 40 m
+    before the junction; the flow ends 20 m past it on the ego's route. None when no other lane leads there."""
+    import carla
+
+    entry = walk[max(j["start"] - 1, 0)]
+    exit_ = j["exit"]
+    heading = math.radians(entry.transform.rotation.yaw)
+    candidates = []
+    for a, b in walk[j["start"]].get_junction().get_waypoints(carla.LaneType.Driving):
+        if b.next(1.0) and all((w.road_id, w.lane_id) != (exit_.road_id, exit_.lane_id) for w in b.next(1.0)):
+            continue
+        into, before = a.previous(1.0), a.previous(40.0)
+        if not before or any((w.road_id, w.lane_id) == (entry.road_id, entry.lane_id) for w in into):
+            continue  # the ego's own way in
+        d, e = before[0].transform.location, entry.transform.location
+        # Left of the ego's heading in CARLA's frame (y to the right): a negative cross product.
+        cross = math.cos(heading) * (d.y - e.y) - math.sin(heading) * (d.x - e.x)
+        candidates.append((cross >= 0.0, d))
+    if not candidates:
+        return None
+    start = min(candidates, key=lambda c: c[0])[1]
+    end = walk[min(j["end"] + 10, len(walk) - 1)].transform.location
+    return {"start_actor_flow": _location(start), "end_actor_flow": _location(end)}
+
+
+def _location(loc) -> dict[str, str]:
+    return {"x": f"{loc.x:.1f}", "y": f"{loc.y:.1f}", "z": f"{loc.z:.1f}"}
+
+
+#: A scenario is triggered this many walk steps (2 m) after the route's start at the earliest.
+_LEAD_STEPS = 25
+
+
+def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict | None:
+    """A scenario block of type `name` on a walk (2 m steps), where it makes sense; None when the walk has no
+    such place. Obstacles and mid-block crossings go on straight stretches without a junction (with the
+    neighbouring lane their pass needs), junction types before a junction of the right kind."""
+    stype = CATALOGUE[name]
+    if stype.kind == JUNCTION or name in ("PedestrianCrossing", "VehicleTurningRoutePedestrian"):
+        def fits(j: dict) -> bool:
+            if "LeftTurn" in name and j["turn"] != RoadOption.LEFT:
+                return False
+            if ("RightTurn" in name or name == "VehicleTurningRoutePedestrian") and j["turn"] != RoadOption.RIGHT:
+                return False
+            if name.startswith("Signalized") or name == "OppositeVehicleRunningRedLight":
+                return j["signalized"]
+            if name.startswith("NonSignalized") or name == "OppositeVehicleTakingPriority":
+                return not j["signalized"]
+            return True
+        for j in junctions:
+            if j["start"] >= _LEAD_STEPS and j["end"] + 20 < len(walk) and fits(j):
+                params = _junction_params(name, j, walk, rng)
+                if params is not None:
+                    return _block(name, walk[j["start"] - 10], params)
+        return None
+    # A straight stretch: the trigger, then `distance` metres to the site, then room to pass it.
+    distance = rng.uniform(BEFORE_M, BEFORE_M + 15.0) if stype.kind == OBSTACLE else rng.uniform(12.0, 30.0)
+    need = int((distance + EXTENT_M.get(name, 6.0) + PASS_ROOM_M + JUNCTION_CLEARANCE_M) / 2.0) + 1
+    two_ways = name.endswith("TwoWays")
+    for k in range(_LEAD_STEPS, len(walk) - need - 15):
+        stretch = walk[k:k + need]
+        if any(w.is_junction for w in stretch):
+            continue
+        site = walk[k + int(distance / 2.0)]
+        lanes = neighbours(site)
+        if two_ways or name == "InvadingTurn":
+            passable = lanes.oncoming is not None
+        else:
+            passable = lanes.left is not None or lanes.right is not None
+        if stype.kind == OBSTACLE and not passable:
+            continue
+        # No `direction`: the obstacle takes the side away from the lane the ego can pass in (scenarios._free_side).
+        params = {"distance": {"value": f"{distance:.0f}"}}
+        if two_ways:
+            lo = rng.choice((40, 60, 80))
+            # In the shape the type's class reads it (HazardAtSideLaneTwoWays: one value).
+            if PARAMETERS[name]["frequency"][0] == INTERVAL:
+                params["frequency"] = {"from": str(lo), "to": str(lo + 60)}
+            else:
+                params["frequency"] = {"value": str(lo + 30)}
+        if name == "DynamicObjectCrossing":
+            params["blocker_model"] = {"value": rng.choice(("static.prop.vendingmachine",
+                                                            "static.prop.advertisement", "static.prop.container"))}
+            params["crossing_angle"] = {"value": str(rng.choice((0, 10, 15)))}
+        return _block(name, walk[k], params)
+    return None
+
+
+#: Metres between two written route waypoints (leaderboard 2.0's route files: dense waypoints, about 2 m).
+WAYPOINT_SPACING_M = 2.0
+#: A pair of written waypoints whose traced path is longer than the walk between them by this factor (plus
+#: _SLACK_M) would send the planner round a block: the second one is left out.
+_DETOUR = 1.1
+_SLACK_M = 3.0
+
+
+def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray | None:
+    """The route waypoints of a walk (2 m steps): one every `spacing` metres outside junctions (as written, to
+    0.1 m), and none inside one: a point inside a junction lies on several of its overlapping lanes, and the
+    planner (and the leaderboard's GlobalRoutePlanner) would take the wrong one. A waypoint whose pair with the
+    last one kept would be traced round a detour (a lane renumbered within a road) is left out; None when the
+    walk cannot be written so."""
+    step = max(1, int(round(spacing / 2.0)))
+    candidates = [i for i in range(0, len(walk), step) if not walk[i].is_junction]
+    if candidates[-1] != len(walk) - 1:
+        candidates.append(len(walk) - 1)
+    # z from the town's road (its OpenDRIVE elevation): the leaderboard places each waypoint on the road nearest
+    # to it in 3D (as our planner does), so where roads cross at two levels a z of 0 would pick the wrong one.
+    xyz = np.round([[w.transform.location.x, w.transform.location.y, w.transform.location.z]
+                    for w in (walk[i] for i in candidates)], 1)
+    kept = [0]
+    for k in range(1, len(candidates)):
+        a = kept[-1]
+        walked = 2.0 * (candidates[k] - candidates[a])
+        if walked < 1.0:
+            continue
+        try:
+            traced = planner.trace(xyz[[a, k]]).length
+        except NoRoute:
+            traced = math.inf
+        if traced <= walked * _DETOUR + _SLACK_M:
+            kept.append(k)
+        elif k == len(candidates) - 1:
+            return None
+    return xyz[kept]
+
+
+def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 150.0,
+                    max_length: float = 700.0, scenarios: str | tuple | list | None = None,
+                    spacing: float = WAYPOINT_SPACING_M) -> list[Path]:
+    """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
+    <scenario> block (none under NoScenario), waypoints every `spacing` metres outside junctions. Without
+    `scenarios` each route takes the junction flow of its first junction's turn (none going straight); with types
+    (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
+    Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
+    trigger points carry the road's z."""
+    try:
+        count = int(count)
+        min_length, max_length, spacing = float(min_length), float(max_length), float(spacing)
+    except (TypeError, ValueError):
+        raise RouteError("--count, --min-length, --max-length and --spacing must be numbers") from None
+    if count < 1:
+        raise RouteError(f"--count {count}: must be at least 1")
+    if not (math.isfinite(min_length) and math.isfinite(max_length) and 20.0 <= min_length <= max_length):
+        raise RouteError(f"--min-length {min_length:g} / --max-length {max_length:g}: need 20 <= min <= max")
+    if not 2.0 <= spacing <= 50.0:
+        raise RouteError(f"--spacing {spacing:g}: expected 2 to 50 metres between route waypoints")
+    types = _scenario_list(scenarios)
+    for name in types:
+        if name not in PLACEABLE:
+            why = f"{CATALOGUE[name].why} (docs/scenarios.md)" if name in CATALOGUE else "not a leaderboard 2.0 type"
+            raise RouteError(f"--scenarios {name}: the embedded world cannot place it: {why}; placeable: "
+                             f"{', '.join(PLACEABLE)}")
+    t = Town(Path(town))
+    out_dir = Path(out)
+    towns_dir = out_dir / TOWNS_FOLDER
+    towns_dir.mkdir(parents=True, exist_ok=True)
+    target = towns_dir / f"{t.name}{TOWN_SUFFIX}"
+    if target.resolve() != t.xodr.resolve():
+        shutil.copyfile(t.xodr, target)
+    rng = random.Random(int(seed))
+    planner = RoutePlanner(t.carla_map)
+    starts = [w for w in t.carla_map.generate_waypoints(5.0) if not w.is_junction]
+    signalized = _signalized_junctions(t)
+    written = []
+    with tqdm(total=count, desc="routes", unit="route") as bar:
+        tries = 0
+        while len(written) < count:
+            tries += 1
+            wanted = types[len(written) % len(types)] if types else None
+            if tries > 200 * count:
+                what = f"a place for {wanted}" if wanted else "a junction"
+                raise RouteError(f"town {town}: cannot find routes of {min_length:.0f}-{max_length:.0f} m with "
+                                 f"{what}; lower --min-length{' or leave that type out' if wanted else ''}")
+            length = rng.uniform(min_length, max_length)
+            walk = _random_walk(rng, rng.choice(starts), length)
+            if len(walk) * 2.0 < min_length:
+                continue
+            junctions = _junctions(walk, signalized)
+            if not junctions:
+                continue
+            if wanted:
+                scenario = _place(wanted, walk, junctions, rng)
+                if scenario is None:
+                    continue
+            else:  # the flow of its first junction's turn with the class's defaults; none going straight
+                first = _junction_type(junctions[0])
+                scenario = first and _block(first, walk[max(junctions[0]["start"] - 10, 0)])
+            pts = [walk[0]] + [j["exit"] for j in junctions] + [walk[-1]]
+            if walk[-1].is_junction or _revisits(pts):
+                continue
+            waypoints = _dense_waypoints(planner, walk, spacing)
+            if waypoints is None or off_road(t.carla_map, waypoints) is not None:  # what `run` would refuse
+                continue
+            route = Route(id=str(len(written)), town=t.name, waypoints=waypoints,
+                          scenarios=[scenario] if scenario else [], weathers=[rng.choice(_WEATHERS)])
+            path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
+            write_route(path, route)
+            written.append(path)
+            bar.update()
+    by_type: dict[str, int] = {}
+    for p in written:
+        by_type[p.parent.name] = by_type.get(p.parent.name, 0) + 1
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items()))
+    print(f"wrote {len(written)} routes to {out_dir} ({summary}); town copied to {target}")
+    return written
+
+
+def _scenario_list(scenarios: str | tuple | list | None) -> list[str]:
+    """--scenarios as a list of names: "A,B" (fire may hand a tuple for A,B)."""
+    if scenarios is None or scenarios == "":
+        return []
+    items = scenarios if isinstance(scenarios, (tuple, list)) else str(scenarios).split(",")
+    return [str(name).strip() for name in items if str(name).strip()]

@@ -1,0 +1,148 @@
+"""The claim that makes one process the only one running a route run's attempt, and the count of attempts.
+
+Claim-and-run protocol (`claim_run`): the process that runs an attempt first takes an exclusive lock on
+logs/<Scenario>/<run>/run.lock (flock), then, holding it, checks the run's state and counts the attempt
+(an attempt log created with O_EXCL). The lock lives as long as the process that runs the attempt (a
+collector hands its locked file to the child it starts, then closes its own copy), so:
+- a second collector, a rerun after a kill -9 of the collector, or a SLURM task never runs the same
+  route run at the same time: it finds the lock taken and the run RUNNING, and counts no attempt;
+- there is no window between counting an attempt and the first heartbeat in which the run looks crashed.
+A file system without working flock is refused in one line (tools.dataset.locks). Heartbeats remain for what a
+lock cannot see (tools.dataset.heartbeats). Holding the lock a moment (`exclusive`) guards a run's deletion
+(`discard_run`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.dataset import atomic, locks
+from tools.dataset.errors import ToolError
+from tools.dataset.layout import Layout, RunKey
+from tools.dataset.results import RunState, held_run_state
+
+#: Environment variable through which a collector hands the locked run.lock descriptor to its child.
+LOCK_FD_ENV = "DRIVEKIT_RUN_LOCK_FD"
+#: How long a claimant retries a lock that a state probe (run_state) may hold for a few microseconds.
+_LOCK_RETRY_S = 2.0
+
+
+def attempts(layout: Layout, key: RunKey) -> int:
+    """Attempts made at a route run, counted on disk (one log per attempt)."""
+    return len(layout.attempt_logs(key))
+
+
+@dataclass
+class RunClaim:
+    """Exclusive ownership of one route run's attempt, held while `fd` (the locked run.lock) is open."""
+
+    key: RunKey
+    attempt: int
+    log: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _lock(path: Path) -> int | None:
+    """An fd of `path` holding its exclusive flock, or None when another process holds it. Retries for a
+    moment (a state probe holds the lock for microseconds) and when the file was replaced meanwhile (a
+    run being cleaned): the fd returned always locks the file now at `path`."""
+    deadline = time.monotonic() + _LOCK_RETRY_S
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            taken = locks.try_lock(fd, path)  # a file system without locks: ToolError, nothing claimed
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
+            os.close(fd)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+            continue
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # we locked a file that was deleted meanwhile: lock the new one
+
+
+def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo: bool = False
+              ) -> RunClaim | RunState:
+    """Take the run's lock, then count the next attempt. Returns the claim, or, without counting anything,
+    the state that stops it: RUNNING (locked by another process), FINISHED or DAMAGED (unless `redo`, a
+    user's explicit --force), or FAILED when `max_attempts` attempts were made already. ToolError when a folder
+    of the run is reached through a symbolic link (Layout.check_run_paths): nothing is written through one."""
+    layout.check_run_paths(key)
+    fd = _lock(layout.run_lock(key))
+    if fd is None:
+        return RunState.RUNNING
+    try:
+        state = held_run_state(layout, key)
+        stop = state is RunState.RUNNING or (state in (RunState.FINISHED, RunState.DAMAGED) and not redo)
+        if not stop and max_attempts is not None and attempts(layout, key) >= max_attempts:
+            state, stop = RunState.FAILED, True
+        if stop:
+            os.close(fd)
+            return state
+        n = attempts(layout, key) + 1
+        log = layout.attempt_log(key, n)
+        try:
+            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:  # only without working locks: another host counted this attempt
+            os.close(fd)
+            return RunState.RUNNING
+        return RunClaim(key, n, log, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def exclusive(layout: Layout, key: RunKey) -> Iterator[bool]:
+    """Hold the run's lock for a moment (to delete it, say): yields False when a process runs it now. ToolError
+    when a folder of the run is reached through a symbolic link."""
+    layout.check_run_paths(key)
+    fd = _lock(layout.run_lock(key))
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def inherited_claim(layout: Layout, key: RunKey, attempt: int) -> RunClaim:
+    """The claim a collector handed to this process (LOCK_FD_ENV): checked to be the locked run.lock of
+    `key`. ToolError when there is none: --attempt is given only by `tools.collect collect`."""
+    raw = os.environ.get(LOCK_FD_ENV)
+    try:
+        fd = int(raw or "")
+        held = os.fstat(fd)
+        on_disk = os.stat(layout.run_lock(key))
+        if (held.st_dev, held.st_ino) != (on_disk.st_dev, on_disk.st_ino):
+            raise ValueError
+    except (ValueError, OSError):
+        raise ToolError(f"--attempt {attempt}: no claim of {key} handed over by a collector; leave --attempt "
+                        "out (it is for tools.collect collect), the run claims its own attempt") from None
+    return RunClaim(key, int(attempt), layout.attempt_log(key, int(attempt)), fd)
+
+
+def discard_run(layout: Layout, key: RunKey) -> None:
+    """Remove a run's data and result (result first, so the run never looks finished meanwhile); never through a
+    symbolic link (Layout.check_run_paths)."""
+    layout.check_run_paths(key)
+    layout.result_path(key).unlink(missing_ok=True)
+    atomic.remove_tree(layout.run_dir(key))
