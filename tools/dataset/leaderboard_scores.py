@@ -11,12 +11,15 @@ per event, `infractions[<kind>]`); each version turns them into the run's infrac
 - **2.1** (the same file on branch leaderboard-2.1, cfecdc8, 2025-03-06; the only change between the branches):
   penalties add up, `score_penalty = 1 / (1 + sum of values)` with pedestrian 1.0, vehicle 0.7, layout 0.6,
   red light 0.4, stop 0.25, scenario timeout 0.4, emergency vehicle 0.4, and each min-speed event
-  0.4 x (1 - percentage / 100) (above 100% that value is negative, as there); the off-lane percentage still
-  multiplies, `score_penalty *= 1 - percentage / 100`. Recomputed here from the record's infraction messages: the
-  percentages are read from the leaderboard's wording (scenario_runner's atomic_criteria.py, `MinimumSpeedRouteTest`:
-  "Average speed is X% of the surrounding traffic's one"; `OutsideRouteLanesTest`: "... for about D meters (X% of
-  the completed route)"). A min-speed message that names no percentage counts its full 0.4; an off-lane message
-  that names none, nothing (as the 2.0 aggregate reads 0 km from it).
+  0.4 x (1 - percentage / 100); the off-lane percentage still multiplies, `score_penalty *= 1 - percentage / 100`.
+  A min-speed message at 100% or above adds 0: the leaderboard's own criterion records only checkpoints under 100%
+  (its MinimumSpeedRouteTest), but Bench2Drive's fork records every checkpoint, up to 1000% and beyond, which
+  0.4 x (1 - percentage / 100) would turn into a negative sum and a negative penalty.
+  Recomputed here from the record's infraction messages: the percentages are read from the leaderboard's wording
+  (scenario_runner's atomic_criteria.py, `MinimumSpeedRouteTest`: "Average speed is X% of the surrounding
+  traffic's one"; `OutsideRouteLanesTest`: "... for about D meters (X% of the completed route)"). A min-speed
+  message that names no percentage counts its full 0.4; an off-lane message that names none, nothing (as the 2.0
+  aggregate reads 0 km from it).
 
 Rounded as the leaderboard rounds a record's scores: 6 digits.
 """
@@ -106,7 +109,7 @@ def infraction_value_21(kind: str, message: Any) -> float:
     value = PENALTY_VALUES_21.get(kind, 0.0)
     if kind == MIN_SPEED:
         percent = min_speed_percent(message)
-        return value if percent is None else value * (1 - percent / 100)
+        return value if percent is None else value * max(1 - percent / 100, 0.0)
     return value
 
 
@@ -117,7 +120,7 @@ def penalty_21(infractions: Mapping[str, Sequence[Any]]) -> float:
         for message in messages or ():
             if kind == OUTSIDE_LANES:
                 percent = outside_lanes_percent(message)
-                factor *= 1 - (percent or 0.0) / 100
+                factor *= max(1 - (percent or 0.0) / 100, 0.0)
             else:
                 total += infraction_value_21(kind, message)
     return factor / (1 + total)
