@@ -29,7 +29,10 @@ the same manifest.json, results/ and logs/, and two files of its own:
       evaluation.json                            what is evaluated: agent, checkpoint, routes, settings, argv;
                                                  written before any run, it makes ROOT an evaluation root
       result.json                                the aggregate: a leaderboard 2.0 checkpoint JSON over every
-                                                 planned run (tools.dataset.score)
+                                                 planned run (tools.dataset.score; 2.1 with --score 2.1)
+      bench2drive/merged.json                    Bench2Drive's merged records, success rate and driving score
+      bench2drive/merged_ability.json            Bench2Drive's five abilities (both: score --bench2drive,
+                                                 tools.evaluate.bench2drive)
 
 In an evaluation root a driving outcome is final (tools.dataset.results.run_state): `Layout.is_evaluation`.
 
@@ -75,9 +78,10 @@ BUCKETS = "buckets"
 CACHE = "cache"
 PY123D = "py123d"
 SLURM = "slurm"  # a SLURM collection's waves (tools.collect.runner.slurm)
+BENCH2DRIVE = "bench2drive"  # an evaluation root's Bench2Drive metrics (tools.evaluate.bench2drive)
 
 #: The folders of ROOT that tools write into (`Layout.links` refuses a symbolic link among them).
-ROOT_FOLDERS = frozenset({DATA, RESULTS, LOGS, BUCKETS, CACHE, REPORTS, PY123D, SLURM})
+ROOT_FOLDERS = frozenset({DATA, RESULTS, LOGS, BUCKETS, CACHE, REPORTS, PY123D, SLURM, BENCH2DRIVE})
 
 RUN_SETTINGS = "run.json"
 RUN_MEASUREMENTS = "measurements.msgpack"
@@ -100,6 +104,10 @@ BUCKET_LOCK = ".tmp-build.lock"
 CACHE_SETTINGS = "settings.json"
 EVALUATION = "evaluation.json"
 EVALUATION_RESULT = "result.json"
+#: The names Bench2Drive's tools give them: tools/merge_route_json.py writes merged.json, tools/ability_benchmark.py
+#: writes <result file>_ability.json beside it.
+BENCH2DRIVE_MERGED = "merged.json"
+BENCH2DRIVE_ABILITY = "merged_ability.json"
 RECORD_NAME = "{index:05d}.rec"
 FILM_NAME = "{run}.webp"
 
@@ -274,6 +282,18 @@ class Layout:
     def evaluation_result(self) -> Path:
         """ROOT/result.json: the aggregate leaderboard 2.0 checkpoint JSON of an evaluation root."""
         return self.root / EVALUATION_RESULT
+
+    @property
+    def bench2drive_merged(self) -> Path:
+        """ROOT/bench2drive/merged.json: an evaluation root's records as Bench2Drive's merge_route_json.py merges
+        them, with its success rate and driving score (tools.evaluate.bench2drive)."""
+        return self.root / BENCH2DRIVE / BENCH2DRIVE_MERGED
+
+    @property
+    def bench2drive_ability(self) -> Path:
+        """ROOT/bench2drive/merged_ability.json: Bench2Drive's five abilities, as its ability_benchmark.py writes
+        them for merged.json."""
+        return self.root / BENCH2DRIVE / BENCH2DRIVE_ABILITY
 
     @functools.cached_property
     def is_evaluation(self) -> bool:

@@ -26,6 +26,9 @@ Finished is `eligible` (the leaderboard's ELIGIBLE_VALUES).
 Intervals (not the leaderboard's: ours, printed beside its means): a 95% Student-t interval of the mean,
 mean +- t(0.975, n-1) * s / sqrt(n), over the n planned runs (routes x seeds) and, per route, over its seeds
 (`mean_interval`). `bin/evaluate compare` takes the same interval of paired differences.
+
+Leaderboard 2.1 (`--score 2.1`): the same aggregate over each run's 2.1 scores, recomputed from its infractions
+(tools.dataset.leaderboard_scores); result.json then says `"score_version": "2.1"` (without that key it is 2.0).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any
 from tools.dataset import atomic, files
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
+from tools.dataset.leaderboard_scores import DEFAULT_VERSION, VERSIONS, ScoreVersion
 from tools.dataset.manifest import planned_runs, read_manifest
 from tools.dataset.results import INFRACTION_KEYS, RunState, run_state
 
@@ -107,6 +111,7 @@ class Aggregate:
     runs: list[RunScore]
     data: dict[str, Any]  # result.json
     km_driven: float  # before the 0.001 floor
+    version: ScoreVersion = VERSIONS[DEFAULT_VERSION]  # the leaderboard score (tools.dataset.leaderboard_scores)
 
     @property
     def global_record(self) -> dict[str, Any]:
@@ -144,7 +149,8 @@ class Aggregate:
             by_route.setdefault(r.key.route, []).append(r)
         seeds = sorted({len(v) for v in by_route.values()})
         shape = f"{len(by_route)} routes x {seeds[0]} seeds" if len(seeds) == 1 else f"{len(by_route)} routes"
-        lines = [f"evaluation of {what} on {n} route runs ({shape}): leaderboard 2.0 scores, means over all {n} "
+        lines = [f"evaluation of {what} on {n} route runs ({shape}): leaderboard {self.version.name} scores, means "
+                 f"over all {n} "
                  "with their 95% t-intervals (std over runs)"]
         for label, k in (("driving score", "score_composed"), ("route completion", "score_route"),
                          ("infraction score", "score_penalty")):
@@ -255,7 +261,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _run_score(layout: Layout, index: int, name: str, planned: dict[str, Any]) -> RunScore:
+def _run_score(layout: Layout, index: int, name: str, planned: dict[str, Any], version: ScoreVersion) -> RunScore:
     scenario, _, run = name.partition("/")
     key = RunKey(scenario, run)
     route_id = f"{planned.get('route_id', run)}_rep{planned.get('repetition', 0)}"
@@ -267,7 +273,9 @@ def _run_score(layout: Layout, index: int, name: str, planned: dict[str, Any]) -
         counted = {
             "index": index, "route_id": route_id, "run": name, "status": str(record.get("status")),
             "infractions": {k: list(infractions.get(k) or []) for k in INFRACTION_KEYS},
-            "scores": {k: finite_number(scores.get(k)) for k in ("score_route", "score_penalty", "score_composed")},
+            "scores": version.scores({k: finite_number(scores.get(k)) for k in ("score_route", "score_penalty",
+                                                                                 "score_composed")},
+                                     {k: list(infractions.get(k) or []) for k in INFRACTION_KEYS}),
             "meta": {k: finite_number((record.get("meta") or {}).get(k))
                      for k in ("route_length", "duration_game", "duration_system")},
         }
@@ -281,8 +289,9 @@ def _run_score(layout: Layout, index: int, name: str, planned: dict[str, Any]) -
     return RunScore(key, state, _empty_record(index, route_id, name, status, meta), "crashed")
 
 
-def aggregate(layout: Layout) -> Aggregate:
-    """Compute the aggregate of an evaluation root over every planned run (nothing written)."""
+def aggregate(layout: Layout, version: ScoreVersion = VERSIONS[DEFAULT_VERSION]) -> Aggregate:
+    """Compute the aggregate of an evaluation root over every planned run (nothing written), each run scored as
+    leaderboard `version` scores it (2.0: the record's own scores; tools.dataset.leaderboard_scores)."""
     if not layout.is_evaluation:
         raise ToolError(f"--root {layout.root}: not an evaluation root (no {layout.evaluation.name}); "
                         "give the --root that bin/evaluate wrote")
@@ -290,7 +299,7 @@ def aggregate(layout: Layout) -> Aggregate:
     if not planned:
         raise ToolError(f"--root {layout.root}: no route runs planned in {layout.manifest.name} yet; run "
                         "bin/evaluate ... --root ROOT first")
-    runs = [_run_score(layout, i, name, entry) for i, (name, entry) in enumerate(sorted(planned.items()))]
+    runs = [_run_score(layout, i, name, entry, version) for i, (name, entry) in enumerate(sorted(planned.items()))]
     records = [r.record for r in runs]
     total = len(records)
 
@@ -351,12 +360,13 @@ def aggregate(layout: Layout) -> Aggregate:
         "sensors": [],
         "values": [str(v) for v in values],
         "labels": [label for label, _ in LABELS],
+        **version.result_fields,
     }
-    return Aggregate(layout.evaluation_result, runs, data, km)
+    return Aggregate(layout.evaluation_result, runs, data, km, version)
 
 
-def score_root(layout: Layout) -> Aggregate:
+def score_root(layout: Layout, version: ScoreVersion = VERSIONS[DEFAULT_VERSION]) -> Aggregate:
     """Aggregate an evaluation root and write ROOT/result.json (atomically); the aggregate for printing."""
-    agg = aggregate(layout)
+    agg = aggregate(layout, version)
     atomic.write_json(agg.path, agg.data)
     return agg

@@ -167,19 +167,28 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
     print(score_root(Layout(layout.root)).summary(what, notes))
 
 
-def score(root: str | None = None) -> None:
+def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False) -> None:
     """Aggregate an evaluation root again: ROOT/result.json from every planned route run's result, and
     the printed scores (driving score, route completion, infraction score, infractions per km, statuses,
     a table of every route run). Runs still without a result count with score 0; nothing is driven.
 
     Args:
         root: the evaluation root (bin/evaluate ... --root ROOT).
+        score: the leaderboard score, 2.0 (the runs' own scores) or 2.1 (penalties recomputed from each run's
+            infractions as leaderboard 2.1 adds them up); result.json says which (docs/evaluation.md).
+        bench2drive: also Bench2Drive's metrics: success rate, the five abilities, efficiency and smoothness where
+            the runs' records allow, printed and written as ROOT/bench2drive/merged.json (the file Bench2Drive's
+            tools/merge_route_json.py writes) and merged_ability.json (tools.evaluate.bench2drive).
     """
     from tools.dataset.layout import Layout, resolve_root
+    from tools.dataset.leaderboard_scores import score_version
     from tools.dataset.score import score_root
 
     if root is None or isinstance(root, bool) or str(root) == "":
         raise ToolError("--root missing: give the evaluation root to aggregate (bin/evaluate ... --root ROOT)")
+    version = score_version(score)
+    if not isinstance(bench2drive, bool):
+        raise ToolError(f"--bench2drive {bench2drive}: a switch; give --bench2drive alone")
     layout = Layout(resolve_root(cli.text(root, "root")))
     if not layout.root.is_dir():
         raise ToolError(f"--root {layout.root}: no such folder; give the --root that bin/evaluate wrote")
@@ -188,7 +197,12 @@ def score(root: str | None = None) -> None:
         raise ToolError(f"--root {layout.root}: not an evaluation root (no {layout.evaluation.name}); give the "
                         "--root that bin/evaluate wrote")
     what = f"checkpoint {evaluation.get('checkpoint')}" if evaluation.get("checkpoint") else "the expert"
-    print(score_root(layout).summary(what, unseen_towns_note(evaluation)))
+    agg = score_root(layout, version)
+    print(agg.summary(what, unseen_towns_note(evaluation)))
+    if bench2drive:
+        from tools.evaluate.bench2drive import write_bench2drive
+
+        print(write_bench2drive(layout, agg).summary())
 
 
 def seeds_or_repetitions(seeds: int | None, repetitions: int | None) -> int:
