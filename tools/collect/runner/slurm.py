@@ -42,9 +42,11 @@ from typing import Any
 from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.tables import crash_lines
-from tools.collect.routes import read_routes
+from tools.collect.routes import read_routes, town_file
 from tools.collect.runner.jobs import Job, duration, route_run_bytes
 from tools.collect.runner.workers import Collector, gpu_slots
+from tools.collect.runner.world import world_for
+from tools.collect.spec import RunSpec
 from tools.dataset import atomic, cli
 from tools.dataset.errors import ToolError, disk_full, free_bytes
 from tools.dataset.layout import SLURM, Layout, RunKey
@@ -133,12 +135,12 @@ def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, thro
     """The SlurmOptions of `collect --slurm ...` flags (None without --slurm), each converted and checked."""
     if not cli.switch(slurm, "slurm"):
         return None
-    world = CollectSettings.from_flags(settings).world
+    world = world_for(CollectSettings.from_flags(settings).world)
     options = SlurmOptions(
         partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
         time=cli.text(time, "time"), throttle=cli.integer(throttle, "throttle", 1),
         cpus=cli.integer(cpus, "cpus", 1), mem=cli.text(mem, "mem"),
-        gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else (1 if world == "carla" else 0),
+        gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else world.gpus_per_task,
         runs_per_task=cli.integer(runs_per_task, "runs-per-task", 1),
         servers_per_gpu=0 if servers_per_gpu is None else cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16),
         sbatch_args=tuple(shlex.split(cli.text(sbatch_args, "sbatch-args"))) if sbatch_args else (),
@@ -585,24 +587,36 @@ def run_task(wave_file: str, index: Any) -> None:
     if path.parent.name != WAVES or path.parent.parent.name != SLURM_DIR:
         raise ToolError(f"{path}: not under ROOT/{SLURM_DIR}/{WAVES}/; give a wave file of a dataset root")
     layout = Layout(path.parent.parent.parent)
-    jobs = []
-    for entry in wave.task_runs(task):
-        route_file = Path(entry["route"])
-        route = next((r for r in read_routes(route_file) if r.id == str(entry["route_id"])), None)
-        if route is None:
-            raise ToolError(f"{route_file}: has no route {entry['route_id']} any more (wave {path})")
-        jobs.append(Job(route_file, route, int(entry["repetition"]), Path(entry["towns"]), run_key_of(entry)))
+    settings = CollectSettings.from_flags(wave.settings)
+    jobs = [Job.of(_task_spec(layout, entry, settings, path)) for entry in wave.task_runs(task)]
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     job = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
     gpus = gpu_slots(job_gpus() or machine_gpus(), wave.servers_per_gpu) if wave.servers_per_gpu else None
     at_once = f", {len(gpus)} at once on GPUs {', '.join(dict.fromkeys(gpus))}" if gpus else ""
     print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs{at_once}",
           file=sys.stderr)
-    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=wave.settings, retry=False,
+    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=settings, retry=False,
                   progress=False, py123d=wave.py123d, gpus=gpus)
     c.run(jobs)
     print(f"collect: task {task}: {len(c.finished)} finished, {len(c.failed)} failed, {c.skipped} already "
           f"finished, {len(c.busy)} running elsewhere, {len(c.given_up)} out of attempts", file=sys.stderr)
+
+
+def _task_spec(layout: Layout, entry: dict[str, Any], settings: CollectSettings, wave: Path) -> RunSpec:
+    """The spec of a wave's run, as the collection planned it (Layout.run_spec); planned again from the wave's entry
+    and written when it is gone (bin/clean-failed removes a run's logs folder, the spec with it)."""
+    key = run_key_of(entry)
+    if layout.run_spec(key).is_file():
+        return RunSpec.read(layout.run_spec(key))
+    route_file = Path(entry["route"])
+    route = next((r for r in read_routes(route_file) if r.id == str(entry["route_id"])), None)
+    if route is None:
+        raise ToolError(f"{route_file}: has no route {entry['route_id']} any more (wave {wave})")
+    towns = Path(entry["towns"])
+    spec = RunSpec.plan(key, route_file, route, towns, town_file(route_file, route, towns), int(entry["repetition"]),
+                        settings)
+    spec.write(layout.run_spec(key))
+    return spec
 
 
 def collect_slurm(layout: Layout, jobs: list, options: SlurmOptions, settings: dict[str, Any], max_attempts: int,
