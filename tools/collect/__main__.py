@@ -259,7 +259,7 @@ def task(wave_file: str, index: int) -> None:
         wave_file: ROOT/slurm/waves/wave-NNNN.json.
         index: the task's index in the wave (the array's first task + SLURM_ARRAY_TASK_ID).
     """
-    from tools.collect.runner.slurm import run_task
+    from tools.collect.runner.slurm_task import run_task
 
     run_task(wave_file, index)
 
