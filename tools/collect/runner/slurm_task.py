@@ -14,6 +14,7 @@ from tools.collect.routes import read_routes, town_file
 from tools.collect.runner.jobs import Job
 from tools.collect.runner.waves import SLURM_DIR, WAVES, Wave, run_key_of
 from tools.collect.runner.workers import Collector, gpu_slots
+from tools.collect.runner.world import world_for
 from tools.collect.spec import RunSpec
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
@@ -54,6 +55,7 @@ def _task_spec(layout: Layout, entry: dict[str, Any], settings: CollectSettings,
     route = next((r for r in read_routes(route_file) if r.id == str(entry["route_id"])), None)
     if route is None:
         raise ToolError(f"{route_file}: has no route {entry['route_id']} any more (wave {wave})")
+    world_for(settings.world).check_route(route_file, route)
     towns = Path(entry["towns"])
     spec = RunSpec.plan(key, route_file, route, towns, town_file(route_file, route, towns), int(entry["repetition"]),
                         settings)
