@@ -79,21 +79,22 @@ def route_run(route: str | None = None, spec: str | None = None, root: str | Non
         raise ToolError("--agent=policy: a trained policy's route run is driven by python -m tools.evaluate route "
                         "(the same flags and --checkpoint), or bin/evaluate --checkpoint RUN for a whole route folder")
     make_driver = make_expert if driver is None else driver(cfg)
+    if py123d:  # the extra is there, before anything is claimed
+        require_py123d("--py123d")
     if spec is None:
         if route is None or str(route) == "" or isinstance(route, bool):
             raise ToolError("--route missing: give a leaderboard 2.0 route file (or --spec FILE of a planned run)")
         repetition = cli.integer(repetition, "repetition", 0)
-        if py123d:  # the extra is there, before anything is claimed
-            require_py123d("--py123d")
         world, planned = plan_alone(Path(cli.text(route, "route")), cli.optional_text(route_id, "route-id"), towns,
                                     repetition, cfg)
         layout = Layout(resolve_root(cli.optional_text(root, "root")))
-    else:
-        if py123d:
-            require_py123d("--py123d")
-        # A collector's spec lies at its root's Layout.run_spec; --root, when given, says which root.
-        layout = Layout(resolve_root(cli.optional_text(root, "root"))) if root is not None else \
-            Layout(spec_path.parents[3])
+    elif root is not None:
+        layout = Layout(resolve_root(cli.optional_text(root, "root")))
+    else:  # a collector's spec lies at its root's Layout.run_spec
+        layout = Layout(spec_path.parents[3]) if len(spec_path.parents) > 3 else None
+        if layout is None or layout.run_spec(planned.key) != spec_path:
+            raise ToolError(f"--spec {spec_path}: not at ROOT/logs/<Scenario>/<run>/run-spec.json of its run "
+                            f"{planned.key}; give --root ROOT")
     return run_route(planned, layout, attempt=attempt, force=force, py123d=py123d, make_driver=make_driver,
                      world=world)
 
