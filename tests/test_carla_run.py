@@ -293,7 +293,8 @@ def test_bin_collect_drives_a_carla_route_through_its_worker_with_relative_paths
     layout, key = the_run(tmp_path / "root")
     assert results.run_state(layout, key) is results.RunState.FINISHED
     worker = next(line for line in layout.attempt_log(key, 1).read_text().splitlines() if line.startswith("$ "))
-    assert f"--rig={tmp_path}/rigs/rig.json" in worker.split() and f"--root {tmp_path}/root" in worker
+    assert f"--spec {layout.run_spec(key)}" in worker and f"--root {tmp_path}/root" in worker
+    assert json.loads(layout.run_spec(key).read_text())["settings"]["rig"] == f"{tmp_path}/rigs/rig.json"
     flags = json.loads((layout.log_dir(key) / "argv.json").read_text())["flags"]
     config = json.loads(Path(flags["agent_config"]).read_text())
     assert config["settings"]["rig"] == str(tmp_path / "rigs" / "rig.json")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.collect.runner.attempt import run_route
+from tools.collect.runner.attempt import route_run
 from tools.dataset import atomic, results
 from tools.dataset.layout import Layout
 
@@ -32,8 +32,7 @@ def test_frames_are_not_fsynced_one_by_one_and_one_sync_comes_before_the_result(
     monkeypatch.setattr(atomic, "sync_filesystem", sync_filesystem)
     monkeypatch.setattr(results, "write_result", write_result)
     route = sorted((p for p in short_routes.rglob("*.xml") if "towns" not in p.parts), key=lambda p: p.name)[0]
-    key = run_route(route=str(route), root=str(tmp_path / "root"), repetition=0, towns=None, route_id=None,
-                    attempt=None, force=False, settings={"vehicles": 2})
+    key = route_run(route=str(route), root=str(tmp_path / "root"), settings={"vehicles": 2})
     layout = Layout(tmp_path / "root")
     assert results.run_state(layout, key) is results.RunState.FINISHED
     assert len(layout.frame_paths(key)) > 10

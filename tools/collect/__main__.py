@@ -111,9 +111,9 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
                     spacing=cli.number(spacing, "spacing", 2.0, 50.0), **chosen)
 
 
-def run(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,
+def run(route: str | None = None, root: str | None = None, repetition: int = 0, towns: str | None = None,
         route_id: str | None = None, attempt: int | None = None, force: bool = False, py123d: bool = False,
-        **settings) -> None:
+        spec: str | None = None, **settings) -> None:
     """Drive one route once (one repetition) in the embedded world and record it under ROOT.
 
     With --world=carla the route is driven in a CARLA server started for this run, by the CARLA
@@ -135,12 +135,15 @@ def run(route: str, root: str | None = None, repetition: int = 0, towns: str | N
         force: redo a run that already finished.
         py123d: once the run is finished, also write it as a Py123D log under ROOT/py123d (docs/py123d.md;
             needs the extra: pip install '.[py123d]').
+        spec: a run spec a collection planned (ROOT/logs/<Scenario>/<run>/run-spec.json: the route as planned,
+            its town, repetition, seed and settings) instead of --route and the settings; what collect's workers
+            and SLURM tasks give (tools/collect/spec.py).
         settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40,
             --world=carla (a CARLA server under the leaderboard evaluator instead of the embedded world).
     """
-    from tools.collect.runner.attempt import run_route
+    from tools.collect.runner.attempt import route_run
 
-    run_route(route=route, root=root, repetition=repetition, towns=towns, route_id=route_id,
+    route_run(route=route, spec=spec, root=root, repetition=repetition, towns=towns, route_id=route_id,
               attempt=attempt, force=force, settings=settings, py123d=py123d)
 
 
@@ -216,10 +219,12 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     """
     from tools.collect.runner.collection import collect_routes
     from tools.collect.runner.slurm import options_from_flags
+    from tools.collect.runner.world import world_for
     from tools.dataset.presets import COLLECT, check_preset, resolve
 
     preset = check_preset(preset)
-    if servers_per_gpu is not None and settings.get("world", "sim") != "carla":
+    world = world_for(settings.get("world", "sim"))
+    if servers_per_gpu is not None and not world.servers_on_gpus:
         raise ToolError(f"--servers-per-gpu {servers_per_gpu}: only with --world=carla (the embedded world renders "
                         "on the CPU); give --workers N")
     if servers_per_gpu is not None and workers is not None:
@@ -227,7 +232,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
                         "--servers-per-gpu K the workers are the GPUs x K)")
     chosen = resolve(COLLECT, preset, {"workers": workers, "vehicles": settings.get("vehicles")})
     workers = chosen["workers"]
-    if preset and settings.get("world", "sim") != "carla":
+    if preset and world.sets_traffic:
         settings = {**settings, "vehicles": chosen["vehicles"]}
 
     py123d = cli.switch(py123d, "py123d")
@@ -254,7 +259,7 @@ def task(wave_file: str, index: int) -> None:
         wave_file: ROOT/slurm/waves/wave-NNNN.json.
         index: the task's index in the wave (the array's first task + SLURM_ARRAY_TASK_ID).
     """
-    from tools.collect.runner.slurm import run_task
+    from tools.collect.runner.slurm_task import run_task
 
     run_task(wave_file, index)
 

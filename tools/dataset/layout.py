@@ -13,6 +13,7 @@
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
       logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (claims.claim_run)
       logs/<Scenario>/<run>/attempts.json        each ended attempt's status, and what crashed (attempts.record_attempt)
+      logs/<Scenario>/<run>/run-spec.json        the run as planned (tools.collect.spec.RunSpec): what its process reads
       logs/<Scenario>/<run>/leaderboard-<NN>.json   a CARLA attempt: the leaderboard evaluator's own checkpoint,
                                                  published as the result when it holds a finished record
       logs/<Scenario>/<run>/leaderboard-<NN>.live.txt   its live results (--debug-checkpoint)
@@ -98,6 +99,7 @@ ATTEMPTS_RECORD = "attempts.json"
 EVALUATOR_CHECKPOINT = "leaderboard-{attempt:02d}.json"
 EVALUATOR_LIVE = "leaderboard-{attempt:02d}.live.txt"
 AGENT_CONFIG = "agent-{attempt:02d}.json"
+RUN_SPEC = "run-spec.json"
 COLLECTION_FILE = "{name}.json"
 BUCKET_INDEX = "index.json"
 BUCKET_LOCK = ".tmp-build.lock"
@@ -396,6 +398,11 @@ class Layout:
     def agent_config(self, key: RunKey, attempt: int) -> Path:
         """A CARLA attempt's agent configuration (the evaluator's --agent-config; carla.agent.AgentConfig)."""
         return self.log_dir(key) / AGENT_CONFIG.format(attempt=attempt)
+
+    def run_spec(self, key: RunKey) -> Path:
+        """logs/<Scenario>/<run>/run-spec.json: the run as planned (tools.collect.spec.RunSpec), written when the
+        collection is planned and read by the process that drives it."""
+        return self.log_dir(key) / RUN_SPEC
 
     def run_lock(self, key: RunKey) -> Path:
         """logs/<Scenario>/<run>/run.lock: held (flock) by the process running an attempt of the run."""

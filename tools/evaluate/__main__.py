@@ -286,8 +286,9 @@ def unseen_towns_note(evaluation: dict[str, Any]) -> list[str]:
             f"{', '.join(sorted(unseen))} (trained on {', '.join(sorted(trained))})"]
 
 
-def route(route: str, root: str | None = None, repetition: int = 0, towns: str | None = None,
-          route_id: str | None = None, attempt: int | None = None, force: bool = False, **settings) -> None:
+def route(route: str | None = None, root: str | None = None, repetition: int = 0, towns: str | None = None,
+          route_id: str | None = None, attempt: int | None = None, force: bool = False, spec: str | None = None,
+          **settings) -> None:
     """Drive one route once with a trained policy (--agent=policy --checkpoint=DIR) in the embedded world and
     write its result under ROOT: the child command `run` starts for each route run (local workers and SLURM
     tasks), as `python -m tools.collect run` is the expert's. The same attempt as collection's (claim, result
@@ -301,19 +302,22 @@ def route(route: str, root: str | None = None, repetition: int = 0, towns: str |
         route_id: which route of the file (default: the only one).
         attempt: attempt number already claimed by a caller; else claimed here.
         force: redo a run that already finished.
+        spec: a run spec the evaluation planned (ROOT/logs/<Scenario>/<run>/run-spec.json) instead of --route and
+            the settings: what `run`'s workers and SLURM tasks give.
         settings: collection settings as --key=value (tools/collect/config.py); --agent=policy and
             --checkpoint=DIR name the policy.
     """
-    from tools.collect.config import CollectSettings
-    from tools.collect.runner.attempt import run_route
+    from tools.collect.runner.attempt import route_run
     from tools.evaluate.driver import policy_factory
 
-    cfg = CollectSettings.from_flags(settings)
-    if cfg.agent != "policy" or not cfg.checkpoint:
-        raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP (the expert's route runs: "
-                        "python -m tools.collect run)")
-    run_route(route=route, root=root, repetition=repetition, towns=towns, route_id=route_id, attempt=attempt,
-              force=force, settings=settings, make_driver=policy_factory(cfg.checkpoint))
+    def policy(cfg: Any):  # the run's settings (the spec's, or the flags'), checked first
+        if cfg.agent != "policy" or not cfg.checkpoint:
+            raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP (the expert's route runs: "
+                            "python -m tools.collect run)")
+        return policy_factory(cfg.checkpoint)
+
+    route_run(route=route, spec=spec, root=root, repetition=repetition, towns=towns, route_id=route_id,
+              attempt=attempt, force=force, settings=settings, driver=policy)
 
 
 COMMANDS = {"run": run, "score": score, "compare": compare, "route": route}

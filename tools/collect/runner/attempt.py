@@ -1,6 +1,9 @@
-"""One attempt of a route run: check every argument, claim the run, drive it in the embedded world
-(tools.collect.sim.drive) or, with --world=carla, in a CARLA server under the leaderboard evaluator
-(tools.collect.carla.run), and write its result.
+"""One attempt of a route run: check every argument, claim the run, drive it in its world (tools.collect.runner.world:
+the embedded world, or with --world=carla a CARLA server under the leaderboard evaluator), and write its result.
+
+The run is one RunSpec (tools.collect.spec): a collector planned it and wrote it (ROOT/logs/<Scenario>/<run>/
+run-spec.json), and its child reads it (`run --spec FILE --attempt N`); a run alone (`run --route FILE`) builds the
+same spec itself (`plan_alone`), checking its route as a collection's plan does.
 
 Order of writes, so that a run killed at any point never looks complete:
   0. claim the run (tools.dataset.results.claim_run: its lock, then the attempt), or take over the claim
@@ -16,28 +19,28 @@ renamed to logs/<Scenario>/<run>/disk-full.log, which counts no attempt; its fra
 collector when one started us: it measures them first) and the process exits with one line
 (EXIT_DISK_FULL) naming the folder, the free space and a route run's size (jobs.take_back).
 
-Who drives is the caller's choice (`make_driver`): `python -m tools.collect run` drives with the expert,
+Who drives is the caller's choice (`driver`): `python -m tools.collect run` drives with the expert,
 `python -m tools.evaluate route` with a trained policy.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-from tools.collect.carla import run as carla_run
-from tools.collect.carla.agent import check_rig
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.inspect.py123d_export import export_after_run, require_py123d
 from tools.collect.routes import check_routes, find_towns_dir, select_route, town_file
 from tools.collect.runner.jobs import route_run_bytes, take_back
 from tools.collect.runner.record import collection_record
-from tools.collect.sim.drive import DriverFactory, drive
-from tools.collect.town import Town, keep_town, kept_town, open_town
+from tools.collect.runner.world import World, world_for
+from tools.collect.sim.drive import DriverFactory
+from tools.collect.spec import RunSpec, derive_seed
+from tools.collect.town import Town, kept_town
 from tools.dataset import atomic, attempts, claims, cli, results
 from tools.dataset.errors import DiskFull, ToolError, disk_full, is_disk_full
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
@@ -47,61 +50,100 @@ from tools.expert.drivers import make_expert
 
 log = logging.getLogger("collect.run")
 
-
-def derive_seed(route_stem: str, route_id: str, repetition: int, offset: int) -> int:
-    """The world's seed, from (route, repetition): identical runs for identical inputs."""
-    digest = hashlib.sha256(f"{route_stem}/{route_id}/{repetition}/{offset}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+__all__ = ["derive_seed", "plan_alone", "route_run", "run_route"]  # derive_seed: the manifest's seed rule names it
 
 
-def run_route(route: str, root: str | None, repetition: int, towns: str | None, route_id: str | None,
-              attempt: int | None, force: bool, settings: dict, py123d: bool = False,
-              make_driver: DriverFactory = make_expert) -> RunKey:
-    """Check every argument, claim an attempt, drive, write the result (and with `py123d`, once finished, the
-    run's Py123D log: tools.collect.inspect.py123d_export). See `python -m tools.collect run`."""
+def route_run(route: str | None = None, spec: str | None = None, root: str | None = None, repetition: int = 0,
+              towns: str | None = None, route_id: str | None = None, attempt: int | None = None, force: bool = False,
+              settings: dict | None = None, py123d: bool = False,
+              driver: Callable[[CollectSettings], DriverFactory] | None = None) -> RunKey:
+    """`python -m tools.collect run` and `python -m tools.evaluate route`: the run of `spec` (a run-spec.json a
+    collector wrote; the settings, route and repetition flags are then refused), or of `route` alone (its spec
+    built here: `plan_alone`). `driver` makes the driver from the run's settings (default: the expert)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    cfg = CollectSettings.from_flags(settings)
-    if cfg.agent == "policy" and make_driver is make_expert:
-        raise ToolError("--agent=policy: a trained policy's route run is driven by python -m tools.evaluate route "
-                        "(the same flags and --checkpoint), or bin/evaluate --checkpoint RUN for a whole route folder")
-    route_path = Path(cli.text(route, "route"))
-    if not route_path.is_file():
-        raise ToolError(f"--route {route}: no such route file")
-    repetition = cli.integer(repetition, "repetition", 0)
+    settings = settings or {}
     force = cli.switch(force, "force")
     py123d = cli.switch(py123d, "py123d")
+    world = None
+    if spec is not None:
+        given = [f"--{name}" for name, value in (("route", route), ("towns", towns), ("route-id", route_id))
+                 if value is not None] + [f"--{k.replace('_', '-')}" for k in settings]
+        if given:
+            raise ToolError(f"--spec and {', '.join(given)}: the run spec holds the route and its settings; give one")
+        spec_path = Path(cli.text(spec, "spec")).expanduser().absolute()
+        planned = RunSpec.read(spec_path)
+        cfg = planned.settings
+    else:
+        cfg = CollectSettings.from_flags(settings)
+    if cfg.agent == "policy" and driver is None:
+        raise ToolError("--agent=policy: a trained policy's route run is driven by python -m tools.evaluate route "
+                        "(the same flags and --checkpoint), or bin/evaluate --checkpoint RUN for a whole route folder")
+    make_driver = make_expert if driver is None else driver(cfg)
     if py123d:  # the extra is there, before anything is claimed
         require_py123d("--py123d")
-    r = select_route(route_path, cli.optional_text(route_id, "route-id"))
-    carla_setup = default_towns = None
-    if cfg.world == "carla":  # the CARLA install, leaderboard, scenario_runner, client: before anything is claimed
-        carla_setup = carla_run.check_setup()
-        carla_run.check_route(route_path, r)
-        check_rig(cfg.load_rig())  # sensors the leaderboard would refuse end every attempt: refused here
-        default_towns = carla_run.install_towns(carla_setup)
+    if spec is None:
+        if route is None or str(route) == "" or isinstance(route, bool):
+            raise ToolError("--route missing: give a leaderboard 2.0 route file (or --spec FILE of a planned run)")
+        repetition = cli.integer(repetition, "repetition", 0)
+        world, planned = plan_alone(Path(cli.text(route, "route")), cli.optional_text(route_id, "route-id"), towns,
+                                    repetition, cfg)
+        layout = Layout(resolve_root(cli.optional_text(root, "root")))
+    elif root is not None:
+        layout = Layout(resolve_root(cli.optional_text(root, "root")))
+    else:  # a collector's spec lies at its root's Layout.run_spec
+        layout = Layout(spec_path.parents[3]) if len(spec_path.parents) > 3 else None
+        if layout is None or layout.run_spec(planned.key) != spec_path:
+            raise ToolError(f"--spec {spec_path}: not at ROOT/logs/<Scenario>/<run>/run-spec.json of its run "
+                            f"{planned.key}; give --root ROOT")
+    return run_route(planned, layout, attempt=attempt, force=force, py123d=py123d, make_driver=make_driver,
+                     world=world)
+
+
+def plan_alone(route_path: Path, route_id: str | None, towns: str | None, repetition: int,
+               cfg: CollectSettings) -> tuple[World, RunSpec]:
+    """The spec of a run alone (`run --route FILE`), checked as a collection's plan checks its runs: the route file,
+    the world's set-up and what it needs of the route, the town. Returns the world (its set-up checked) too."""
+    if not route_path.is_file():
+        raise ToolError(f"--route {route_path}: no such route file")
+    r = select_route(route_path, route_id)
+    world = world_for(cfg.world)
+    default_towns = world.check_setup(cfg)  # before anything is claimed (a CARLA install, the rig it accepts)
+    world.check_route(route_path, r)
     towns_dir = find_towns_dir(route_path, towns, default_towns)
     xodr = town_file(route_path, r, towns_dir)
-    town, kept = None, kept_town(xodr) is not None
-    if carla_setup is None:  # the town kept by the worker that forked us (tools.collect.runner.zygote), else loaded
-        town = open_town(xodr)
-        keep_town(town)  # the route's check below reads the same carla.Map
-    check_routes([(route_path, r)], towns_dir)
-    layout = Layout(resolve_root(cli.optional_text(root, "root")))
-    check_root_writable(layout.root)
     try:
         key = RunKey.for_route(r.scenario, route_path.stem, r.id, repetition)
     except ValueError as e:
         raise ToolError(f"{route_path}: route {r.id}: {e}") from None
+    return world, RunSpec.plan(key, route_path, r, towns_dir, xodr, repetition, cfg)
+
+
+def run_route(spec: RunSpec, layout: Layout, attempt: int | None = None, force: bool = False, py123d: bool = False,
+              make_driver: DriverFactory = make_expert, world: World | None = None) -> RunKey:
+    """Claim an attempt of the run `spec` under `layout` (or, with `attempt`, take over the one a collector claimed
+    and handed us), drive it, write the result (and with `py123d`, once finished, the run's Py123D log:
+    tools.collect.inspect.py123d_export). `world`: its set-up already checked (else checked here). See
+    `python -m tools.collect run`."""
+    cfg, key = spec.settings, spec.key
+    if world is None:
+        world = world_for(cfg.world)
+        world.check_setup(cfg)  # before anything is claimed
+    lone = attempt is None
+    kept = kept_town(spec.town_file) is not None
+    town = world.open_town(spec.town_file)  # the town kept by the worker that forked us (runner.zygote), else loaded
+    if lone:  # a run alone checks its route (a collection checked its runs' routes when it planned them)
+        check_routes([(spec.route_file, spec.route)], spec.towns)
+    check_root_writable(layout.root)
     layout.check_no_links()
     layout.check_run_paths(key)
     require_flock(layout.root)
     layout.root.mkdir(parents=True, exist_ok=True)
-    lone = attempt is None
     if lone:  # run alone: record it in the manifest (collect has done so for its runs)
-        routes = [route_path.absolute()]
-        update_manifest(layout, {"command": "run", "argv": sys.argv[1:], "repetition": repetition,
-                                 **collection_record(cfg, routes, routes[0].parent, [xodr])},
-                        {str(key): {"route": str(route_path.absolute()), "route_id": r.id, "repetition": repetition}})
+        routes = [spec.route_file.absolute()]
+        update_manifest(layout, {"command": "run", "argv": sys.argv[1:], "repetition": spec.repetition,
+                                 **collection_record(cfg, routes, routes[0].parent, [spec.town_file])},
+                        {str(key): {"route": str(spec.route_file.absolute()), "route_id": spec.route.id,
+                                    "repetition": spec.repetition}})
     else:
         read_manifest(layout)  # refuses a root of another format version
 
@@ -123,12 +165,10 @@ def run_route(route: str, root: str | None, repetition: int, towns: str | None, 
         logging.getLogger().addHandler(handler)
     else:  # a collector claimed it and handed us the lock
         claim = claims.inherited_claim(layout, key, int(attempt))
-    attempt = claim.attempt
-    seed = derive_seed(route_path.stem, r.id, repetition, cfg.seed)
+    where = "kept by this worker" if kept else "loaded by this route run"
     try:  # the claim (the run's lock) is held until the result is written
         try:
-            _attempt(layout, key, r, route_path, xodr, town, kept, cfg, repetition, seed, int(attempt), carla_setup,
-                     make_driver, claim.log)
+            _attempt(layout, spec, int(claim.attempt), world, town, where, make_driver, claim.log)
         except (OSError, DiskFull) as e:
             if not isinstance(e, DiskFull) and not is_disk_full(e):
                 raise
@@ -154,26 +194,20 @@ def _take_back(layout: Layout, key: RunKey, claim: claims.RunClaim, lone: bool) 
     return error
 
 
-def _attempt(layout: Layout, key: RunKey, r, route_path: Path, xodr: Path, town: Town | None, kept: bool,
-             cfg: CollectSettings, repetition: int, seed: int, attempt: int, carla_setup, make_driver: DriverFactory,
-             attempt_log: Path) -> None:
+def _attempt(layout: Layout, spec: RunSpec, attempt: int, world: World, town: Town | None, town_note: str,
+             make_driver: DriverFactory, attempt_log: Path) -> None:
     """Steps 1 to 3 of an attempt (module docstring), under the claim; the attempt's record (its status, and for a
     crash what crashed) in the run's attempts record."""
+    key, r = spec.key, spec.route
     claims.discard_run(layout, key)
-    log.info("%s: attempt %s, town %s (%s), seed %d", key, attempt, xodr,
-             "kept by this worker" if kept else "loaded by this route run", seed)
+    log.info("%s: attempt %s, town %s (%s), seed %d", key, attempt, spec.town_file, town_note, spec.seed)
 
     def crashed(message: str) -> None:  # the attempt's result and record, when it could not drive
         results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
         attempts.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message)
 
-    why = ""
     try:
-        if carla_setup is not None:
-            record, why = carla_run.drive(layout, key, route_path.absolute(), r, cfg, repetition, seed, int(attempt),
-                                          carla_setup)
-        else:
-            record = drive(layout, key, r, town, cfg, repetition, seed, int(attempt), make_driver)
+        record, why = world.drive(layout, spec, attempt, town, make_driver)
     except DiskFull:
         raise
     except ToolError as e:  # the attempt could not drive (a CARLA server that never came up, a town it lacks)

@@ -1,6 +1,7 @@
-"""A collection: check everything (routes against their towns, settings, the CARLA setup, SLURM options), record
-it in the root's manifest, then drive the route runs with local workers (tools.collect.runner.local) or as SLURM
-job arrays (tools.collect.runner.slurm), and write the dataset card. `python -m tools.collect collect` and the
+"""A collection: check everything (routes against their towns, settings, the world's set-up: tools.collect.runner.world,
+SLURM options), record it in the root's manifest, write each planned run's spec (tools.collect.spec.RunSpec), then
+drive the route runs with local workers (tools.collect.runner.local) or as SLURM job arrays
+(tools.collect.runner.slurm), and write the dataset card. `python -m tools.collect collect` and the
 evaluation (`python -m tools.evaluate run`) both start here."""
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.collect.carla.agent import check_rig
-from tools.collect.carla.run import check_route, check_setup, install_towns
 from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings, absolute_flags
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.routes import find_route_files, town_file
-from tools.collect.runner.jobs import plan
+from tools.collect.runner.jobs import plan, write_specs
 from tools.collect.runner.local import run_local
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, summary_line
 from tools.collect.runner.workers import gpu_slots
+from tools.collect.runner.world import world_for
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
@@ -64,15 +64,11 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         if slurm is None:  # the GPUs this job may use (CUDA_VISIBLE_DEVICES, SLURM's), else all of the machine's
             gpus = gpu_slots(job_gpus() or machine_gpus(), per_gpu)
             workers = len(gpus)
-    if resolved.world == "carla":  # the CARLA install, leaderboard, scenario_runner and client, not in every worker
-        default_towns = install_towns(check_setup())
-        check_rig(resolved.load_rig())  # sensors the leaderboard would refuse end every attempt: refused here
-    else:
-        default_towns = None
+    world = world_for(resolved.world)
+    default_towns = world.check_setup(resolved)  # (a CARLA install, the rig it accepts) here, not in every worker
     jobs = plan(route_files, towns, repetitions, default_towns)
-    if resolved.world == "carla":
-        for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
-            check_route(job.route_file, job.route)
+    for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
+        world.check_route(job.route_file, job.route)
     read_manifest(layout)  # a root of another format version is refused before anything is written
     # settings, world, rate, seeds, rig (a bad --rig is refused here), expert, route set, towns: for the manifest
     record = collection_record(resolved, route_files, routes_path, {town_file(j.route_file, j.route, j.towns)
@@ -104,6 +100,7 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         runs={str(j.key): {"route": str(j.route_file.resolve()), "route_id": j.route.id,
                            "repetition": j.repetition} for j in jobs},
     )
+    write_specs(layout, jobs, resolved)  # what each run's process reads (tools.collect.spec)
     n_routes = len({(j.route_file, j.route.id) for j in jobs})
     where = f"SLURM job arrays of at most {slurm.throttle} tasks at once" if slurm is not None else (
         f"{workers} workers on GPUs {', '.join(dict.fromkeys(gpus))} ({servers_per_gpu} per GPU)" if gpus
@@ -116,4 +113,4 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         print(summary_line(layout, outcome, slurm, time.time() - started), file=sys.stderr)
         return
 
-    run_local(layout, jobs, workers, max_attempts, settings, py123d, started, gpus)
+    run_local(layout, jobs, workers, max_attempts, resolved, py123d, started, gpus)

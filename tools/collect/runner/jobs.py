@@ -1,5 +1,6 @@
 """The route runs a collection plans: every route file under a folder, each route times K repetitions, checked
-against its town before anything runs (`plan`), each a `Job` that local workers and SLURM tasks both run."""
+against its town before anything runs (`plan`), each a `Job` that local workers and SLURM tasks both run, its
+RunSpec written for the process that drives it (`write_specs`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes
+from tools.collect.config import CollectSettings
+from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
+from tools.collect.spec import RunSpec
 from tools.dataset.claims import discard_run
 from tools.dataset.errors import DiskFull, ToolError, disk_full
 from tools.dataset.layout import Layout, RunKey
@@ -27,6 +30,20 @@ class Job:
     towns: Path
     key: RunKey
 
+    def spec(self, settings: CollectSettings) -> RunSpec:
+        """The run as its process drives it (tools.collect.spec)."""
+        return RunSpec.plan(self.key, self.route_file, self.route, self.towns,
+                            town_file(self.route_file, self.route, self.towns), self.repetition, settings)
+
+    @staticmethod
+    def of(spec: RunSpec) -> Job:
+        return Job(spec.route_file, spec.route, spec.repetition, spec.towns, spec.key)
+
+
+def write_specs(layout: Layout, jobs: list[Job], settings: CollectSettings) -> None:
+    """Each job's RunSpec at Layout.run_spec, where the child that drives it reads it."""
+    for job in jobs:
+        job.spec(settings).write(layout.run_spec(job.key))
 
 
 def plan(route_files: list[Path], towns: str | None, repetitions: int, default_towns: Path | None = None

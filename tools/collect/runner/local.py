@@ -1,13 +1,13 @@
 """Local collection: the planned route runs in N worker processes on this machine (tools.collect.runner.workers),
-each driving in the embedded world, or with --world=carla in a CARLA server of its own under the leaderboard
-evaluator; then the closing summary."""
+each driving in its world (tools.collect.runner.world: the embedded world, or a CARLA server of its own under the
+leaderboard evaluator); then the closing summary."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
+from tools.collect.config import CollectSettings
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.inspect.py123d_export import export_missing
 from tools.collect.inspect.tables import crash_lines
@@ -17,7 +17,7 @@ from tools.dataset.layout import Layout
 from tools.dataset.results import run_states
 
 
-def run_local(layout: Layout, jobs: list[Job], workers: int, max_attempts: int, settings: dict[str, Any],
+def run_local(layout: Layout, jobs: list[Job], workers: int, max_attempts: int, settings: CollectSettings,
               py123d: bool, started: float, gpus: list[str] | None = None) -> None:
     """Run the planned route runs in `workers` local processes (with `gpus`, one a GPU slot: workers.gpu_slots),
     then print the closing summary."""

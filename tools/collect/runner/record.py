@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tools.collect.carla.run import LEADERBOARD_COMMIT, SCENARIO_RUNNER_COMMIT
 from tools.collect.config import CollectSettings
-from tools.dataset.manifest import file_sha256, package_versions, route_set
+from tools.collect.runner.world import world_for
+from tools.dataset.manifest import file_sha256, route_set
 from tools.expert import conflicts, control, expert
 
 
@@ -42,12 +42,8 @@ def expert_record() -> dict[str, Any]:
 
 
 def world_record(settings: CollectSettings) -> dict[str, Any]:
-    """Which world drove the routes, and the versions of what makes it."""
-    if settings.world == "carla":
-        return {"name": "carla", "carla_client": package_versions(["carla"]).get("carla"),
-                "leaderboard_commit": LEADERBOARD_COMMIT, "scenario_runner_commit": SCENARIO_RUNNER_COMMIT}
-    sumo = package_versions(["eclipse-sumo", "libsumo"])
-    return {"name": "sim", "sumo": sumo.get("eclipse-sumo") or sumo.get("libsumo"), "vehicles": settings.vehicles}
+    """Which world drove the routes, and the versions of what makes it (the world's own record)."""
+    return world_for(settings.world).record(settings)
 
 
 def collection_record(settings: CollectSettings, route_files: Iterable[Path], routes_dir: Path,

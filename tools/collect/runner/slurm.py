@@ -3,6 +3,10 @@
     ROOT/slurm/waves/wave-<NNNN>.json   one wave: its route runs, how they map to array tasks, its arrays
     ROOT/logs/slurm/<array>_<task>.log  every array task's output (sbatch %A_%a, appended)
 
+The wave file is tools.collect.runner.waves; an array task's side, tools.collect.runner.slurm_task (each route run
+driven as the spec the collection wrote when it planned it says: tools.collect.spec). Here: the options, the
+scheduler, the monitor.
+
 The monitor (`collect_slurm`) writes the route runs still to do into a wave file, then submits it as
 job arrays of slurm/collect.sbatch (`--array=0-N%K`), split at the cluster's MaxArraySize: one `sbatch`
 per array, never one per route. An array is written into the wave file, under a job name of its own,
@@ -28,8 +32,6 @@ and since this monitor started), or when the root's free space is below a route 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
 import sys
@@ -39,18 +41,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.tables import crash_lines
-from tools.collect.routes import read_routes
-from tools.collect.runner.jobs import Job, duration, route_run_bytes
-from tools.collect.runner.workers import Collector, gpu_slots
-from tools.dataset import atomic, cli
+from tools.collect.runner.jobs import duration, route_run_bytes
+from tools.collect.runner.waves import (  # noqa: F401  (the wave file's names, as they were here)
+    SLURM_DIR,
+    TASK_LOG,
+    WAVE_FORMAT,
+    WAVE_NAME,
+    WAVES,
+    Wave,
+    load_waves,
+    run_key_of,
+    slurm_dir,
+    task_log_dir,
+    waves_dir,
+)
+from tools.collect.runner.world import world_for
+from tools.dataset import cli
 from tools.dataset.attempts import record_attempt
 from tools.dataset.claims import attempts, exclusive
 from tools.dataset.errors import ToolError, disk_full, free_bytes
-from tools.dataset.layout import SLURM, Layout, RunKey
-from tools.dataset.manifest import dataset_id, now_iso
+from tools.dataset.layout import Layout, RunKey
+from tools.dataset.manifest import dataset_id
 from tools.dataset.results import (
     FAILED_SIMULATION,
     RouteRecord,
@@ -64,12 +77,6 @@ from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
-SLURM_DIR = SLURM
-WAVES = "waves"
-WAVE_NAME = "wave-{wave:04d}.json"
-WAVE_FORMAT = 1
-#: sbatch's %A_%a: one log per array task, under ROOT/logs/slurm/.
-TASK_LOG = "{array}_{task}.log"
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when `scontrol show config` does not say
 #: A task the scheduler does not list is taken as ended only when its array is older than this (seconds):
 #: accounting may not know a new array yet; without accounting, scontrol forgets ended jobs after MinJobAge.
@@ -80,18 +87,6 @@ ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEM
          "DEADLINE")
 #: Ended states that are the cluster's fault, not the route's: reported apart.
 INFRASTRUCTURE = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
-
-
-def slurm_dir(layout: Layout) -> Path:
-    return layout.root / SLURM_DIR
-
-
-def waves_dir(layout: Layout) -> Path:
-    return slurm_dir(layout) / WAVES
-
-
-def task_log_dir(layout: Layout) -> Path:
-    return layout.root / "logs" / SLURM_DIR
 
 
 # ----------------------------------------------------------------------------- options
@@ -132,12 +127,12 @@ def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, thro
     """The SlurmOptions of `collect --slurm ...` flags (None without --slurm), each converted and checked."""
     if not cli.switch(slurm, "slurm"):
         return None
-    world = CollectSettings.from_flags(settings).world
+    world = world_for(CollectSettings.from_flags(settings).world)
     options = SlurmOptions(
         partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
         time=cli.text(time, "time"), throttle=cli.integer(throttle, "throttle", 1),
         cpus=cli.integer(cpus, "cpus", 1), mem=cli.text(mem, "mem"),
-        gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else (1 if world == "carla" else 0),
+        gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else world.gpus_per_task,
         runs_per_task=cli.integer(runs_per_task, "runs-per-task", 1),
         servers_per_gpu=0 if servers_per_gpu is None else cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16),
         sbatch_args=tuple(shlex.split(cli.text(sbatch_args, "sbatch-args"))) if sbatch_args else (),
@@ -227,64 +222,6 @@ class Scheduler(SlurmCommands):
 
     def set_throttle(self, job_id: str, throttle: int) -> None:
         self.run("scontrol", "update", f"JobId={job_id}", f"ArrayTaskThrottle={throttle}")
-
-
-# ----------------------------------------------------------------------------- waves
-
-
-@dataclass
-class Wave:
-    """One wave file: route runs, tasks (`runs_per_task` consecutive runs each), and their arrays."""
-
-    path: Path
-    wave: int
-    runs: list[dict[str, Any]]  # {"key", "route", "route_id", "repetition", "towns"}
-    runs_per_task: int
-    max_attempts: int
-    settings: dict[str, Any]
-    throttle: int
-    arrays: list[dict[str, Any]] = field(default_factory=list)  # {"name", "first", "count", "job_id", "argv"}
-    created: str = field(default_factory=now_iso)
-    py123d: bool = False  # each run also writes its Py123D log (collect --py123d; absent in older wave files)
-    servers_per_gpu: int = 0  # a task's runs at once per GPU it was given (0: one at a time; absent in older files)
-
-    @property
-    def n_tasks(self) -> int:
-        return -(-len(self.runs) // self.runs_per_task)
-
-    def task_runs(self, task: int) -> list[dict[str, Any]]:
-        return self.runs[task * self.runs_per_task:(task + 1) * self.runs_per_task]
-
-    def save(self) -> None:
-        atomic.write_json(self.path, {
-            "format": WAVE_FORMAT, "wave": self.wave, "created": self.created, "runs_per_task": self.runs_per_task,
-            "max_attempts": self.max_attempts, "settings": self.settings, "throttle": self.throttle,
-            "arrays": self.arrays, "runs": self.runs, "py123d": self.py123d, "servers_per_gpu": self.servers_per_gpu,
-        })
-
-    @staticmethod
-    def load(path: Path) -> Wave:
-        try:
-            d = json.loads(Path(path).read_text())
-            if d.get("format") != WAVE_FORMAT:
-                raise ValueError(f"format {d.get('format')}, this tool reads {WAVE_FORMAT}")
-            return Wave(Path(path), int(d["wave"]), list(d["runs"]), int(d["runs_per_task"]), int(d["max_attempts"]),
-                        dict(d["settings"]), int(d["throttle"]), list(d["arrays"]), str(d["created"]),
-                        bool(d.get("py123d", False)), int(d.get("servers_per_gpu", 0)))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ToolError(f"{path}: not a readable wave file ({e})") from None
-
-
-def load_waves(layout: Layout) -> list[Wave]:
-    d = waves_dir(layout)
-    if not d.is_dir():
-        return []
-    return [Wave.load(p) for p in sorted(d.glob("wave-*.json")) if not atomic.is_temporary(p)]
-
-
-def run_key_of(entry: dict[str, Any]) -> RunKey:
-    scenario, _, name = str(entry["key"]).partition("/")
-    return RunKey(scenario, name)
 
 
 # ----------------------------------------------------------------------------- the monitor
@@ -554,38 +491,6 @@ def live_runs(layout: Layout, scheduler: Scheduler | None = None) -> Poll | None
     except ToolError:
         return None
     return Monitor(layout, SlurmOptions(), s, {}, 0, log=lambda message: None).poll(waves, act=False)
-
-
-# ----------------------------------------------------------------------------- entries
-
-
-def run_task(wave_file: str, index: Any) -> None:
-    """One array task: the route runs of task `index` of a wave, one after the other, each claimed like a
-    local collector does, its heartbeat watched; no retry here (the monitor's next wave retries)."""
-    path = Path(cli.text(wave_file, "wave-file")).expanduser().absolute()
-    wave = Wave.load(path)
-    task = cli.integer(index, "index", 0, wave.n_tasks - 1)
-    if path.parent.name != WAVES or path.parent.parent.name != SLURM_DIR:
-        raise ToolError(f"{path}: not under ROOT/{SLURM_DIR}/{WAVES}/; give a wave file of a dataset root")
-    layout = Layout(path.parent.parent.parent)
-    jobs = []
-    for entry in wave.task_runs(task):
-        route_file = Path(entry["route"])
-        route = next((r for r in read_routes(route_file) if r.id == str(entry["route_id"])), None)
-        if route is None:
-            raise ToolError(f"{route_file}: has no route {entry['route_id']} any more (wave {path})")
-        jobs.append(Job(route_file, route, int(entry["repetition"]), Path(entry["towns"]), run_key_of(entry)))
-    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
-    job = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
-    gpus = gpu_slots(job_gpus() or machine_gpus(), wave.servers_per_gpu) if wave.servers_per_gpu else None
-    at_once = f", {len(gpus)} at once on GPUs {', '.join(dict.fromkeys(gpus))}" if gpus else ""
-    print(f"collect: task {task} of wave {wave.wave} (job {job} on {host}): {len(jobs)} route runs{at_once}",
-          file=sys.stderr)
-    c = Collector(layout, workers=1, max_attempts=wave.max_attempts, settings=wave.settings, retry=False,
-                  progress=False, py123d=wave.py123d, gpus=gpus)
-    c.run(jobs)
-    print(f"collect: task {task}: {len(c.finished)} finished, {len(c.failed)} failed, {c.skipped} already "
-          f"finished, {len(c.busy)} running elsewhere, {len(c.given_up)} out of attempts", file=sys.stderr)
 
 
 def collect_slurm(layout: Layout, jobs: list, options: SlurmOptions, settings: dict[str, Any], max_attempts: int,

@@ -1,10 +1,12 @@
 """Route runs in child processes: the parent decides and watches; each route run is a child
-`python -m tools.collect run` (a policy's: `python -m tools.evaluate route`) in its own process group, writing
-its stdout and stderr to the run's attempt log. All state lives on disk (results, heartbeats, attempt logs),
-so a killed collector loses nothing: run it again. A local collection runs N of them at once; a SLURM array
-task runs its share one after the other. In the embedded world the child runs that same command forked from the
-town's zygote (tools.collect.runner.zygote), which loaded the town once for all the worker's runs there; the
-runs are ordered by town, and at most one zygote per worker is kept.
+`python -m tools.collect run --spec FILE` (a policy's: `python -m tools.evaluate route --spec FILE`) in its own
+process group, writing its stdout and stderr to the run's attempt log. FILE is the run's spec that the collection
+wrote when it planned the run (tools.collect.spec.RunSpec at Layout.run_spec): the child drives it as planned.
+All state lives on disk (results, heartbeats, attempt logs), so a killed collector loses nothing: run it again. A
+local collection runs N of them at once; a SLURM array task runs its share one after the other. In a world whose
+runs fork from a loaded town (World.forks_from_town: the embedded world) the child runs that same command forked
+from the town's zygote (tools.collect.runner.zygote), which loaded the town once for all the worker's runs there;
+the runs are ordered by town, and at most one zygote per worker is kept.
 
 The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
@@ -37,10 +39,11 @@ from typing import Any
 from tqdm import tqdm
 
 from tools.collect.carla.server import GPU_ENV
-from tools.collect.config import ROUTE_RUN_COMMAND
+from tools.collect.config import ROUTE_RUN_COMMAND, CollectSettings
 from tools.collect.processes import die_with_parent, signal_group
 from tools.collect.routes import town_file
 from tools.collect.runner.jobs import Job, route_run_bytes, take_back
+from tools.collect.runner.world import world_for
 from tools.collect.runner.zygote import RouteRun, Zygote
 from tools.dataset.attempts import crash_message, record_attempt
 from tools.dataset.claims import LOCK_FD_ENV, RunClaim, attempts, claim_run, exclusive
@@ -90,18 +93,14 @@ def gpu_slots(gpus: list[str], per_gpu: int) -> list[str]:
     return [gpus[i % len(gpus)] for i in range(len(gpus) * per_gpu)]
 
 
-def _setting_args(settings: dict[str, Any]) -> list[str]:
-    """Settings back into --key=value for the child's fire CLI (repr keeps non-strings typed)."""
-    return [f"--{k}={v if isinstance(v, str) else repr(v)}" for k, v in sorted(settings.items())]
-
-
 class Collector:
     """Runs jobs in at most `workers` child processes, retrying failed runs until `max_attempts` (unless
-    `retry` is off: a SLURM task leaves retries to the monitor's next wave); `py123d`: each run also writes its
+    `retry` is off: a SLURM task leaves retries to the monitor's next wave), each run driven as its spec says
+    (written when the collection was planned; `settings` are the collection's); `py123d`: each run also writes its
     Py123D log (run --py123d); `gpus`: one GPU per worker slot (`gpu_slots`; --servers-per-gpu), which then sets the
     number of workers."""
 
-    def __init__(self, layout: Layout, workers: int, max_attempts: int, settings: dict[str, Any], retry: bool = True,
+    def __init__(self, layout: Layout, workers: int, max_attempts: int, settings: CollectSettings, retry: bool = True,
                  progress: bool = True, py123d: bool = False, gpus: list[str] | None = None):
         self.layout = layout
         self.py123d = py123d
@@ -122,20 +121,18 @@ class Collector:
         self.retried = 0
         self.frames = 0
         self.disk_full: DiskFull | None = None  # the first full disk met: no run starts after it
-        # The embedded world's route runs are forked from a zygote per town that loaded the town once
-        # (tools.collect.runner.zygote); at most one per worker, the least recently used idle one ended first.
+        # Route runs forked from a zygote per town that loaded the town once (tools.collect.runner.zygote), where the
+        # world's runs do (the embedded world's); at most one per worker, the least recently used idle one ended first.
         self.zygotes: dict[Path, Zygote] = {}
-        self.use_zygotes = str(settings.get("world", "sim")) == "sim"
+        self.use_zygotes = world_for(settings.world).forks_from_town
 
     # --------------------------------------------------------------- one attempt
     def _command(self, job: Job, attempt: int) -> list[str]:
-        module, command = ROUTE_RUN_COMMAND[str(self.settings.get("agent", "expert"))]
+        module, command = ROUTE_RUN_COMMAND[self.settings.agent]
         return [
             sys.executable, "-m", module, command,
-            "--route", str(job.route_file), "--root", str(self.layout.root),
-            "--repetition", str(job.repetition), f"--route-id={job.route.id}",
-            "--towns", str(job.towns), "--attempt", str(attempt),
-            *_setting_args(self.settings), *(["--py123d"] if self.py123d else []),
+            "--spec", str(self.layout.run_spec(job.key)), "--root", str(self.layout.root),
+            "--attempt", str(attempt), *(["--py123d"] if self.py123d else []),
         ]
 
     def _launch(self, job: Job) -> str:
