@@ -85,7 +85,7 @@ class RecordingScheduler(Scheduler):
 
     def _play(self, job_ids: list[str]) -> dict[tuple[str, int], str]:
         self.calls["sacct"] += 1
-        from tools.collect.runner.slurm import Wave
+        from tools.collect.runner.waves import Wave
 
         budget = self.throttle
         states = {}
@@ -104,7 +104,7 @@ class RecordingScheduler(Scheduler):
         return states
 
     def _drive(self, entry: dict) -> None:
-        from tools.collect.runner.slurm import run_key_of
+        from tools.collect.runner.waves import run_key_of
 
         key = run_key_of(entry)
         claim = claim_run(self.layout, key)

@@ -161,7 +161,7 @@ def test_an_array_task_of_a_policys_wave_runs_in_the_torch_image_stub_apptainer(
     stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
     wave = tmp_path / "root" / "slurm" / "waves" / "wave-0001.json"
     wave.parent.mkdir(parents=True)
-    # As tools.collect.runner.slurm.Wave.save writes it (atomic.write_json: indented JSON).
+    # As tools.collect.runner.waves.Wave.save writes it (atomic.write_json: indented JSON).
     wave.write_text(json.dumps({"format": 1, "wave": 1, "settings": {"agent": agent, "record": False}, "runs": []},
                                indent=2) + "\n")
     env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}

@@ -340,7 +340,7 @@ def test_a_slurm_task_runs_gpus_times_k_servers_at_once_on_the_gpus_slurm_gave_i
     bin/collect-task (no cluster needed; the SLURM tests cover submission)."""
     from tools.collect.routes import find_route_files
     from tools.collect.runner.jobs import plan
-    from tools.collect.runner.slurm import WAVE_NAME, Wave, waves_dir
+    from tools.collect.runner.waves import WAVE_NAME, Wave, waves_dir
 
     routes = copy_routes(short_routes, tmp_path / "routes")
     layout = Layout(tmp_path / "root")

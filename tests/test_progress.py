@@ -198,7 +198,7 @@ def test_run_states_in_bulk_are_run_state_run_by_run_on_a_root_with_every_state(
 
 
 def test_progress_looks_for_slurm_waves_where_the_slurm_module_writes_them(root):
-    from tools.collect.runner.slurm import SLURM_DIR, slurm_dir
+    from tools.collect.runner.waves import SLURM_DIR, slurm_dir
 
     assert slurm_dir(Layout(root)) == root / "slurm" and SLURM_DIR == "slurm"  # progress.py's shortcut
 

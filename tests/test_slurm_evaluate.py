@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, run_tool
 
-from tools.collect.runner.slurm import load_waves
+from tools.collect.runner.waves import load_waves
 from tools.dataset.layout import Layout
 
 pytestmark = pytest.mark.slurm

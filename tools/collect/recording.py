@@ -9,7 +9,7 @@
     recorder.finish()                         # the run's measurements index, after its last frame
 
 The recorder counts the ticks itself: whether a frame is due (and settings.record is on), its index and tick, and
-when the heartbeat is due (every results.HEARTBEAT_EVERY_S wall seconds) are decided here alone.
+when the heartbeat is due (every heartbeats.HEARTBEAT_EVERY_S wall seconds) are decided here alone.
 What a frame holds is the frame contract (tools.dataset: measurements, frames, rig); this module fills it from
 the privileged state (tools.expert.state.Snapshot: the ego, the actors near it, and the ego's speed limit, lane,
 acceleration and scenario), the dense route and the referee's place on it.

@@ -60,7 +60,7 @@ def lane_at(cmap, x: float, y: float, z: float | None = None):
 
 def neighbours(wp) -> Neighbours:
     """The driving lanes beside a waypoint's lane: the one rule for passing an obstacle (tools.expert) and for
-    where scenarios may put one (tools.collect.routes, tools.collect.sim.scenarios)."""
+    where scenarios may put one (tools.collect.route_gen, tools.collect.sim.scenarios)."""
     left, right = wp.get_left_lane(), wp.get_right_lane()
 
     def driving(lane, same: bool) -> bool:

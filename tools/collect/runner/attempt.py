@@ -6,7 +6,7 @@ run-spec.json), and its child reads it (`run --spec FILE --attempt N`); a run al
 same spec itself (`plan_alone`), checking its route as a collection's plan does.
 
 Order of writes, so that a run killed at any point never looks complete:
-  0. claim the run (tools.dataset.results.claim_run: its lock, then the attempt), or take over the claim
+  0. claim the run (tools.dataset.claims.claim_run: its lock, then the attempt), or take over the claim
      a collector made for us; the lock is held until the result is written
   1. discard what an earlier failed attempt left; write run.json
   2. per recorded frame: frames/<index>.msgpack (atomic, not fsynced); a heartbeat every few wall-clock seconds
@@ -147,7 +147,7 @@ def run_route(spec: RunSpec, layout: Layout, attempt: int | None = None, force: 
     else:
         read_manifest(layout)  # refuses a root of another format version
 
-    if attempt is None:  # claim the run: its lock, then the attempt (tools.dataset.results.claim_run)
+    if attempt is None:  # claim the run: its lock, then the attempt (tools.dataset.claims.claim_run)
         claim = claims.claim_run(layout, key, redo=force)
         if claim is results.RunState.FINISHED:
             print(f"{key}: already finished; --force redoes it", file=sys.stderr)

@@ -51,9 +51,10 @@ def print_progress(root: str | None) -> None:
 def _slurm_queue(layout: Layout, strict: bool = False):
     """The SLURM tasks of a root collected with --slurm (one scheduler query), else None. `strict`: a root
     with SLURM waves whose queue cannot be read is an error (clean-failed must not guess)."""
-    if not (layout.root / SLURM).exists():  # tools.collect.runner.slurm.SLURM_DIR: never collected on SLURM
+    if not (layout.root / SLURM).exists():  # tools.collect.runner.waves.SLURM_DIR: never collected on SLURM
         return None  # (known without importing the SLURM module: 0.37 s, most of progress's start-up)
-    from tools.collect.runner.slurm import live_runs, load_waves  # not a cycle: deferred for progress's speed
+    from tools.collect.runner.slurm import live_runs  # not a cycle: deferred for progress's speed
+    from tools.collect.runner.waves import load_waves
 
     try:
         queue = live_runs(layout)

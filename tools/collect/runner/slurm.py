@@ -12,7 +12,7 @@ job arrays of slurm/collect.sbatch (`--array=0-N%K`), split at the cluster's Max
 per array, never one per route. An array is written into the wave file, under a job name of its own,
 *before* it is submitted and gets its job id after: a monitor killed in between finds it by name and
 adopts it, so nothing is submitted twice. A task runs its route runs through bin/collect-task, which
-claims each one like a local collector (tools.dataset.results.claim_run) and watches its heartbeat.
+claims each one like a local collector (tools.dataset.claims.claim_run) and watches its heartbeat.
 
 Every poll (at most one every `--poll` seconds) asks the scheduler once: `sacct` where the cluster keeps
 accounting, else `squeue` and `scontrol`. The truth about a route run is on disk (run_state); the
@@ -44,19 +44,7 @@ from typing import Any
 from tools.collect.config import CollectSettings
 from tools.collect.inspect.tables import crash_lines
 from tools.collect.runner.jobs import duration, route_run_bytes
-from tools.collect.runner.waves import (  # noqa: F401  (the wave file's names, as they were here)
-    SLURM_DIR,
-    TASK_LOG,
-    WAVE_FORMAT,
-    WAVE_NAME,
-    WAVES,
-    Wave,
-    load_waves,
-    run_key_of,
-    slurm_dir,
-    task_log_dir,
-    waves_dir,
-)
+from tools.collect.runner.waves import WAVE_NAME, Wave, load_waves, run_key_of, task_log_dir, waves_dir
 from tools.collect.runner.world import world_for
 from tools.dataset import cli
 from tools.dataset.attempts import record_attempt

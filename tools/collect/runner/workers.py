@@ -8,7 +8,7 @@ runs fork from a loaded town (World.forks_from_town: the embedded world) the chi
 from the town's zygote (tools.collect.runner.zygote), which loaded the town once for all the worker's runs there;
 the runs are ordered by town, and at most one zygote per worker is kept.
 
-The parent claims a run (tools.dataset.results.claim_run: the run's lock, then the attempt) and hands
+The parent claims a run (tools.dataset.claims.claim_run: the run's lock, then the attempt) and hands
 the locked file to the child, which holds it while it runs: no other collector or SLURM task runs the
 same route run meanwhile. A child dies with its collector (PR_SET_PDEATHSIG), so a rerun after a kill -9
 of the collector never finds more simulators than --workers.
@@ -189,7 +189,7 @@ class Collector:
 
     def _watchdog(self, w: Worker) -> None:
         """Kill a child whose heartbeat of this attempt went stale: it hangs, and would hold a slot forever. Stale:
-        unchanged for HEARTBEAT_STALE_S on our own clock (results.HeartbeatWatch), not by a file server's mtime."""
+        unchanged for HEARTBEAT_STALE_S on our own clock (heartbeats.HeartbeatWatch), not by a file server's mtime."""
         if w.beat.stale():
             tqdm.write(f"collect: {w.job.key}: no heartbeat for {HEARTBEAT_STALE_S:.0f} s, killing attempt {w.attempt}",
                        file=sys.stderr)

@@ -4,7 +4,7 @@ town (carla.Map, lane graph, the SUMO network's lanes, junctions and signals), t
 A forked child is today's child process in all that matters: it runs the same command line (`python -m
 tools.collect run ...`, a policy's `python -m tools.evaluate route ...`) through runpy, in a session and process
 group of its own, its stdout and stderr appended to the run's attempt log, holding the run's lock that the collector
-claimed and handed over (tools.dataset.results.LOCK_FD_ENV: the locked file's descriptor travels to the zygote
+claimed and handed over (tools.dataset.claims.LOCK_FD_ENV: the locked file's descriptor travels to the zygote
 over a Unix socket, and the zygote closes its copy as soon as it has forked). It finds the town kept
 (tools.collect.town.open_town) and pays only its own part: the route's plan, its regional scene, SUMO's start
 (libsumo is one simulation per process: each child starts its own). A child that crashes (an exception, os._exit,
