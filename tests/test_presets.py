@@ -44,7 +44,7 @@ def test_an_explicit_value_wins_over_the_preset_and_no_preset_is_full():
     assert parse_overrides("pretrain", ["max_steps=7"]) == TrainConfig(max_steps=7)
     assert resolve(COLLECT, "small", {"workers": 1, "vehicles": None}) == {"workers": 1, "vehicles": 20}
     assert resolve(COLLECT, None, {"workers": None, "vehicles": None}) == {"workers": 1, "vehicles": 40}
-    with pytest.raises(ToolError, match="^preset=huge: unknown preset; choose one of tiny, small, medium, full$"):
+    with pytest.raises(ToolError, match="^--preset huge: unknown preset; choose one of tiny, small, medium, full$"):
         parse_overrides("pretrain", ["preset=huge"])
 
 

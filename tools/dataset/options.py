@@ -6,9 +6,11 @@ The dataclass's `__post_init__` (or one checker it calls) checks the values toge
 From that one declaration:
 
     field_docs(cls)         the help text of every field (the docstring under it, read from the source)
-    build(cls, flags)       an instance from flags as fire or a `--key=value` parser hands them over, each value
-                            converted to its field's type with a one-line error naming the flag; an unknown flag
+    build(cls, flags)       an instance from flags as fire or `parse_flags` hands them over, each value converted
+                            to its field's type (`values`) with a one-line error naming the flag; an unknown flag
                             is one line naming the near matches
+    parse_flags(args)       `--key=value` words (or `--key value`, or `key=value`) as a dict, for a tool that
+                            fire does not run (train)
     takes(name, cls, ...)   decorator of a fire command: the fields become keyword-only parameters of its
                             signature and entries of its docstring's Args (what `--help` prints, with defaults),
                             and the command is called with `name=` the instance built from the flags given
@@ -110,12 +112,10 @@ def words(value: Any, name: str) -> tuple[str, ...]:
 
 def integers(value: Any, name: str) -> tuple[int, ...]:
     """Comma-separated integers: fire hands "3,5" over as a tuple and "3" as an int; a parser, as text."""
-    if isinstance(value, str):
-        value = [part for part in value.split(",") if part.strip()]
-    elif not isinstance(value, list | tuple):
-        value = [value]
+    parts = [p for p in value.split(",") if p.strip()] if isinstance(value, str) else \
+        value if isinstance(value, list | tuple) else [value]
     try:
-        return tuple(integer(v, name) for v in value)
+        return tuple(integer(v, name) for v in parts)
     except ToolError:
         raise ToolError(f"--{name} {value!r}: expected comma-separated integers") from None
 
@@ -172,19 +172,44 @@ def flag_fields(cls: type, exclude: tuple[str, ...] = ()) -> list[dataclasses.Fi
     return [f for f in dataclasses.fields(cls) if f.init and f.name not in exclude]
 
 
-def build(cls: type, flags: Mapping[str, Any], exclude: tuple[str, ...] = (), see: str = "--help") -> Any:
-    """An instance of `cls` from `flags` (name -> value; names with dashes or underscores): each converted to its
-    field's type, the rest left at their defaults, then checked by the dataclass. ToolError names the flag."""
+def values(cls: type, flags: Mapping[str, Any], exclude: tuple[str, ...] = (), see: str = "--help") -> dict[str, Any]:
+    """`flags` (name -> value; names with dashes or underscores) as field name -> value of the field's type.
+    ToolError naming the flag for a value that does not fit, and for an unknown flag (with its near matches)."""
     fields = {f.name: f for f in flag_fields(cls, exclude)}
-    values = {}
+    out = {}
     for given, value in flags.items():
         name = given.replace("-", "_")
         if name not in fields:
             near = difflib.get_close_matches(name, list(fields), n=3, cutoff=0.75)
             hint = f"; did you mean {' or '.join(flag(n) for n in near)}?" if near else ""
             raise ToolError(f"unknown flag {flag(name)}{hint} (see {see})")
-        values[name] = convert(value, str(fields[name].type), name)
-    return cls(**values)
+        out[name] = convert(value, str(fields[name].type), name)
+    return out
+
+
+def build(cls: type, flags: Mapping[str, Any], exclude: tuple[str, ...] = (), see: str = "--help") -> Any:
+    """An instance of `cls` from `flags`: each converted (`values`), the rest left at their defaults, then
+    checked by the dataclass itself."""
+    return cls(**values(cls, flags, exclude, see))
+
+
+def parse_flags(args: list[str], see: str = "--help") -> dict[str, str]:
+    """A command line of `--key=value` (also `--key value`, and `key=value`) as key -> text, keys with underscores;
+    the last of a key given twice wins. For a tool that fire does not run."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, sep, value = arg.partition("=")
+        if not sep and arg.startswith("--") and len(arg) > 2 and i + 1 < len(args) and \
+                not args[i + 1].startswith("--"):
+            key, sep, value = arg, "=", args[i + 1]
+            i += 1
+        i += 1
+        if not sep or key.lstrip("-") == "":
+            raise ToolError(f"{arg!r}: give options as --key=value (for example --max-steps=100); {see} lists them")
+        out[key.removeprefix("--").replace("-", "_")] = value
+    return out
 
 
 def _entry(name: str, doc: str, indent: str) -> list[str]:
