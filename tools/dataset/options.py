@@ -227,7 +227,7 @@ def _insert_args(doc: str, before: list[str], lines: list[str]) -> str:
         raise ValueError("a command taking options needs an Args: section in its docstring")
     indent = " " * (len(rows[start]) - len(rows[start].lstrip()) + 4)
     end = start + 1
-    while end < len(rows) and (rows[end].startswith(indent) or not rows[end].strip()) and end < len(rows):
+    while end < len(rows) and (rows[end].startswith(indent) or not rows[end].strip()):
         end += 1
     at = end
     for name in before:

@@ -107,7 +107,7 @@ class SlurmOptions:
     account: str | None = None
     """SLURM account to charge."""
     time: str = "01:00:00"
-    """time limit of one array task (SLURM format, e.g. 01:00:00, 90 minutes, 1-00:00:00)."""
+    """time limit of one array task (SLURM format, e.g. 01:00:00, 90 (minutes) or 1-00:00:00)."""
     throttle: int = 48
     """array tasks running at once (--array=...%K); changes live arrays when rerun."""
     cpus: int = 1
