@@ -11,7 +11,8 @@ check them itself before acting (the settings dataclasses do, with near matches)
 
 Fire guesses types from the text ("2024" is an int, "1e3" a float, "a,b" a tuple): commands convert every
 argument in their first lines with `integer`, `number`, `text` and `switch`, which name the flag and the
-fix when the value does not fit.
+fix when the value does not fit. Options that several commands share are declared once, as a dataclass whose
+fields become the commands' flags, signature and --help (tools.dataset.options, where those conversions live).
 """
 
 from __future__ import annotations
