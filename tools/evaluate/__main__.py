@@ -15,10 +15,6 @@ from __future__ import annotations
 from tools.collect.runner.slurm import SlurmOptions, slurm_flags
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
-from tools.evaluate import run as evaluation
-from tools.evaluate.run import EVALUATION_FORMAT, read_evaluation, unseen_towns_note
-
-__all__ = ["EVALUATION_FORMAT"]  # ROOT/evaluation.json's version, tools.evaluate.run's
 
 
 @slurm_flags
@@ -52,6 +48,8 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         max_attempts: attempts per route run while it crashes.
         settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/config.py).
     """
+    from tools.evaluate import run as evaluation
+
     flags = evaluation.check(routes_dir, root, checkpoint, agent, towns, workers, repetitions, seeds, max_attempts,
                              slurm, settings)
     plan = evaluation.plan(flags)  # everything refused before anything is written
@@ -70,6 +68,7 @@ def score(root: str | None = None) -> None:
     """
     from tools.dataset.layout import Layout, resolve_root
     from tools.dataset.score import score_root
+    from tools.evaluate.run import read_evaluation, unseen_towns_note
 
     if root is None or isinstance(root, bool) or str(root) == "":
         raise ToolError("--root missing: give the evaluation root to aggregate (bin/evaluate ... --root ROOT)")
