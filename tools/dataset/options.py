@@ -167,6 +167,17 @@ def _default(f: dataclasses.Field) -> Any:
     return inspect.Parameter.empty
 
 
+def as_typed(f: dataclasses.Field) -> tuple[str, Any]:
+    """A field's type and default as a person types them: words (`tuple[str, ...]`) as one quoted string,
+    integers (`tuple[int, ...]`) comma-separated."""
+    default = _default(f)
+    if str(f.type) == "tuple[str, ...]":
+        return "str", shlex.join(default)
+    if str(f.type) == "tuple[int, ...]":
+        return "str", ",".join(map(str, default))
+    return str(f.type), default
+
+
 def flag_fields(cls: type, exclude: tuple[str, ...] = ()) -> list[dataclasses.Field]:
     """The fields of `cls` that are flags: every init field but those in `exclude`."""
     return [f for f in dataclasses.fields(cls) if f.init and f.name not in exclude]
@@ -263,8 +274,8 @@ def takes(name: str, cls: type, *, switch_help: str | None = None, exclude: tupl
         clash = {f.name for f in fields} & (set(names) - {name})
         if clash:
             raise TypeError(f"{fn.__name__}: {', '.join(sorted(clash))} both a parameter and a field of {cls.__name__}")
-        options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_default(f), annotation=f.type)
-                   for f in fields]
+        options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=as_typed(f)[1],
+                                     annotation=as_typed(f)[0]) for f in fields]
         public: list[inspect.Parameter] = []
         for p in params:
             if p.name == name:
@@ -307,8 +318,7 @@ def help_lines(cls: type, exclude: tuple[str, ...] = (), width: int = 100) -> li
     docs = field_docs(cls)
     lines = []
     for f in flag_fields(cls, exclude):
-        default = _default(f)
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        lines.append(f"  {flag(f.name)}={shown}  ({f.type})")
+        kind, default = as_typed(f)
+        lines.append(f"  {flag(f.name)}={default}  ({kind})")
         lines += textwrap.wrap(docs.get(f.name, ""), width, initial_indent=" " * 6, subsequent_indent=" " * 6)
     return lines
