@@ -219,7 +219,7 @@ def parse_flags(args: list[str], see: str = "--help") -> dict[str, str]:
         i += 1
         if not sep or key.lstrip("-") == "":
             raise ToolError(f"{arg!r}: give options as --key=value (for example --max-steps=100); {see} lists them")
-        out[key.removeprefix("--").replace("-", "_")] = value
+        out[key.lstrip("-").replace("-", "_")] = value
     return out
 
 
