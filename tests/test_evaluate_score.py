@@ -31,7 +31,7 @@ from tools.dataset.results import (
     write_result,
 )
 from tools.dataset.score import aggregate, outside_lanes_km, score_root
-from tools.evaluate.__main__ import EVALUATION_FORMAT
+from tools.evaluate.run import EVALUATION_FORMAT
 
 PERFECT_RUN = RunKey("Alpha", "town_0000_rep0")
 COMPLETED_RUN = RunKey("Alpha", "town_0001_rep0")

@@ -18,10 +18,11 @@ from tools.collect.routes import read_routes
 from tools.dataset.buckets import COLLECTIONS, SPLITS, load_collection
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
+from tools.dataset.options import build
 from tools.dataset.presets import COLLECT, PRESETS, ROUTES, TRAIN, resolve
 from tools.dataset.results import RunState, run_state
 from tools.dataset.samples import CacheSettings
-from tools.pipeline.chain import parse_options, stages
+from tools.pipeline.chain import PipelineFlags, parse_options, stages
 from tools.train.config import TrainConfig, parse_overrides
 
 FULL = PRESETS.index("full")
@@ -45,7 +46,7 @@ def test_an_explicit_value_wins_over_the_preset_and_no_preset_is_full():
     assert parse_overrides("pretrain", ["max_steps=7"]) == TrainConfig(max_steps=7)
     assert resolve(COLLECT, "small", {"workers": 1, "vehicles": None}) == {"workers": 1, "vehicles": 20}
     assert resolve(COLLECT, None, {"workers": None, "vehicles": None}) == {"workers": 1, "vehicles": 40}
-    with pytest.raises(ToolError, match="^preset=huge: unknown preset; choose one of tiny, small, medium, full$"):
+    with pytest.raises(ToolError, match="^--preset huge: unknown preset; choose one of tiny, small, medium, full$"):
         parse_overrides("pretrain", ["preset=huge"])
 
 
@@ -66,21 +67,20 @@ def test_routes_take_the_presets_count_and_lengths_and_a_flag_wins(town_xodr, tm
 
 
 def test_the_pipeline_passes_its_preset_before_the_stages_own_arguments(tmp_path):
-    options = parse_options(tmp_path, tmp_path / "root", tmp_path / "out", False, None, None, 1, 1, None, "",
-                            args={"collect": "--workers 1", "pretrain": "max_steps=3", "posttrain": ""}, sbatch={},
-                            preset="tiny")
+    options = parse_options(tmp_path, tmp_path / "root", build(PipelineFlags, {
+        "outputs": tmp_path / "out", "shards": 1, "collect_args": "--workers 1", "pretrain_args": "max_steps=3",
+        "posttrain_args": "", "preset": "tiny"}))
     commands = {s.name: s.command for s in stages(options)}
     assert commands["collect"][-4:] == ["--preset", "tiny", "--workers", "1"]
     assert commands["pretrain"][-2:] == ["preset=tiny", "max_steps=3"] and commands["posttrain"][-1] == "preset=tiny"
     assert "--preset" not in commands["buckets"] + commands["cache"]
-    plain = parse_options(tmp_path, tmp_path / "root", tmp_path / "out", False, None, None, 1, 1, None, "", args={},
-                          sbatch={})
+    plain = parse_options(tmp_path, tmp_path / "root", PipelineFlags(outputs=str(tmp_path / "out"), shards=1))
     assert not any("preset" in word for s in stages(plain) for word in s.command)
-    for stage, words in (("collect", "--preset small"), ("pretrain", "preset=small")):
+    for stage, words in (("collect", "--preset small"), ("pretrain", "preset=small"), ("pretrain", "--preset small"),
+                         ("pretrain", "--preset=small")):
         with pytest.raises(ToolError, match=f"--{stage}-args: {words.split()[0]}.* is set by the pipeline; use "
                                             "bin/pipeline --preset"):
-            parse_options(tmp_path, tmp_path / "root", tmp_path / "out", False, None, None, 1, 1, None, "",
-                          args={stage: words}, sbatch={}, preset="tiny")
+            build(PipelineFlags, {f"{stage}_args": words, "preset": "tiny"})
 
 
 def test_help_prints_each_stages_preset_table():

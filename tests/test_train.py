@@ -22,8 +22,9 @@ from tests.conftest import PYTHON, REPO, TINY, copy_root, run_tool, train
 from tools.dataset.cache import read_frame_dt, settings_path
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
+from tools.dataset.options import field_docs, flag
 from tools.train import checkpoint
-from tools.train.config import TrainConfig, field_docs, help_text, parse_overrides
+from tools.train.config import TrainConfig, help_text, parse_overrides
 from tools.train.data import find_cache
 
 
@@ -262,22 +263,31 @@ def test_posttrain_without_a_pretrain_checkpoint_is_one_line_and_exit_2(train_ro
 
 
 def test_unknown_config_key_is_one_line_naming_the_near_match_and_exit_2(tmp_path):
-    proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", "max_stpes=3", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert one_line(proc.stderr) == "train: unknown config key 'max_stpes': did you mean max_steps?"
+    for spelling in (["max_stpes=3"], ["--max-stpes=3"], ["--max_stpes", "3"]):
+        proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", *spelling, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert one_line(proc.stderr) == ("train: unknown flag --max-stpes; did you mean --max-steps? "
+                                         "(see python -m tools.train --help)")
 
 
 def test_bad_values_name_the_key():
-    with pytest.raises(ToolError, match="^lr=abc: expected a float$"):
+    with pytest.raises(ToolError, match="^--lr 'abc': expected a finite number$"):
         parse_overrides("pretrain", ["lr=abc"])
-    with pytest.raises(ToolError, match="^batch_size=0: must be between 1 and 4096$"):
-        parse_overrides("pretrain", ["batch_size=0"])
-    with pytest.raises(ToolError, match="^model='huge': must be one of tiny, full$"):
+    with pytest.raises(ToolError, match="^--batch-size=0: must be between 1 and 4096$"):
+        parse_overrides("pretrain", ["--batch-size=0"])
+    with pytest.raises(ToolError, match="^--model='huge': must be one of tiny, full$"):
         parse_overrides("pretrain", ["model=huge"])
     with pytest.raises(ToolError, match="only posttrain starts from a checkpoint"):
         parse_overrides("pretrain", ["load=x"])
-    cfg = parse_overrides("posttrain", ["lr=3e-4", "debug_nan_steps=2,5", "--keep=5"])
-    assert (cfg.lr, cfg.debug_nan_steps, cfg.keep) == (3e-4, (2, 5), 5)
+    with pytest.raises(ToolError, match="^'lr': give options as --key=value"):
+        parse_overrides("pretrain", ["lr"])
+
+
+def test_keys_are_flags_in_every_spelling():
+    """--key=value as every tool takes its flags; --key value; and key=value, which bin/train has always taken."""
+    cfg = parse_overrides("posttrain", ["lr=3e-4", "debug_nan_steps=2,5", "--keep=5", "--max-steps", "7",
+                                        "--grad_clip=0.5"])
+    assert (cfg.lr, cfg.debug_nan_steps, cfg.keep, cfg.max_steps, cfg.grad_clip) == (3e-4, (2, 5), 5, 7, 0.5)
 
 
 def test_empty_collection_or_missing_cache_is_one_line(train_root, tmp_path):
@@ -306,10 +316,10 @@ def test_a_cache_lacking_records_is_one_line_naming_the_count(train_root, tmp_pa
 
 def test_help_lists_every_key_with_its_doc():
     text = help_text()
-    docs = field_docs()
+    docs = field_docs(TrainConfig)
     for name in TrainConfig.__dataclass_fields__:
         if name != "phase":
-            assert f"  {name} " in text and docs.get(name), name
+            assert f"  {flag(name)}=" in text and docs.get(name), name
     proc = run_tool(str(REPO / "bin" / "train"), "--help-keys")
     assert proc.returncode == 0 and "max_steps" in proc.stdout
     proc = run_tool(str(REPO / "bin" / "train"), "--help")
@@ -445,7 +455,7 @@ def test_a_checkpoint_of_frames_another_time_apart_than_the_cache_is_one_line_on
     assert proc.returncode == 2
     assert one_line(proc.stderr) == (
         f"train: {checkpoint.step_dir(logdir, 4)} was trained on frames 0.25 s apart, the cache {cache_root} holds "
-        "frames 0.5 s apart: train from scratch in a new logdir=, or on the cache this run was trained on")
+        "frames 0.5 s apart: train from scratch in a new --logdir=, or on the cache this run was trained on")
     assert steps_of(logdir) == [2, 4]
     proc = train("posttrain", root, tmp_path / "post", f"load={pretrained}")
     assert proc.returncode == 2

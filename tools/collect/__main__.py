@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tools.collect.runner.slurm import SlurmOptions, slurm_flags
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 from tools.dataset.presets import with_table
@@ -148,12 +149,10 @@ def run(route: str | None = None, root: str | None = None, repetition: int = 0, 
 
 
 @with_table("collect")
+@slurm_flags
 def collect(routes_dir: str, root: str | None = None, towns: str | None = None, workers: int | None = None,
-            repetitions: int = 1, max_attempts: int = 3, slurm: bool = False, partition: str | None = None,
-            account: str | None = None, time: str = "01:00:00", throttle: int = 48, cpus: int = 1, mem: str = "4G",
-            gpus: int | None = None, runs_per_task: int = 1, sbatch_args: str = "", watch: bool = True,
-            poll: float = 30.0, py123d: bool = False, preset: str | None = None, servers_per_gpu: int | None = None,
-            **settings) -> None:
+            repetitions: int = 1, max_attempts: int = 3, slurm: SlurmOptions | None = None, py123d: bool = False,
+            preset: str | None = None, servers_per_gpu: int | None = None, **settings) -> None:
     """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes, or as SLURM
     job arrays (--slurm).
 
@@ -197,18 +196,6 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
             --servers-per-gpu: the GPUs x K).
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.
-        slurm: run the route runs as SLURM array tasks instead of local workers.
-        partition: SLURM partition (default: the cluster's default).
-        account: SLURM account to charge.
-        time: time limit of one array task (SLURM format, e.g. 01:00:00).
-        throttle: array tasks running at once (--array=...%K); changes live arrays when rerun.
-        cpus: CPUs per task.
-        mem: memory per task (e.g. 4G).
-        gpus: GPUs per task (default: 0 for the embedded world; a CARLA world asks for 1).
-        runs_per_task: route runs one task drives one after the other (for clusters with a job limit).
-        sbatch_args: more sbatch options, as one quoted string, passed as they are.
-        watch: keep monitoring until every route run ended (--no-watch: submit and exit).
-        poll: seconds between two looks at the scheduler (30; tests use less).
         py123d: also write each finished route run as a Py123D log under ROOT/py123d.
         preset: tiny, small, medium or full (the table above; tools/dataset/presets.py).
         servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
@@ -218,7 +205,6 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
             so it is retried; both worlds).
     """
     from tools.collect.runner.collection import collect_routes
-    from tools.collect.runner.slurm import options_from_flags
     from tools.collect.runner.world import world_for
     from tools.dataset.presets import COLLECT, check_preset, resolve
 
@@ -240,11 +226,12 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         from tools.collect.inspect.py123d_export import require_py123d
 
         require_py123d("--py123d")
-    options = options_from_flags(slurm=slurm, partition=partition, account=account, time=time, throttle=throttle,
-                                 cpus=cpus, mem=mem, gpus=gpus, runs_per_task=runs_per_task, sbatch_args=sbatch_args,
-                                 watch=watch, poll=poll, settings=settings, servers_per_gpu=servers_per_gpu)
+    if servers_per_gpu is not None:
+        servers_per_gpu = cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16)
+    if slurm is not None:
+        slurm = slurm.settled(settings, servers_per_gpu)
     collect_routes(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
-                   max_attempts=max_attempts, settings=settings, slurm=options, py123d=py123d,
+                   max_attempts=max_attempts, settings=settings, slurm=slurm, py123d=py123d,
                    servers_per_gpu=servers_per_gpu)
 
 

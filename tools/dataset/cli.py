@@ -11,73 +11,26 @@ check them itself before acting (the settings dataclasses do, with near matches)
 
 Fire guesses types from the text ("2024" is an int, "1e3" a float, "a,b" a tuple): commands convert every
 argument in their first lines with `integer`, `number`, `text` and `switch`, which name the flag and the
-fix when the value does not fit.
+fix when the value does not fit. Options that several commands share are declared once, as a dataclass whose
+fields become the commands' flags, signature and --help (tools.dataset.options, where those conversions live).
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from tools.dataset import options
 from tools.dataset.errors import ToolError, run_cli
 from tools.dataset.layout import Layout, resolve_root
 
 # ----------------------------------------------------------------------------- conversion
+# One value of a flag, converted and checked (tools.dataset.options, where the options' dataclasses are read).
 
-
-def switch(value: Any, name: str) -> bool:
-    """A flag that takes no value (`--force`)."""
-    if isinstance(value, bool):
-        return value
-    raise ToolError(f"--{name} takes no value (got {value!r}): write --{name} alone")
-
-
-def integer(value: Any, name: str, lo: int | None = None, hi: int | None = None) -> int:
-    """An integer flag within [lo, hi]."""
-    try:
-        if isinstance(value, bool) or value is None:
-            raise ValueError
-        number = float(value) if not isinstance(value, int) else value
-        if not float(number).is_integer():
-            raise ValueError
-        out = int(number)
-    except (TypeError, ValueError, OverflowError):
-        raise ToolError(f"--{name} {value!r}: expected an integer") from None
-    if (lo is not None and out < lo) or (hi is not None and out > hi):
-        bounds = f"at least {lo}" if hi is None else f"from {lo} to {hi}" if lo is not None else f"at most {hi}"
-        raise ToolError(f"--{name} {out}: expected an integer {bounds}")
-    return out
-
-
-def number(value: Any, name: str, lo: float | None = None, hi: float | None = None) -> float:
-    """A finite number flag within [lo, hi]."""
-    try:
-        if isinstance(value, bool) or value is None:
-            raise ValueError
-        out = float(value)
-        if not math.isfinite(out):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ToolError(f"--{name} {value!r}: expected a finite number") from None
-    if (lo is not None and out < lo) or (hi is not None and out > hi):
-        raise ToolError(f"--{name} {out:g}: expected a number from {lo} to {hi}")
-    return out
-
-
-def text(value: Any, name: str) -> str:
-    """A text flag: fire may have made a number or a tuple of it; a bare `--name` is an error."""
-    if value is None or isinstance(value, bool):
-        raise ToolError(f"--{name} needs a value")
-    if isinstance(value, list | tuple | dict):
-        raise ToolError(f"--{name} {value!r}: expected one value (quote text with commas)")
-    return str(value)
-
-
-def optional_text(value: Any, name: str) -> str | None:
-    return None if value is None else text(value, name)
+switch, integer, number, text, optional_text = (options.switch, options.integer, options.number, options.text,
+                                                options.optional_text)
 
 
 # ----------------------------------------------------------------------------- the dataset root

@@ -12,26 +12,15 @@ What is measured and how: docs/evaluation.md. `python -m tools.evaluate COMMAND 
 
 from __future__ import annotations
 
-import sys
-from collections import Counter
-from pathlib import Path
-from typing import Any
-
+from tools.collect.runner.slurm import SlurmOptions, slurm_flags
 from tools.dataset import cli
 from tools.dataset.errors import ToolError
 
-#: Version of ROOT/evaluation.json.
-EVALUATION_FORMAT = 1
-#: What identifies an evaluation: rerunning into a root that evaluated something else is refused.
-IDENTITY = ("agent", "checkpoint", "routes_dir", "settings")
 
-
+@slurm_flags
 def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None, agent: str | None = None,
         towns: str | None = None, workers: int = 1, repetitions: int | None = None, seeds: int | None = None,
-        max_attempts: int = 3,
-        slurm: bool = False, partition: str | None = None, account: str | None = None, time: str = "01:00:00",
-        throttle: int = 48, cpus: int = 1, mem: str = "4G", gpus: int | None = None, runs_per_task: int = 1,
-        sbatch_args: str = "", watch: bool = True, poll: float = 30.0, **settings) -> None:
+        max_attempts: int = 3, slurm: SlurmOptions | None = None, **settings) -> None:
     """Drive every route file under ROUTES_DIR K times with a trained policy (--checkpoint) or the expert
     (--agent expert), without recording frames, then aggregate the leaderboard 2.0 scores into
     ROOT/result.json and print them: driving score, route completion, infraction score, infractions per km,
@@ -57,114 +46,16 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         seeds: the same as --repetitions (K world seeds per route); the summary gives means with 95% intervals
             over routes x seeds, and per route over its seeds.
         max_attempts: attempts per route run while it crashes.
-        slurm: run the route runs as SLURM array tasks instead of local workers (docs/slurm.md).
-        partition: SLURM partition (default: the cluster's default).
-        account: SLURM account to charge.
-        time: time limit of one array task (SLURM format, e.g. 01:00:00).
-        throttle: array tasks running at once (--array=...%K); changes live arrays when rerun.
-        cpus: CPUs per task.
-        mem: memory per task (e.g. 4G).
-        gpus: GPUs per task (default: 0 for the embedded world).
-        runs_per_task: route runs one task drives one after the other.
-        sbatch_args: more sbatch options, as one quoted string, passed as they are.
-        watch: keep monitoring until every route run ended (--no-watch: submit, print the partial aggregate, exit).
-        poll: seconds between two looks at the scheduler.
         settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/config.py).
     """
-    from tools.collect.config import CollectSettings
-    from tools.collect.routes import find_route_files
-    from tools.collect.runner.collection import collect_routes
-    from tools.collect.runner.jobs import plan
-    from tools.collect.runner.slurm import Scheduler, options_from_flags
-    from tools.dataset import atomic
-    from tools.dataset.layout import Layout, check_root_writable, resolve_root
-    from tools.dataset.manifest import now_iso, read_manifest, tool_version, user_at_host
-    from tools.dataset.score import score_root
+    from tools.evaluate import run as evaluation
 
-    # Every argument is checked before anything is written.
-    if root is None or isinstance(root, bool) or str(root) == "":
-        raise ToolError("--root missing: give the folder this evaluation writes (a new one, or the one to resume)")
-    if routes_dir is None or isinstance(routes_dir, bool) or str(routes_dir) == "":
-        raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
-    routes_path = Path(cli.text(routes_dir, "routes-dir")).expanduser().absolute()
-    if not routes_path.is_dir():
-        raise ToolError(f"ROUTES_DIR {routes_path}: no such folder; give the folder that holds the route files")
-    checkpoint = cli.optional_text(checkpoint, "checkpoint")
-    agent = cli.optional_text(agent, "agent")
-    if checkpoint is None and agent is None:
-        raise ToolError("nothing to evaluate: give --checkpoint RUN_OR_STEP (a trained policy) or --agent expert")
-    if checkpoint is not None and agent not in (None, "policy"):
-        raise ToolError(f"--checkpoint and --agent {agent} both given: give --checkpoint for a trained policy, "
-                        "or --agent expert alone")
-    if checkpoint is None and agent != "expert":
-        hint = "--agent policy needs --checkpoint RUN_OR_STEP" if agent == "policy" else f"--agent {agent}: unknown"
-        raise ToolError(f"{hint}; give --checkpoint RUN_OR_STEP for a trained policy, or --agent expert")
-    if "record" in settings:
-        raise ToolError("--record: an evaluation never records frames; to record, collect: bin/collect")
-    workers = cli.integer(workers, "workers", 1)
-    repetitions = seeds_or_repetitions(seeds, repetitions)
-    max_attempts = cli.integer(max_attempts, "max-attempts", 1)
-
-    policy = None
-    if checkpoint is not None:
-        from tools.evaluate.policy import load_policy
-
-        policy = load_policy(checkpoint)  # ToolError naming --checkpoint for anything wrong with it
-    run_settings = {**settings, "agent": "policy" if policy else "expert",
-                    "checkpoint": str(Path(policy.path).resolve()) if policy else "", "record": False}
-    resolved = CollectSettings.from_flags(run_settings)
-    options = options_from_flags(slurm=slurm, partition=partition, account=account, time=time, throttle=throttle,
-                                 cpus=cpus, mem=mem, gpus=gpus, runs_per_task=runs_per_task,
-                                 sbatch_args=sbatch_args, watch=watch, poll=poll, settings=run_settings)
-    layout = Layout(resolve_root(cli.text(root, "root")))
-    check_root_writable(layout.root)
-    read_manifest(layout)  # a root of another format version is refused
-    evaluation = {
-        "format": EVALUATION_FORMAT, "agent": resolved.agent, "checkpoint": resolved.checkpoint or None,
-        "routes_dir": str(routes_path), "settings": resolved.to_dict(),
-    }
-    before = read_evaluation(layout)
-    if before is None and layout.manifest.is_file():
-        raise ToolError(f"--root {layout.root}: a collection root (it has {layout.manifest.name} but no "
-                        f"{layout.evaluation.name}); give an evaluation its own --root")
-    if before is not None:
-        check_same_evaluation(layout, before, evaluation)
-    route_files = find_route_files(routes_path)
-    if not route_files:
-        raise ToolError(f"ROUTES_DIR {routes_path}: no route files (*.xml) in it or below it")
-    jobs = plan(route_files, towns, repetitions)  # every route parsed and checked against its town
-    if options is not None:
-        scheduler = Scheduler()
-        scheduler.require()
-        if options.partition:
-            scheduler.check_partition(options.partition)
-
-    # Everything checked: ROOT becomes an evaluation root before any run starts.
-    route_towns = Counter(route.town for route in {(j.route_file, j.route.id): j.route for j in jobs}.values())
-    if before is None:
-        try:
-            layout.root.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ToolError(f"--root {layout.root}: cannot create it ({e.strerror})") from None
-        atomic.write_json(layout.evaluation, {
-            **evaluation,
-            "checkpoint_towns": sorted(policy.towns) if policy else None,
-            "frame_dt": policy.frame_dt if policy else None,
-            "rig": policy.rig.to_dict() if policy else None,
-            "route_towns": dict(sorted(route_towns.items())),
-            "repetitions": repetitions,
-            "created": now_iso(), "created_by": user_at_host(), "tool": tool_version(),
-            "argv": ["python", "-m", "tools.evaluate", *sys.argv[1:]],
-        })
-    what = f"checkpoint {resolved.checkpoint}" if policy else "the expert"
-    print(f"evaluate: {what} on {len(jobs)} route runs into {layout.root}", file=sys.stderr)
-    notes = unseen_towns_note(read_evaluation(layout) or {})
-    for note in notes:
-        print(f"evaluate: {note}", file=sys.stderr)
-
-    collect_routes(routes_dir=str(routes_path), root=str(layout.root), towns=towns, workers=workers,
-                   repetitions=repetitions, max_attempts=max_attempts, settings=run_settings, slurm=options)
-    print(score_root(Layout(layout.root)).summary(what, notes))
+    flags = evaluation.check(routes_dir, root, checkpoint, agent, towns, workers, repetitions, seeds, max_attempts,
+                             slurm, settings)
+    plan = evaluation.plan(flags)  # everything refused before anything is written
+    notes = evaluation.start(plan)
+    evaluation.drive(plan)
+    print(evaluation.summary(plan, notes))
 
 
 def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False) -> None:
@@ -183,6 +74,7 @@ def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False
     from tools.dataset.layout import Layout, resolve_root
     from tools.dataset.leaderboard_scores import score_version
     from tools.dataset.score import score_root
+    from tools.evaluate.run import read_evaluation, unseen_towns_note
 
     if root is None or isinstance(root, bool) or str(root) == "":
         raise ToolError("--root missing: give the evaluation root to aggregate (bin/evaluate ... --root ROOT)")
@@ -192,28 +84,18 @@ def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False
     layout = Layout(resolve_root(cli.text(root, "root")))
     if not layout.root.is_dir():
         raise ToolError(f"--root {layout.root}: no such folder; give the --root that bin/evaluate wrote")
-    evaluation = read_evaluation(layout)
-    if evaluation is None:
+    record = read_evaluation(layout)
+    if record is None:
         raise ToolError(f"--root {layout.root}: not an evaluation root (no {layout.evaluation.name}); give the "
                         "--root that bin/evaluate wrote")
-    what = f"checkpoint {evaluation.get('checkpoint')}" if evaluation.get("checkpoint") else "the expert"
+    what = f"checkpoint {record.get('checkpoint')}" if record.get("checkpoint") else "the expert"
     agg = score_root(layout, version)
-    print(agg.summary(what, unseen_towns_note(evaluation)))
+    print(agg.summary(what, unseen_towns_note(record)))
     if bench2drive:
         from tools.evaluate.bench2drive import write_bench2drive
 
         print(write_bench2drive(layout, agg).summary())
 
-
-def seeds_or_repetitions(seeds: int | None, repetitions: int | None) -> int:
-    """K: --seeds and --repetitions are one thing (K runs of each route, each seeded from (route, K, --seed));
-    both given and different is refused."""
-    k_seeds = None if seeds is None else cli.integer(seeds, "seeds", 1)
-    k_reps = None if repetitions is None else cli.integer(repetitions, "repetitions", 1)
-    if k_seeds is not None and k_reps is not None and k_seeds != k_reps:
-        raise ToolError(f"--seeds {k_seeds} and --repetitions {k_reps}: they are the same thing (K seeded runs of "
-                        "each route); give one of them")
-    return k_seeds or k_reps or 1
 
 
 def compare(root_a: str | None = None, root_b: str | None = None) -> None:
@@ -230,60 +112,6 @@ def compare(root_a: str | None = None, root_b: str | None = None) -> None:
     from tools.evaluate.compare import compare_roots
 
     print(compare_roots(root_a, root_b))
-
-
-# ----------------------------------------------------------------------------- ROOT/evaluation.json
-
-
-def read_evaluation(layout: Any) -> dict[str, Any] | None:
-    """ROOT/evaluation.json, None when there is none; ToolError for one that is not readable."""
-    import json
-
-    try:
-        data = json.loads(layout.evaluation.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise ToolError(f"{layout.evaluation}: unreadable ({e}); restore it, or evaluate into another --root") from None
-    if not isinstance(data, dict) or data.get("format") != EVALUATION_FORMAT:
-        raise ToolError(f"{layout.evaluation}: not an evaluation record of format {EVALUATION_FORMAT}; evaluate into "
-                        "another --root")
-    return data
-
-
-def check_same_evaluation(layout: Any, before: dict[str, Any], now: dict[str, Any]) -> None:
-    """Refuse to mix two evaluations in one root: agent, checkpoint, routes folder and settings must match."""
-    def what(e: dict[str, Any]) -> str:
-        return f"checkpoint {e.get('checkpoint')}" if e.get("agent") == "policy" else "the expert"
-
-    for field in IDENTITY:
-        if before.get(field) == now[field]:
-            continue
-        if field in ("agent", "checkpoint"):
-            differs = f"evaluated {what(before)}, this command evaluates {what(now)}"
-        elif field == "routes_dir":
-            differs = f"evaluated the routes of {before.get('routes_dir')}, this command those of {now['routes_dir']}"
-        else:
-            old, new = before.get("settings") or {}, now["settings"]
-            changed = ", ".join(f"--{k}={old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new))
-                                if old.get(k) != new.get(k))
-            differs = f"was evaluated with other settings: {changed}"
-        raise ToolError(f"--root {layout.root}: {differs} ({layout.evaluation.name}); give another --root (one "
-                        "evaluation per root)")
-
-
-def unseen_towns_note(evaluation: dict[str, Any]) -> list[str]:
-    """One line when routes lie in towns the checkpoint never trained on (nothing for the expert or when the
-    checkpoint does not know its towns)."""
-    trained = evaluation.get("checkpoint_towns")
-    routes = evaluation.get("route_towns") or {}
-    if not trained or not routes:
-        return []
-    unseen = {town: n for town, n in routes.items() if town not in set(trained)}
-    if not unseen:
-        return []
-    return [f"{sum(unseen.values())} of {sum(routes.values())} routes are in towns the checkpoint never saw: "
-            f"{', '.join(sorted(unseen))} (trained on {', '.join(sorted(trained))})"]
 
 
 def route(route: str | None = None, root: str | None = None, repetition: int = 0, towns: str | None = None,
@@ -307,10 +135,11 @@ def route(route: str | None = None, root: str | None = None, repetition: int = 0
         settings: collection settings as --key=value (tools/collect/config.py); --agent=policy and
             --checkpoint=DIR name the policy.
     """
+    from tools.collect.config import CollectSettings
     from tools.collect.runner.attempt import route_run
     from tools.evaluate.driver import policy_factory
 
-    def policy(cfg: Any):  # the run's settings (the spec's, or the flags'), checked first
+    def policy(cfg: CollectSettings):  # the run's settings (the spec's, or the flags'), checked first
         if cfg.agent != "policy" or not cfg.checkpoint:
             raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP (the expert's route runs: "
                             "python -m tools.collect run)")

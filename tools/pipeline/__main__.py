@@ -7,15 +7,13 @@ submitted as one chain of dependent SLURM jobs (what bin/pipeline runs). `python
 
 from __future__ import annotations
 
-from tools.dataset import cli
+from tools.dataset import cli, options
 from tools.dataset.presets import table_text
+from tools.pipeline.chain import PipelineFlags, parse_options, pipeline
 
 
-def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition: str | None = None,
-        account: str | None = None, shards: int = 8, gpus: int = 1, outputs: str = "outputs",
-        redo: str | None = None, sbatch_args: str = "", collect_args: str = "", buckets_args: str = "",
-        cache_args: str = "", pretrain_args: str = "", posttrain_args: str = "", collect_sbatch: str = "",
-        buckets_sbatch: str = "", cache_sbatch: str = "", train_sbatch: str = "", preset: str | None = None) -> None:
+@options.takes("flags", PipelineFlags)
+def run(routes_dir: str, root: str | None = None, flags: PipelineFlags | None = None) -> None:
     """Run every stage for a folder of routes: collect, buckets, cache, pretrain, posttrain.
 
     Without --slurm the stages run here one after the other and the first that fails stops the rest;
@@ -35,35 +33,8 @@ def run(routes_dir: str, root: str | None = None, slurm: bool = False, partition
     Args:
         routes_dir: folder of route files (*.xml), searched recursively by bin/collect.
         root: dataset root (default: $DATA_ROOT, else ./data); on SLURM, on storage every node sees.
-        slurm: submit the stages as SLURM jobs instead of running them here.
-        partition: SLURM partition of every job, the collection's arrays included (default: the cluster's).
-        account: SLURM account to charge.
-        shards: array tasks that build the cache together (slurm/build-cache.sbatch).
-        gpus: GPUs of the training node, one training process each (0: train on CPU).
-        outputs: folder of the training runs: OUTPUTS/pretrain and OUTPUTS/posttrain.
-        redo: submit (or run) this stage and every later one again, even if done; on SLURM their live jobs
-            are cancelled first.
-        sbatch_args: more sbatch options for every job, as one quoted string ("--qos=high --nice=10").
-        collect_args: options of bin/collect, as one quoted string ("--throttle 48 --time 01:00:00").
-        buckets_args: options of bin/build-buckets ("--holdout town:Town05").
-        cache_args: options of bin/build-cache ("--image_width=320").
-        pretrain_args: key=value settings of bin/train pretrain ("max_steps=20000 model=full").
-        posttrain_args: key=value settings of bin/train posttrain.
-        collect_sbatch: sbatch options of the job that submits and watches the collection's arrays.
-        buckets_sbatch: sbatch options of the buckets job.
-        cache_sbatch: sbatch options of each cache array task ("--cpus-per-task=4 --time=02:00:00").
-        train_sbatch: sbatch options of both training jobs ("--mem=200G --time=2-00:00:00").
-        preset: tiny, small, medium or full: the size of the collection and of both training runs (above).
     """
-    from tools.pipeline.chain import parse_options, pipeline
-
-    options = parse_options(
-        routes_dir, root, outputs, slurm, partition, account, shards, gpus, redo, sbatch_args,
-        args={"collect": collect_args, "buckets": buckets_args, "cache": cache_args, "pretrain": pretrain_args,
-              "posttrain": posttrain_args},
-        sbatch={"collect": collect_sbatch, "buckets": buckets_sbatch, "cache": cache_sbatch, "train": train_sbatch},
-        preset=preset)
-    pipeline(options)
+    pipeline(parse_options(routes_dir, root, flags))
 
 
 run.__doc__ = run.__doc__.replace("{collect}", table_text("collect", "      ")[6:]).replace(

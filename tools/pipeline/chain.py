@@ -102,16 +102,6 @@ class PipelineOptions:
         return list(dict(self.stage_sbatch).get(stage, ()))
 
 
-def _words(value: Any, flag: str) -> tuple[str, ...]:
-    """A quoted option string (`--pretrain-args "max_steps=100 lr=1e-3"`) as words."""
-    if value is None or value == "":
-        return ()
-    try:
-        return tuple(shlex.split(cli.text(value, flag)))
-    except ValueError as e:
-        raise ToolError(f"--{flag} {value!r}: {e} (quote it as one string)") from None
-
-
 def _writable(path: Path, flag: str, what: str) -> None:
     """`path`, or the nearest folder above it that exists (where it would be made), must be writable."""
     target = path
@@ -123,33 +113,86 @@ def _writable(path: Path, flag: str, what: str) -> None:
         raise ToolError(f"--{flag} {path}: {target} is not writable; give {what}")
 
 
-def parse_options(routes_dir: Any, root: Any, outputs: Any, slurm: Any, partition: Any, account: Any, shards: Any,
-                  gpus: Any, redo: Any, sbatch_args: Any, args: dict[str, Any], sbatch: dict[str, Any],
-                  preset: Any = None) -> PipelineOptions:
-    """PipelineOptions from the flags, each converted and checked; ToolError naming the flag otherwise."""
+@dataclass(frozen=True)
+class PipelineFlags:
+    """bin/pipeline's flags (all but ROUTES_DIR and --root), each with its help: `python -m tools.pipeline run
+    --help` prints them (tools.dataset.options). Checked together here; the paths by `parse_options`."""
+
+    slurm: bool = False
+    """submit the stages as SLURM jobs instead of running them here."""
+    partition: str | None = None
+    """SLURM partition of every job, the collection's arrays included (default: the cluster's)."""
+    account: str | None = None
+    """SLURM account to charge."""
+    shards: int = 8
+    """array tasks that build the cache together (slurm/build-cache.sbatch)."""
+    gpus: int = 1
+    """GPUs of the training node, one training process each (0: train on CPU)."""
+    outputs: str = "outputs"
+    """folder of the training runs: OUTPUTS/pretrain and OUTPUTS/posttrain."""
+    redo: str | None = None
+    """submit (or run) this stage and every later one again, even if done; on SLURM their live jobs are
+    cancelled first."""
+    sbatch_args: tuple[str, ...] = ()
+    """more sbatch options for every job, as one quoted string ("--qos=high --nice=10")."""
+    collect_args: tuple[str, ...] = ()
+    """options of bin/collect, as one quoted string ("--throttle 48 --time 01:00:00")."""
+    buckets_args: tuple[str, ...] = ()
+    """options of bin/build-buckets ("--holdout town:Town05")."""
+    cache_args: tuple[str, ...] = ()
+    """options of bin/build-cache ("--image_width=320")."""
+    pretrain_args: tuple[str, ...] = ()
+    """settings of bin/train pretrain ("--max-steps=20000 --model=full")."""
+    posttrain_args: tuple[str, ...] = ()
+    """settings of bin/train posttrain."""
+    collect_sbatch: tuple[str, ...] = ()
+    """sbatch options of the job that submits and watches the collection's arrays."""
+    buckets_sbatch: tuple[str, ...] = ()
+    """sbatch options of the buckets job."""
+    cache_sbatch: tuple[str, ...] = ()
+    """sbatch options of each cache array task ("--cpus-per-task=4 --time=02:00:00")."""
+    train_sbatch: tuple[str, ...] = ()
+    """sbatch options of both training jobs ("--mem=200G --time=2-00:00:00")."""
+    preset: str | None = None
+    """tiny, small, medium or full: the size of the collection and of both training runs (above)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shards <= 10000:
+            raise ToolError(f"--shards {self.shards}: expected an integer from 1 to 10000")
+        if not 0 <= self.gpus <= 64:
+            raise ToolError(f"--gpus {self.gpus}: expected an integer from 0 to 64")
+        if self.redo is not None and self.redo not in STAGES:
+            raise ToolError(f"--redo {self.redo}: expected one of {', '.join(STAGES)}")
+        check_preset(self.preset)
+        for stage in STAGES:
+            for word in getattr(self, f"{stage}_args"):
+                for reserved, instead in RESERVED[stage].items():
+                    if _sets(word, reserved):
+                        raise ToolError(f"--{stage}-args: {word} is set by the pipeline; use bin/pipeline {instead}")
+
+
+def _sets(word: str, reserved: str) -> bool:
+    """Whether a word of a stage's arguments sets `reserved`: a flag (`--root`, `--root=X`) or a training key
+    (`root=`: `root=X`, `--root=X`, `--root X`)."""
+    if reserved.endswith("="):
+        return word.lstrip("-").startswith(reserved) or (word.startswith("--") and word[2:] == reserved[:-1])
+    return word == reserved or word.startswith(reserved + "=")
+
+
+def parse_options(routes_dir: Any, root: Any, flags: PipelineFlags) -> PipelineOptions:
+    """PipelineOptions from the routes folder, the root and the other flags (`flags`, already checked): the paths
+    checked and made absolute; ToolError naming the flag otherwise."""
     routes = Path(cli.text(routes_dir, "ROUTES_DIR")).expanduser().absolute()
     if not routes.is_dir():
         raise ToolError(f"ROUTES_DIR {routes}: no such folder; give the folder of route files (*.xml)")
-    root_ = resolve_root(cli.optional_text(root, "root"))
-    outputs_ = Path(cli.text(outputs, "outputs")).expanduser().absolute()
-    stage_args = {stage: _words(value, f"{stage}-args") for stage, value in args.items()}
-    for stage, words in stage_args.items():
-        for word in words:
-            for reserved, instead in RESERVED[stage].items():
-                if word == reserved or (reserved.endswith("=") and word.lstrip("-").startswith(reserved)) or \
-                        word.startswith(reserved + "="):
-                    raise ToolError(f"--{stage}-args: {word} is set by the pipeline; use bin/pipeline {instead}")
-    redo_ = cli.optional_text(redo, "redo")
-    if redo_ is not None and redo_ not in STAGES:
-        raise ToolError(f"--redo {redo_}: expected one of {', '.join(STAGES)}")
     options = PipelineOptions(
-        routes=routes, root=root_, outputs=outputs_, slurm=cli.switch(slurm, "slurm"),
-        partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
-        shards=cli.integer(shards, "shards", 1, 10000), gpus=cli.integer(gpus, "gpus", 0, 64), redo=redo_,
-        preset=check_preset(preset),
-        sbatch_args=_words(sbatch_args, "sbatch-args"),
-        stage_args=tuple((s, w) for s, w in stage_args.items() if w),
-        stage_sbatch=tuple((s, _words(v, f"{s}-sbatch")) for s, v in sbatch.items() if v))
+        routes=routes, root=resolve_root(cli.optional_text(root, "root")),
+        outputs=Path(flags.outputs).expanduser().absolute(), slurm=flags.slurm, partition=flags.partition,
+        account=flags.account, shards=flags.shards, gpus=flags.gpus, redo=flags.redo, preset=flags.preset,
+        sbatch_args=flags.sbatch_args,
+        stage_args=tuple((s, w) for s in STAGES if (w := getattr(flags, f"{s}_args"))),
+        stage_sbatch=tuple((s, w) for s in ("collect", "buckets", "cache", "train")
+                           if (w := getattr(flags, f"{s}_sbatch"))))
     _writable(options.root, "root", "a root on storage every node sees and you can write")
     _writable(options.outputs, "outputs", "a folder you can write for the training runs")
     if options.slurm:

@@ -1,8 +1,9 @@
-"""python -m tools.train pretrain|posttrain [key=value ...]: train the model (see --help for the keys).
+"""python -m tools.train pretrain|posttrain [--key=value ...]: train the model (see --help for the keys).
 
-key=value does not suit fire (it would read `lr=1e-3` as a flag-less string and guess types), so the
-arguments are parsed here: the first word is the phase, the rest are TrainConfig overrides typed from
-the fields' annotations. Errors are one line on stderr with exit status 2; a run stopped by SIGUSR1 or
+The phase is a word and the keys also come as key=value (the older spelling, what slurm/train.sbatch and the
+pipeline pass), which fire would read as flag-less strings and guess types of, so the arguments are parsed
+here: the first word is the phase, the rest are TrainConfig overrides (tools.dataset.options.parse_flags)
+typed from the fields' annotations. Errors are one line on stderr with exit status 2; a run stopped by SIGUSR1 or
 SIGTERM exits 128 + the signal number after writing its checkpoint.
 """
 

@@ -57,7 +57,7 @@ def lock_run_folder(logdir: Path) -> None:
     fd = locks.hold(logdir / RUN_LOCK)
     if fd is None:
         raise ToolError(f"logdir {logdir}: another training runs in it (its lock {logdir / RUN_LOCK} is held); wait "
-                        "for it to end, or give another logdir=")
+                        "for it to end, or give another --logdir=")
     _held[logdir] = fd
 
 

@@ -1,24 +1,21 @@
-"""The training configuration: one dataclass, every field documented, `key=value` overrides.
+"""The training configuration: one dataclass, every field documented, `--key=value` overrides.
 
-The docstring under each field is its help text (`python -m tools.train --help` prints them all).
-Overrides are typed from the field's annotation; an unknown key is an error that lists the near
-matches; `__post_init__` checks every value and names the key to fix. The resolved configuration
-(absolute paths, defaults filled in) is written as `config.json` in the run folder and into every
-checkpoint. The dataclass is frozen: what the run settles at its start (paths, the model preset a
-checkpoint holds) makes a new one with `dataclasses.replace`, and the loop never changes it.
+The docstring under each field is its help text (`python -m tools.train --help` prints them all, through
+tools.dataset.options). Overrides (`--key=value`; `key=value` works too) are typed from the field's annotation;
+an unknown key is an error that lists the near matches; `__post_init__` checks every value and names the flag
+to fix. The resolved configuration (absolute paths, defaults filled in) is written as `config.json` in the run
+folder and into every checkpoint. The dataclass is frozen: what the run settles at its start (paths, the model
+preset a checkpoint holds) makes a new one with `dataclasses.replace`, and the loop never changes it.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import difflib
-import inspect
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.dataset import options
 from tools.dataset.errors import ToolError
 from tools.dataset.layout import resolve_root
 from tools.dataset.presets import PRESETS, TRAIN, check_preset, resolve, table_text
@@ -155,10 +152,10 @@ class TrainConfig:
             checks[f"w_{name}"] = (getattr(self, f"w_{name}") >= 0, "0 or more")
         for name, (ok, expected) in checks.items():
             if not ok:
-                raise ToolError(f"{name}={getattr(self, name)!r}: must be {expected}")
+                raise ToolError(f"{options.flag(name)}={getattr(self, name)!r}: must be {expected}")
         if self.load and self.phase != "posttrain":
-            raise ToolError(f"load={self.load}: only posttrain starts from a checkpoint (pretrain resumes from "
-                            "its own logdir); drop load=")
+            raise ToolError(f"--load={self.load}: only posttrain starts from a checkpoint (pretrain resumes from "
+                            "its own logdir); drop --load")
 
     def resolved(self) -> TrainConfig:
         """A copy with the defaults that depend on the environment filled in and paths made absolute."""
@@ -190,86 +187,30 @@ class TrainConfig:
         return cls(**kwargs)
 
 
-def field_docs(cls: type = TrainConfig) -> dict[str, str]:
-    """The docstring under each field of a dataclass, read from its source."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
-def _convert(name: str, text: str, annotation: str) -> Any:
-    """Turn the text of `name=text` into the field's type, or say what was expected."""
-    try:
-        if annotation == "int":
-            return int(text)
-        if annotation == "float":
-            return float(text)
-        if annotation == "bool":
-            low = text.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(text)
-        if annotation == "tuple[int, ...]":
-            return tuple(int(part) for part in text.split(",") if part.strip())
-        return text
-    except ValueError:
-        kind = {"tuple[int, ...]": "comma-separated integers"}.get(annotation, f"an {annotation}"
-                                                                     if annotation == "int" else f"a {annotation}")
-        raise ToolError(f"{name}={text}: expected {kind}") from None
-
-
 def parse_overrides(phase: str, args: list[str]) -> TrainConfig:
-    """`phase` plus `key=value` arguments -> a checked TrainConfig: the keys given, then the preset's
-    (`preset=NAME`, tools/dataset/presets.py), then the defaults."""
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    values: dict[str, Any] = {"phase": phase}
-    for arg in args:
-        key, sep, text = arg.partition("=")
-        key = key.removeprefix("--").replace("-", "_")
-        if not sep:
-            raise ToolError(f"{arg!r}: arguments are key=value (for example max_steps=100); "
-                            "python -m tools.train --help lists the keys")
-        if key not in fields or key == "phase":
-            near = difflib.get_close_matches(key, [n for n in fields if n != "phase"], n=3, cutoff=0.75)
-            hint = f"did you mean {' or '.join(near)}?" if near else "python -m tools.train --help lists the keys"
-            raise ToolError(f"unknown config key {key!r}: {hint}")
-        values[key] = _convert(key, text, str(fields[key].type))
-    preset = check_preset(values.get("preset"), "preset=")
+    """`phase` plus `--key=value` arguments (`key=value` and `--key value` too) -> a checked TrainConfig: the keys
+    given, then the preset's (`--preset=NAME`, tools/dataset/presets.py), then the defaults."""
+    see = "python -m tools.train --help"
+    values: dict[str, Any] = {"phase": phase, **options.values(TrainConfig, options.parse_flags(args, see),
+                                                                exclude=("phase",), see=see)}
+    preset = check_preset(values.get("preset"), "--preset")
     if preset:
         values.update((k, v) for k, v in resolve(TRAIN, preset, values).items() if v is not None)
     return TrainConfig(**values)
 
 
 def help_text() -> str:
-    """The --help text: usage, then every field with its type, default and doc."""
-    docs = field_docs()
+    """The --help text: usage, then every key with its default, type and doc."""
     lines = [
-        "Usage: python -m tools.train pretrain|posttrain [key=value ...]",
+        "Usage: python -m tools.train pretrain|posttrain [--key=value ...]",
         "",
         "Train the TransFuser-like model: pretrain (perception), then posttrain (perception + planner).",
         "Rerunning the same command resumes from the newest complete checkpoint in logdir.",
         "SIGUSR1 or SIGTERM: finish the step, write a checkpoint, exit 128+signal (138 / 143).",
         "",
-        "Keys (key=value):",
+        "Keys (--key=value, --key value or key=value; dashes or underscores):",
+        *options.help_lines(TrainConfig, exclude=("phase",)),
+        "", "Presets (--preset=NAME; a key given explicitly wins; full: the defaults above):", table_text("train"),
+        "", "Environment: DATA_ROOT (default root); under torchrun: RANK, LOCAL_RANK, WORLD_SIZE.",
     ]
-    width = max(len(f.name) for f in dataclasses.fields(TrainConfig))
-    for f in dataclasses.fields(TrainConfig):
-        if f.name == "phase":
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if isinstance(default, tuple):
-            default = ",".join(map(str, default))
-        head = f"  {f.name:<{width}}  {f.type} = {default!r}"
-        lines.append(head)
-        for doc_line in textwrap.wrap(docs.get(f.name, ""), 96):
-            lines.append(" " * (width + 6) + doc_line)
-    lines += ["", "Presets (preset=NAME; a key given explicitly wins; full: the defaults above):", table_text("train"),
-              "", "Environment: DATA_ROOT (default root); under torchrun: RANK, LOCAL_RANK, WORLD_SIZE."]
     return "\n".join(lines)

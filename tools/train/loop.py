@@ -65,12 +65,12 @@ CACHE_SHAPED = ("image_size", "bev_pixels", "horizon", "route_points")
 
 
 def find_pretrain(cfg: TrainConfig) -> Path:
-    """The pre-training checkpoint posttrain starts from (load=, else the newest under outputs/pretrain)."""
+    """The pre-training checkpoint posttrain starts from (--load, else the newest under outputs/pretrain)."""
     where = Path(cfg.load) if cfg.load else Path("outputs/pretrain").absolute()
     found = checkpoint.resolve(where)
     if found is None:
-        hint = "pass load=PATH of an existing checkpoint" if cfg.load else \
-            "run bin/train pretrain first, or pass load=PATH"
+        hint = "pass --load=PATH of an existing checkpoint" if cfg.load else \
+            "run bin/train pretrain first, or pass --load=PATH"
         raise ToolError(f"no complete pre-training checkpoint at {where}: {hint}")
     return found
 
@@ -192,7 +192,7 @@ def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | 
         ckpt = checkpoint.load(resume)
         if ckpt["config"].get("phase") != cfg.phase:
             raise ToolError(f"logdir {logdir} holds {ckpt['config'].get('phase')} checkpoints, not {cfg.phase}: "
-                            "give another logdir=")
+                            "give another --logdir=")
         changed = [f"{k}={getattr(cfg, k)!r}" for k in RESUME_FIXED if k in ckpt["config"]
                    and ckpt["config"][k] != getattr(cfg, k)]
         if changed:
@@ -200,7 +200,7 @@ def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | 
                 cfg, k)) != getattr(cfg, k))
             raise ToolError(f"{', '.join(changed)}: logdir {logdir} resumes a run trained with {was} ({resume.name}), "
                             "which a resume cannot change (the optimizer state and the sample order hold them); give "
-                            f"{was}, or a new logdir= to start over")
+                            f"{was}, or a new --logdir= to start over")
         if ckpt["config"].get("model") != cfg.model:
             data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
             cfg = dataclasses.replace(cfg, model=ckpt["config"]["model"])
@@ -271,11 +271,11 @@ def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any]
     mcfg = model_config(cfg.model, src.settings, src.frame_dt)
     if ckpt is not None:
         mcfg = stored_model_config(ckpt["state"]["model_config"], ckpt["path"], mcfg, src.cache_root,
-                                   "train from scratch in a new logdir=, or on the cache this run was trained on")
+                                   "train from scratch in a new --logdir=, or on the cache this run was trained on")
     elif start is not None:
         preset = mcfg
         mcfg = stored_model_config(start["model_config"], start["path"], mcfg, src.cache_root,
-                                   "pre-train on this cache first (bin/train pretrain), or pass load= of a "
+                                   "pre-train on this cache first (bin/train pretrain), or pass --load of a "
                                    "checkpoint pre-trained on it")
         # A pre-training checkpoint has no planner: the new planner's head is this version's.
         mcfg = dataclasses.replace(mcfg, speed_classes=preset.speed_classes)
@@ -287,7 +287,7 @@ def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any]
         missing, unexpected = model.load_state_dict(start["model"], strict=False)
         if unexpected or any(not k.startswith("planner.") for k in missing):
             raise ToolError(f"{start['path']} does not hold weights of this model (missing {len(missing)}, "
-                            f"unexpected {len(unexpected)} tensors): pass load= of a drivekit pre-training checkpoint")
+                            f"unexpected {len(unexpected)} tensors): pass --load of a drivekit pre-training checkpoint")
     model.to(rt.device)
     return model
 

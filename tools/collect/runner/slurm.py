@@ -33,11 +33,10 @@ and since this monitor started), or when the root's free space is below a route 
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from tools.collect.inspect.tables import crash_lines
 from tools.collect.runner.jobs import duration, route_run_bytes
 from tools.collect.runner.waves import WAVE_NAME, Wave, load_waves, run_key_of, task_log_dir, waves_dir
 from tools.collect.runner.world import world_for
-from tools.dataset import cli
+from tools.dataset import options
 from tools.dataset.attempts import record_attempt
 from tools.dataset.claims import attempts, exclusive
 from tools.dataset.errors import ToolError, disk_full, free_bytes
@@ -82,20 +81,36 @@ INFRASTRUCTURE = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """What the arrays ask of the cluster, and how the monitor behaves. Every field is a flag."""
+    """What the arrays ask of the cluster, and how the monitor behaves. Every field is a flag of the commands that
+    run route runs on SLURM (`slurm_flags`: collect, evaluate run); `check_options` checks them together."""
 
     partition: str | None = None
+    """SLURM partition (default: the cluster's default)."""
     account: str | None = None
-    time: str = "01:00:00"  # per array task
-    throttle: int = 48  # array tasks running at once (--array=...%K)
-    cpus: int = 1  # per task; the embedded world is one process
+    """SLURM account to charge."""
+    time: str = "01:00:00"
+    """time limit of one array task (SLURM format, e.g. 01:00:00, 90 (minutes) or 1-00:00:00)."""
+    throttle: int = 48
+    """array tasks running at once (--array=...%K); changes live arrays when rerun."""
+    cpus: int = 1
+    """CPUs per task (the embedded world is one process)."""
     mem: str = "4G"
-    gpus: int = 0  # per task; only a world that renders on a GPU (CARLA) asks for one
+    """memory per task (e.g. 4G, 4000M)."""
+    gpus: int | None = None
+    """GPUs per task (default: 0 for the embedded world; a CARLA world asks for 1)."""
     runs_per_task: int = 1
-    servers_per_gpu: int = 0  # CARLA servers a task runs at once on each of its GPUs (0: one run at a time)
-    sbatch_args: tuple[str, ...] = ()  # passed to sbatch as they are
+    """route runs one task drives one after the other (for clusters with a job limit)."""
+    servers_per_gpu: int = 0
+    """CARLA servers a task runs at once on each of its GPUs (collect --servers-per-gpu; 0: one run at a time)."""
+    sbatch_args: tuple[str, ...] = ()
+    """more sbatch options, as one quoted string, passed as they are."""
     poll: float = 30.0
+    """seconds between two looks at the scheduler (tests use less)."""
     watch: bool = True
+    """keep monitoring until every route run ended (--no-watch: submit and exit)."""
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
     def resources(self) -> list[str]:
         """The sbatch options for one array task."""
@@ -108,25 +123,17 @@ class SlurmOptions:
             out.append(f"--gpus={self.gpus}")
         return out + list(self.sbatch_args)
 
+    def settled(self, settings: dict[str, Any], servers_per_gpu: int | None = None) -> SlurmOptions:
+        """These options with what the collection's settings decide: 1 GPU per task for a CARLA world unless
+        --gpus says otherwise, and collect's --servers-per-gpu."""
+        world = world_for(CollectSettings.from_flags(settings).world)
+        return replace(self, gpus=world.gpus_per_task if self.gpus is None else self.gpus,
+                       servers_per_gpu=servers_per_gpu or 0)
 
-def options_from_flags(slurm: Any, partition: Any, account: Any, time: Any, throttle: Any, cpus: Any, mem: Any,
-                       gpus: Any, runs_per_task: Any, sbatch_args: Any, watch: Any, poll: Any,
-                       settings: dict[str, Any], servers_per_gpu: Any = None) -> SlurmOptions | None:
-    """The SlurmOptions of `collect --slurm ...` flags (None without --slurm), each converted and checked."""
-    if not cli.switch(slurm, "slurm"):
-        return None
-    world = world_for(CollectSettings.from_flags(settings).world)
-    options = SlurmOptions(
-        partition=cli.optional_text(partition, "partition"), account=cli.optional_text(account, "account"),
-        time=cli.text(time, "time"), throttle=cli.integer(throttle, "throttle", 1),
-        cpus=cli.integer(cpus, "cpus", 1), mem=cli.text(mem, "mem"),
-        gpus=cli.integer(gpus, "gpus", 0) if gpus is not None else world.gpus_per_task,
-        runs_per_task=cli.integer(runs_per_task, "runs-per-task", 1),
-        servers_per_gpu=0 if servers_per_gpu is None else cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16),
-        sbatch_args=tuple(shlex.split(cli.text(sbatch_args, "sbatch-args"))) if sbatch_args else (),
-        poll=cli.number(poll, "poll", 0.01), watch=cli.switch(watch, "watch"))
-    check_options(options)
-    return options
+
+#: The SLURM flags of a command (`options.takes`): --slurm turns them on; the command gets SlurmOptions or None.
+slurm_flags = options.takes("slurm", SlurmOptions, exclude=("servers_per_gpu",), switch_help=(
+    "run the route runs as SLURM array tasks instead of local workers (docs/slurm.md)."))
 
 
 _TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
@@ -134,13 +141,14 @@ _MEM = re.compile(r"^\d+[KMGT]?$")
 
 
 def check_options(o: SlurmOptions) -> None:
+    """Refuse what SLURM would refuse (or what makes no sense), naming the flag to fix."""
     if not _TIME.match(o.time):
         raise ToolError(f"--time {o.time}: expected SLURM's time format, e.g. 01:00:00, 90 (minutes) or 1-00:00:00")
     if not _MEM.match(o.mem):
         raise ToolError(f"--mem {o.mem}: expected a size such as 4G or 4000M")
     for name, value, lo in (("throttle", o.throttle, 1), ("cpus", o.cpus, 1), ("gpus", o.gpus, 0),
-                            ("runs-per-task", o.runs_per_task, 1)):
-        if value < lo:
+                            ("runs-per-task", o.runs_per_task, 1), ("servers-per-gpu", o.servers_per_gpu, 0)):
+        if value is not None and value < lo:
             raise ToolError(f"--{name} {value}: expected {lo} or more")
     if o.poll <= 0:
         raise ToolError(f"--poll {o.poll:g}: expected seconds above 0")
