@@ -29,9 +29,9 @@ def one_setup(route: Path, xodr: Path, root: Path) -> float:
     import carla
     from test_carla_agent import HERO_ID, StandinActor, StandinWorld, leaderboard_plan
 
+    from tools.collect.base.config import CollectSettings
+    from tools.collect.base.routes import select_route
     from tools.collect.carla.agent import AgentConfig, AgentCore
-    from tools.collect.config import CollectSettings
-    from tools.collect.routes import select_route
     from tools.dataset.layout import RunKey
     from tools.expert.planner import RoutePlanner
 

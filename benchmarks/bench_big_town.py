@@ -21,9 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tools.collect.base.town import Town  # noqa: E402
 from tools.collect.sensors.render import Renderer  # noqa: E402
 from tools.collect.sensors.scene import Scene  # noqa: E402
-from tools.collect.town import Town  # noqa: E402
 from tools.dataset import semantics as sem  # noqa: E402
 from tools.dataset.rig import RigConfig  # noqa: E402
 from tools.expert.state import Box, Snapshot  # noqa: E402

@@ -2,7 +2,7 @@
 
 Builds its towns in a temporary folder: two grid towns made with SUMO (Grid4x4: 4x4 junctions, 2 lanes per
 direction; Grid3x3: 3x3, 1 lane) and CARLA's real towns (OpenDRIVE taken from the py123d wheel, Town01 to
-Town07 and Town10HD), writes --routes-per-town routes for each with our generator (tools.collect.route_gen), and
+Town07 and Town10HD), writes --routes-per-town routes for each with our generator (tools.collect.base.route_gen), and
 drives every route once with the expert (tools/expert), without frames, so that only the driving is measured:
 
     python -m tools.collect collect ROUTES --root ROOT --workers N --max-attempts 1 --record=False
@@ -51,9 +51,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.collect.route_gen import generate_routes  # noqa: E402
-from tools.collect.routes import read_routes  # noqa: E402
-from tools.collect.town import CARLA_TOWNS, carla_towns, make_town  # noqa: E402
+from tools.collect.base.route_gen import generate_routes  # noqa: E402
+from tools.collect.base.routes import read_routes  # noqa: E402
+from tools.collect.base.town import CARLA_TOWNS, carla_towns, make_town  # noqa: E402
 from tools.dataset.layout import Layout, RunKey  # noqa: E402
 from tools.dataset.results import CRASH_STATUSES, SUCCESS_STATUSES  # noqa: E402
 

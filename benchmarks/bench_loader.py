@@ -70,9 +70,9 @@ def pin_one_core() -> int:
 
 def make_dataset(tmp: Path, routes: int) -> Path:
     """A 3x3 town, `routes` routes, each driven once into tmp/root (the collect stage's own functions)."""
-    from tools.collect.route_gen import generate_routes
+    from tools.collect.base.route_gen import generate_routes
+    from tools.collect.base.town import make_town
     from tools.collect.runner.attempt import run_route
-    from tools.collect.town import make_town
 
     logging.disable(logging.INFO)
     xodr = make_town(tmp / "routes" / "towns" / "town.xodr", grid="3x3")
@@ -183,7 +183,7 @@ def time_build(root: Path, passes: int) -> list[float]:
 
 def build_stages(items: list, folder: Path) -> dict[str, float]:
     """Seconds per sample of each stage of the build over `items` (path, preprocessor, future, record path)."""
-    from tools.dataset import atomic
+    from tools.core import atomic
     from tools.dataset.cache import encode_record
     from tools.dataset.frames import read_frame
 

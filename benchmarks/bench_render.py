@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.collect.base.town import Town, make_town
 from tools.collect.sensors.render import Renderer
 from tools.collect.sensors.scene import Scene
-from tools.collect.town import Town, make_town
 from tools.dataset import semantics as sem
 from tools.dataset.codec import encode_array
 from tools.dataset.rig import JPEG_QUALITY, RigConfig

@@ -3,8 +3,8 @@ infractions per type, on generated towns and on CARLA's real towns.
 
 Builds the towns as bench_expert does (the SUMO grid towns Grid4x4 and Grid3x3, CARLA's Town01 to Town07 and
 Town10HD from the py123d wheel), then, for every town and every type of --types (default: every type the route
-generator can place, tools.collect.scenario_types.PLACEABLE), writes --routes-per-type routes of 150-350 m with
-that one scenario (tools.collect.route_gen.generate_routes(..., scenarios=TYPE), one call per town and type). A
+generator can place, tools.collect.base.scenario_types.PLACEABLE), writes --routes-per-type routes of 150-350 m with
+that one scenario (tools.collect.base.route_gen.generate_routes(..., scenarios=TYPE), one call per town and type). A
 type that has no place in a town is recorded as "no site" there, not an error: TwoWays types and InvadingTurn
 need an oncoming lane beside the ego's (none in the grid towns and Town06), the other obstacles a second lane
 of the ego's direction (none in Grid3x3, Town01, Town02, Town07), junction types a junction of their kind
@@ -50,10 +50,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_expert import GENERATED, GROUPS, Run, build_towns, commit_of, drive, parse_towns, read_runs  # noqa: E402
 
-from tools.collect.route_gen import generate_routes  # noqa: E402
-from tools.collect.routes import RouteError, read_routes  # noqa: E402
-from tools.collect.scenario_types import CATALOGUE, PLACEABLE  # noqa: E402
-from tools.collect.town import CARLA_TOWNS  # noqa: E402
+from tools.collect.base.route_gen import generate_routes  # noqa: E402
+from tools.collect.base.routes import RouteError, read_routes  # noqa: E402
+from tools.collect.base.scenario_types import CATALOGUE, PLACEABLE  # noqa: E402
+from tools.collect.base.town import CARLA_TOWNS  # noqa: E402
 from tools.dataset.layout import RunKey  # noqa: E402
 from tools.dataset.results import INFRACTION_KEYS  # noqa: E402
 

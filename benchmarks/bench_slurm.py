@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.collect.routes import find_route_files  # noqa: E402
+from tools.collect.base.routes import find_route_files  # noqa: E402
 from tools.collect.runner.jobs import plan  # noqa: E402
 from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions  # noqa: E402
 from tools.dataset.claims import claim_run  # noqa: E402
@@ -118,8 +118,8 @@ class RecordingScheduler(Scheduler):
 
 def make_routes(folder: Path, n: int) -> Path:
     """n route files (copies of a few generated routes, each its own id) and their town."""
-    from tools.collect.route_gen import generate_routes
-    from tools.collect.town import make_town
+    from tools.collect.base.route_gen import generate_routes
+    from tools.collect.base.town import make_town
 
     xodr = make_town(folder / "seed" / "towns" / "town.xodr", grid="3x3")
     generate_routes(town=str(xodr), count=8, out=str(folder / "seed"), seed=1, min_length=120, max_length=250)

@@ -1,8 +1,8 @@
 """Every CARLA town, in the embedded world: set-up, memory, world speed and the expert's finish rate per town.
 
 For each town (OpenDRIVE from `make towns`, .cache/carla-towns/ or --towns-dir) it writes --routes routes of 150 to
-700 m with one scenario each (tools.collect.route_gen, the leaderboard's placeable types), then drives them the way a
-worker does: one `python -m tools.collect collect --workers 1` over the town's routes, whose route runs are forked
+700 m with one scenario each (tools.collect.base.route_gen, the leaderboard's placeable types), then drives them the way
+a worker does: one `python -m tools.collect collect --workers 1` over the town's routes, whose route runs are forked
 from the worker's zygote of the town (tools.collect.runner.zygote), with the default rig, recording frames. The towns
 are used where they are (--towns-dir), so their derived files (SUMO network, lane graph, bounds, scenes) are made
 once there and kept, as on a cluster. Per town it prints:
@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tools.collect.scenario_types import PLACEABLE  # noqa: E402
+from tools.collect.base.scenario_types import PLACEABLE  # noqa: E402
 from tools.dataset.layout import Layout  # noqa: E402
 from tools.dataset.results import SUCCESS_STATUSES, read_status  # noqa: E402
 

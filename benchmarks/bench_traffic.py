@@ -33,10 +33,10 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tools.collect.base.town import Town, sumo_binary  # noqa: E402
 from tools.collect.sim.drive import StageClock  # noqa: E402
 from tools.collect.sim.traffic import REGION_RADIUS_M  # noqa: E402
 from tools.collect.sim.world import VIEW_RADIUS_M, SumoWorld  # noqa: E402
-from tools.collect.town import Town, sumo_binary  # noqa: E402
 from tools.expert.control import Controller  # noqa: E402
 from tools.expert.route import DenseRoute  # noqa: E402
 

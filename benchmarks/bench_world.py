@@ -34,11 +34,11 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-    from tools.collect.route_gen import generate_routes
+    from tools.collect.base.route_gen import generate_routes
+    from tools.collect.base.town import Town, make_town
     from tools.collect.runner.attempt import run_route
     from tools.collect.sensors.scene import Scene
     from tools.collect.sim import drive
-    from tools.collect.town import Town, make_town
     from tools.dataset.layout import Layout
 
     logging.disable(logging.INFO)

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.collect.scenario_types import PLACEABLE  # noqa: E402
+from tools.collect.base.scenario_types import PLACEABLE  # noqa: E402
 
 WIDTH = 1152
 

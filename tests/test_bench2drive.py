@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, run_bin, run_tool, tree
 
-from tools.collect.config import CollectSettings
-from tools.dataset import atomic
-from tools.dataset.errors import ToolError
+from tools.collect.base.config import CollectSettings
+from tools.core import atomic
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.leaderboard_scores import VERSIONS, penalty_21, score_version
 from tools.dataset.manifest import update_manifest

@@ -37,8 +37,8 @@ def test_town13_route_scene_peaks_under_bound():
 
 
 def test_scene_over_memory_budget_is_one_clear_line(tmp_path, monkeypatch):
+    from tools.collect.base.town import Town, TownError, make_town
     from tools.collect.sensors.scene import Scene
-    from tools.collect.town import Town, TownError, make_town
 
     town = Town(make_town(tmp_path / "town.xodr", grid="2x2"))
     monkeypatch.setenv("DRIVEKIT_MEMORY_BUDGET_GB", "0.001")

@@ -19,7 +19,8 @@ from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
 from tools.buckets.plans import DEFAULT_WEIGHTS
 from tools.buckets.splits import SplitSettings, assign, route_of, stratified
-from tools.dataset import atomic
+from tools.core import atomic
+from tools.core.errors import ToolError
 from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify
 from tools.dataset.buckets import (
     COLLECTIONS,
@@ -33,7 +34,6 @@ from tools.dataset.buckets import (
     run_key,
     run_rel,
 )
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import dataset_id, update_manifest

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import PYTHON, REPO, copy_root, run_tool, tree
+from tools.core.errors import ToolError
 from tools.dataset.cache import (
     CacheRecordError,
     SessionCache,
@@ -26,7 +27,6 @@ from tools.dataset.cache import (
     record_path,
     run_rel,
 )
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.results import RouteRecord, RunState, run_state

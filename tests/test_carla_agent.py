@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import PYTHON, copy_root, run_tool, train
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import Route, select_route, write_route
 from tools.collect.carla.agent import (
     AGENT_FILE,
     CARLA_DEPTH_FAR_M,
@@ -30,8 +32,6 @@ from tools.collect.carla.agent import (
     depth_of,
     own_sensors,
 )
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route, select_route, write_route
 from tools.dataset import frames, results, semantics
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.geometry import BevGrid, Pose, world_to_ego

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
+from tools.collect.base.route_gen import generate_routes
+from tools.collect.base.routes import read_routes, write_route
+from tools.collect.base.scenario_types import CATALOGUE, JUNCTION, LOCATION, PARAMETERS, SHAPE_KEYS, VALUE
 from tools.collect.carla import check
-from tools.collect.route_gen import generate_routes
-from tools.collect.routes import read_routes, write_route
-from tools.collect.scenario_types import CATALOGUE, JUNCTION, LOCATION, PARAMETERS, SHAPE_KEYS, VALUE
 from tools.dataset.rig import CameraConfig, RigConfig
 from tools.expert.planner import RoutePlanner
 

@@ -19,14 +19,15 @@ import numpy as np
 import pytest
 from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
 
+from tools.collect.base.config import CollectSettings, absolute_flags
+from tools.collect.base.routes import read_routes
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.evaluator import STOPPED
 from tools.collect.carla.server import CARLA_VERSION, Ports
-from tools.collect.config import CollectSettings, absolute_flags
-from tools.collect.routes import read_routes
 from tools.collect.runner.attempt import derive_seed
-from tools.dataset import atomic, attempts, claims, results
-from tools.dataset.errors import ToolError
+from tools.core import atomic
+from tools.core.errors import ToolError
+from tools.dataset import attempts, claims, results
 from tools.dataset.layout import Layout, RunKey
 
 TESTS = Path(__file__).parent
@@ -338,7 +339,7 @@ def test_a_slurm_task_runs_gpus_times_k_servers_at_once_on_the_gpus_slurm_gave_i
     """An array task given GPUs 4 and 5 (SLURM_JOB_GPUS; SLURM renumbers CUDA_VISIBLE_DEVICES from 0, which Vulkan
     ignores): with --servers-per-gpu 1 its two runs drive at once, one server on each GPU. Run by hand as
     bin/collect-task (no cluster needed; the SLURM tests cover submission)."""
-    from tools.collect.routes import find_route_files
+    from tools.collect.base.routes import find_route_files
     from tools.collect.runner.jobs import plan
     from tools.collect.runner.waves import WAVE_NAME, Wave, waves_dir
 
@@ -517,7 +518,7 @@ def test_settings_a_carla_run_cannot_honour_are_refused(flags, message):
 
 
 def test_a_route_the_leaderboard_cannot_select_is_refused(tmp_path):
-    from tools.collect.routes import read_routes
+    from tools.collect.base.routes import read_routes
 
     path = tmp_path / "r.xml"
     path.write_text('<routes><route id="a1" town="Town01"><waypoints><position x="0" y="0" z="0"/>'

@@ -139,7 +139,7 @@ def test_the_machines_gpus_are_nvidia_smis_and_none_is_one_line_stub_nvidia_smi(
 ])
 def test_servers_per_gpu_that_cannot_be_honoured_is_one_line_before_anything_starts(tmp_path, flags, message):
     from tools.collect.__main__ import collect
-    from tools.dataset.errors import ToolError
+    from tools.core.errors import ToolError
 
     with pytest.raises(ToolError, match="^" + re.escape(message)):
         collect(str(tmp_path), root=str(tmp_path / "root"), servers_per_gpu=2, **{"world": "carla", **flags})

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from tools.dataset import cli
+from tools.core import cli
+from tools.core.errors import ToolError
 from tools.dataset.codec import CodecError, decode_array, encode_array
-from tools.dataset.errors import ToolError
 from tools.dataset.geometry import BevGrid, Pose, ego_to_world, project, world_to_ego, yaw_to_ego
 from tools.dataset.layout import RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption, command_index
@@ -152,7 +152,7 @@ def test_switches_reach_fire_unambiguous_and_open_settings_pass():
 def test_a_version_2_root_reads_and_becomes_version_5_when_collected_into_and_version_1_is_refused(tmp_path):
     import json
 
-    from tools.dataset.errors import ToolError
+    from tools.core.errors import ToolError
     from tools.dataset.layout import DATASET_FORMAT, Layout
     from tools.dataset.manifest import read_manifest, update_manifest
 

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from tools.collect.runner.attempt import route_run
-from tools.dataset import atomic, results
+from tools.core import atomic
+from tools.dataset import results
 from tools.dataset.layout import Layout
 
 

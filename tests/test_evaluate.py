@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from conftest import run_bin
 
-from tools.collect.routes import read_routes
-from tools.collect.town import Town
+from tools.collect.base.routes import read_routes
+from tools.collect.base.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import RoadOption
@@ -132,7 +132,7 @@ def test_a_policy_in_a_town_it_never_saw_is_evaluated_and_the_summary_says_so(po
     routes = tmp_path / "routes"
     (routes / "towns").mkdir(parents=True)
     shutil.copy(carla_towns / "Town01.xodr", routes / "towns" / "Town01.xodr")
-    from tools.collect.route_gen import generate_routes
+    from tools.collect.base.route_gen import generate_routes
 
     generate_routes(town=str(routes / "towns" / "Town01.xodr"), count=1, out=str(routes), seed=3, min_length=100,
                     max_length=200)
@@ -156,7 +156,7 @@ def test_seeds_drive_each_route_in_distinct_worlds_and_the_summary_gives_interva
     over its seeds, and it names every run's picture: an animated WebP, one frame per half simulated second."""
     from PIL import Image
 
-    from tools.collect.film import RunFilm
+    from tools.collect.base.film import RunFilm
     from tools.dataset.score import format_interval, mean_interval
 
     root = tmp_path / "eval"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, run_bin, run_tool, tree
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
 from tools.dataset.claims import RunClaim, claim_run
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import update_manifest
@@ -267,7 +267,7 @@ def test_score_aggregates_an_evaluation_root_again_and_prints_the_table(evaluate
 
 def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_failed_one(tmp_path, short_routes):
     """The resume of `bin/evaluate`: runs that drove to an outcome are final; nothing is started again."""
-    from tools.collect.routes import find_route_files
+    from tools.collect.base.routes import find_route_files
     from tools.collect.runner.jobs import plan
 
     keys = [job.key for job in plan(find_route_files(short_routes), None, 1)]

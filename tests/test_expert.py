@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
+from tools.collect.base.town import Town, make_town
 from tools.collect.sim.vehicle import Bicycle
-from tools.collect.town import Town, make_town
 from tools.dataset import results
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import boxes_overlap
@@ -562,8 +562,8 @@ def test_expert_stands_still_at_a_stop_sign_then_goes_on(stop_sign_route):
 
 
 def test_the_referee_counts_a_stop_sign_run_and_not_a_stop(stop_sign_route):
-    from tools.collect.config import CollectSettings
-    from tools.collect.referee import Referee
+    from tools.collect.base.config import CollectSettings
+    from tools.collect.base.referee import Referee
     from tools.collect.sim.world import StepEvents
 
     town, dense, line = stop_sign_route
@@ -583,9 +583,9 @@ def test_stop_on_infraction_ends_an_embedded_run_at_its_first_infraction_as_fail
     """The ego drives the whole route and collides with a vehicle on the way: without --stop-on-infraction the run
     goes on to the end, Completed with the collision; with it, the referee ends the run at the collision (the
     drive loop stops when `status` is set), Failed with the collision in its record."""
-    from tools.collect.config import CollectSettings
-    from tools.collect.referee import Referee
-    from tools.collect.routes import read_routes
+    from tools.collect.base.config import CollectSettings
+    from tools.collect.base.referee import Referee
+    from tools.collect.base.routes import read_routes
     from tools.collect.sim.world import StepEvents
 
     town = Town(town_xodr)
@@ -612,7 +612,7 @@ def test_an_ego_or_a_block_standing_longer_than_sumos_jam_time_stays_where_it_is
     """SUMO teleports a vehicle that stood 60 s (--time-to-teleport): the world puts its ego back at once, where
     the bicycle is, and traffic keeps seeing it; so too a scenario's block (an accident's car: SUMO's traffic
     drove through the obstacle the ego still waited behind)."""
-    from tools.collect.routes import read_routes
+    from tools.collect.base.routes import read_routes
     from tools.collect.sim.world import EGO, SumoWorld
     from tools.expert.control import Control
 
@@ -650,7 +650,7 @@ EGO_HALF_LENGTH = 4.9 / 2
 def test_no_background_vehicle_starts_on_or_just_behind_the_ego(town_xodr, short_routes):
     """Dense traffic: whatever SUMO placed within START_CLEAR_M behind the ego is taken out before the run starts
     (it would drive into the standing ego), and the world steps on."""
-    from tools.collect.routes import read_routes
+    from tools.collect.base.routes import read_routes
     from tools.collect.sim.world import START_CLEAR_M, SumoWorld
     from tools.expert.control import Control
 

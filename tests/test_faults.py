@@ -487,9 +487,10 @@ BOMB_MEMORY = 1_500_000_000
 BOMB_READERS = r"""
 import sys, json
 from pathlib import Path
-from tools.dataset import cache, frames, files
+from tools.dataset import cache, frames
+from tools.core import files
 from tools.dataset.buckets import read_collection
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 from tools.dataset.rig import run_rig
 from tools.dataset.samples import CacheSettings
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, TINY, copy_root, run_bin, run_tool, start_tool, tree, wait_until
 
+from tools.core.errors import ToolError
 from tools.dataset import claims, heartbeats
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import RUN_NAME_MAX, Layout
 from tools.dataset.results import RunState, run_state
 
@@ -107,7 +107,7 @@ def _beat(layout: Layout, key, host: str, shift: float) -> None:
 _BEHIND = """
 import json, sys, time
 from pathlib import Path
-from tools.dataset import atomic
+from tools.core import atomic
 path, tick = Path(sys.argv[1]), 0
 while True:
     tick += 1

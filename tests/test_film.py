@@ -1,4 +1,4 @@
-"""The picture of an evaluated run (tools.collect.film.RunFilm), without driving: frames on a grid of simulated
+"""The picture of an evaluated run (tools.collect.base.film.RunFilm), without driving: frames on a grid of simulated
 time, an infraction always filmed and held longer, long runs thinned to at most max_frames."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from tools.collect.film import FRAME_MS, INFRACTION_MS, RunFilm
+from tools.collect.base.film import FRAME_MS, INFRACTION_MS, RunFilm
 from tools.dataset import semantics
 from tools.expert.control import Control
 from tools.expert.expert import Decision

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, copy_root, run_bin, run_tool, tree
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import find_route_files
 from tools.collect.inspect import info
-from tools.collect.routes import find_route_files
 from tools.dataset import manifest as manifest_module
 from tools.dataset.layout import DATASET_FORMAT, Layout, RunKey
 from tools.dataset.manifest import code_version, dataset_id, read_manifest, route_set, update_manifest

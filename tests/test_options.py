@@ -1,4 +1,4 @@
-"""Options declared once (tools/dataset/options.py): a dataclass's fields become a command's flags, its signature
+"""Options declared once (tools/core/options.py): a dataclass's fields become a command's flags, its signature
 and its --help; values are converted by the field's type and checked by the dataclass, one line naming the flag."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import PYTHON, run_tool
 from tools.collect.runner.slurm import SlurmOptions
-from tools.dataset import cli, options
-from tools.dataset.errors import ToolError
+from tools.core import cli, options
+from tools.core.errors import ToolError
 
 
 @dataclasses.dataclass(frozen=True)

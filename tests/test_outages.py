@@ -17,12 +17,12 @@ import pytest
 from conftest import BIN, PYTHON, copy_root, run_tool, start_tool
 from test_faults import TINY_TRAIN
 
-from tools.collect.routes import find_route_files
+from tools.collect.base.routes import find_route_files
 from tools.collect.runner.jobs import plan
 from tools.collect.runner.slurm import FORGET_AFTER_S, Monitor, Scheduler, SlurmOptions
 from tools.collect.runner.waves import Wave, load_waves, waves_dir
+from tools.core.errors import EXIT_DISK_FULL, DiskFull
 from tools.dataset.claims import attempts
-from tools.dataset.errors import EXIT_DISK_FULL, DiskFull
 from tools.dataset.layout import BUCKET_LOCK, Layout
 from tools.dataset.results import RunState, run_state
 

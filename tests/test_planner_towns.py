@@ -18,8 +18,8 @@ import carla
 import numpy as np
 import pytest
 
-from tools.collect.town import Town, make_town
-from tools.dataset.errors import ToolError
+from tools.collect.base.town import Town, make_town
+from tools.core.errors import ToolError
 from tools.dataset.measurements import RoadOption
 from tools.expert.lanes import LaneGraph
 from tools.expert.planner import RoutePlanner

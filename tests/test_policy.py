@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from tools.core.errors import ToolError
 from tools.dataset.cache import read_cache_settings, read_record, record_path
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout, run_rel
 from tools.dataset.measurements import Measurements
@@ -118,9 +118,9 @@ def test_predict_on_a_recorded_frame_is_finite_deterministic_and_the_model_on_it
 
 
 def test_predict_on_sensors_rendered_for_a_snapshot_of_a_recorded_pose(policy, recorded, train_root):
+    from tools.collect.base.town import Town
     from tools.collect.sensors.render import Renderer
     from tools.collect.sensors.scene import Scene
-    from tools.collect.town import Town
     from tools.dataset import semantics as sem
     from tools.expert.state import Box, Snapshot
 

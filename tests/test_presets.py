@@ -1,4 +1,4 @@
-"""Presets (tools/dataset/presets.py): the tiny chain end to end as a user runs it (routes --preset tiny, then
+"""Presets (tools/core/presets.py): the tiny chain end to end as a user runs it (routes --preset tiny, then
 bin/pipeline --preset tiny: collection, buckets, cache, pretrain, posttrain), explicit values winning over a
 preset's, the full column being each tool's defaults, the tables in --help, and bad presets as one line."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from conftest import BIN, PYTHON, run_bin, run_tool
 
-from tools.collect.config import CollectSettings
-from tools.collect.route_gen import generate_routes
-from tools.collect.routes import read_routes
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.route_gen import generate_routes
+from tools.collect.base.routes import read_routes
+from tools.core.errors import ToolError
+from tools.core.options import build
+from tools.core.presets import COLLECT, PRESETS, ROUTES, TRAIN, resolve
 from tools.dataset.buckets import COLLECTIONS, SPLITS, load_collection
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
-from tools.dataset.options import build
-from tools.dataset.presets import COLLECT, PRESETS, ROUTES, TRAIN, resolve
 from tools.dataset.results import RunState, run_state
 from tools.dataset.samples import CacheSettings
 from tools.pipeline.chain import PipelineFlags, parse_options, stages

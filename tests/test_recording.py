@@ -1,15 +1,15 @@
-"""The one frame writer (tools.collect.recording.RunRecorder): a loop hands it every tick, it decides which ticks are
-frames. No world needed: snapshots made by hand, as the drive loop and the CARLA agent hand theirs."""
+"""The one frame writer (tools.collect.base.recording.RunRecorder): a loop hands it every tick, it decides which ticks
+are frames. No world needed: snapshots made by hand, as the drive loop and the CARLA agent hand theirs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tools.collect.config import CollectSettings
-from tools.collect.recording import RunRecorder
-from tools.collect.referee import Referee
-from tools.collect.routes import Route
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.recording import RunRecorder
+from tools.collect.base.referee import Referee
+from tools.collect.base.routes import Route
 from tools.dataset import frames, semantics
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.rig import RigConfig

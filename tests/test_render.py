@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tools.collect.base.recording import box_label
+from tools.collect.base.town import Town, make_town
 from tools.collect.inspect.show import show_frame
-from tools.collect.recording import box_label
 from tools.collect.sensors.render import Renderer, bev_class
 from tools.collect.sensors.scene import SHADES, SLOT_LINE, SLOT_ROAD, SLOT_SIDEWALK, SLOT_TERRAIN, STATIC_ID0, Scene
-from tools.collect.town import Town, make_town
+from tools.core.errors import ToolError
 from tools.dataset import semantics as sem
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import read_frame, write_frame
 from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, project, world_to_ego
 from tools.dataset.measurements import Measurements, RoadOption
@@ -458,7 +458,7 @@ def test_every_light_of_the_sumo_world_is_shown_on_its_head_by_id(town_xodr, sho
     """The SUMO world names its lights "<tls id>:<link index>" as the scene's heads do: the renderer finds every
     light's head by id, every head within the world's view radius is driven, and the light the expert stops for
     is one of the lights."""
-    from tools.collect.routes import read_routes
+    from tools.collect.base.routes import read_routes
     from tools.collect.sim.world import VIEW_RADIUS_M, SumoWorld
     from tools.expert.expert import Expert
     from tools.expert.planner import RoutePlanner

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool, tree
 
-from tools.collect.routes import Route, read_routes, write_route
-from tools.collect.town import Town, TownError
+from tools.collect.base.routes import Route, read_routes, write_route
+from tools.collect.base.town import Town, TownError
 from tools.expert.planner import RoutePlanner
 
 EXIT_TOOL_ERROR = 2

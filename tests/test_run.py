@@ -135,7 +135,7 @@ def test_a_rig_file_with_two_cameras_records_both(tmp_path, short_routes):
 
 def test_any_opendrive_town_works_not_only_grids(tmp_path):
     """A SUMO 'spider' network (curved arms, five-way junctions) exported as OpenDRIVE."""
-    from tools.collect.town import sumo_binary
+    from tools.collect.base.town import sumo_binary
 
     net, towns = tmp_path / "spider.net.xml", tmp_path / "routes" / "towns"
     towns.mkdir(parents=True)

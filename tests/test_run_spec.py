@@ -1,4 +1,4 @@
-"""One run spec from plan to child (tools/collect/spec.py): the route as planned is the route driven, and the world
+"""One run spec from plan to child (tools/collect/base/spec.py): the route as planned is the route driven, and the world
 is picked in one place (tools/collect/runner/world.py)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import PYTHON, REPO, file_bytes, run_tool
 
-from tools.collect.config import CollectSettings
-from tools.collect.routes import find_route_files
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import find_route_files
+from tools.collect.base.spec import RunSpec, derive_seed
 from tools.collect.runner.jobs import plan, write_specs
 from tools.collect.runner.world import WORLDS, world_for
-from tools.collect.spec import RunSpec, derive_seed
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout
 
 
@@ -68,7 +68,7 @@ def test_a_missing_spec_is_one_line_naming_it(tmp_path):
 
 
 def test_the_registry_holds_every_world_the_settings_accept():
-    from tools.collect.config import WORLDS as SETTING_WORLDS  # CollectSettings checks --world against these
+    from tools.collect.base.config import WORLDS as SETTING_WORLDS  # CollectSettings checks --world against these
 
     assert tuple(WORLDS) == SETTING_WORLDS and all(world_for(name).name == name for name in WORLDS)
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import PYTHON, REPO, run_bin, run_tool
 
-from tools.collect.route_gen import generate_routes
-from tools.collect.routes import Route, read_routes, write_route
-from tools.collect.scenario_types import (
+from tools.collect.base.route_gen import generate_routes
+from tools.collect.base.routes import Route, read_routes, write_route
+from tools.collect.base.scenario_types import (
     CATALOGUE,
     EXTENT_M,
     JUNCTION,
@@ -24,7 +24,7 @@ from tools.collect.scenario_types import (
     PLACEABLE,
     catalogue_markdown,
 )
-from tools.collect.town import Town
+from tools.collect.base.town import Town
 from tools.dataset import semantics as sem
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.layout import Layout

@@ -1,4 +1,4 @@
-"""The one reader of SLURM's answers about jobs (tools.dataset.slurm: state_rows, scontrol_jobs, array_tasks), as
+"""The one reader of SLURM's answers about jobs (tools.core.slurm: state_rows, scontrol_jobs, array_tasks), as
 the collection's monitor (tools.collect.runner.slurm.Scheduler) and the pipeline (tools.pipeline.chain.Scheduler)
 use it, on answers written as sacct, squeue and scontrol write them. No cluster: the answers are canned (the real
 cluster's are in test_slurm_collect.py and test_slurm_train_cache.py)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 
 from tools.collect.runner import slurm as runner_slurm
-from tools.dataset.slurm import array_tasks, scontrol_jobs, state_rows
+from tools.core.slurm import array_tasks, scontrol_jobs, state_rows
 from tools.pipeline import chain
 
 SACCT = ("12_3|COMPLETED\n12_[4-6%2]|PENDING\n12_7|CANCELLED by 0\n12|RUNNING\n13_1|\n 14_2 | FAILED \n"

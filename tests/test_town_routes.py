@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import PYTHON, run_tool
 
-from tools.collect.routes import NO_SCENARIO, Route, RouteError, check_routes, read_routes, write_route
-from tools.collect.town import Town, TownError, make_town
+from tools.collect.base.routes import NO_SCENARIO, Route, RouteError, check_routes, read_routes, write_route
+from tools.collect.base.town import Town, TownError, make_town
 from tools.dataset.measurements import RoadOption
 from tools.expert.planner import RoutePlanner
 

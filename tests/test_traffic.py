@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from tools.collect.town import Town, make_town
+from tools.collect.base.town import Town, make_town
 from tools.expert.control import Controller
 from tools.expert.route import DenseRoute
 

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from tests.conftest import PYTHON, REPO, TINY, copy_root, run_tool, train
+from tools.core.errors import ToolError
+from tools.core.options import field_docs, flag
 from tools.dataset.cache import read_frame_dt, settings_path
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
-from tools.dataset.options import field_docs, flag
 from tools.train import checkpoint
 from tools.train.config import TrainConfig, help_text, parse_overrides
 from tools.train.data import find_cache

@@ -139,10 +139,10 @@ def test_warm_up_loads_every_renderer_kernel_a_route_runs_first_frame_calls(town
     """A forked route run paid about 0.8 s at its first frame for numba to load the renderer's compiled kernels
     (Town12: later set-up 2.5 s, 1.1 s with the zygote's warm-up): after `warm_up`, rendering a frame of another
     place compiles and loads nothing more."""
+    from tools.collect.base.town import Town
     from tools.collect.sensors import raycast
     from tools.collect.sensors.render import Renderer, warm_up
     from tools.collect.sensors.scene import Scene
-    from tools.collect.town import Town
     from tools.dataset import semantics as sem
     from tools.dataset.rig import RigConfig
     from tools.expert.state import Box, Snapshot

@@ -12,7 +12,7 @@ which rebuilds a missing or stale one by itself. docs/buckets.md describes the b
 
 from __future__ import annotations
 
-from tools.dataset import cli
+from tools.core import cli
 
 
 def build(root: str | None = None, collection: str = "all", holdout: str | None = None, weights: str | None = None,

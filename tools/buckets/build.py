@@ -25,11 +25,11 @@ from tools.buckets import splits as _splits
 from tools.buckets.index import index_text, label_runs, read_index, run_towns
 from tools.buckets.plans import Built, assemble, collection_text, load_weights, make_plans, precheck
 from tools.buckets.splits import balance_lines
-from tools.dataset import atomic, cli
+from tools.core import atomic, cli
+from tools.core.errors import ToolError, space_for
 from tools.dataset.bucket_rules import BUCKETS
 from tools.dataset.buckets import COLLECTIONS, SPLITS, dataset_state, describe_change, outdated, read_collection
-from tools.dataset.errors import ToolError, space_for
-from tools.dataset.layout import Layout
+from tools.dataset.layout import Layout, open_root
 from tools.dataset.results import RunState, is_failed, run_states
 
 # ----------------------------------------------------------------------------- the command
@@ -88,7 +88,7 @@ def build(root: Any = None, collection: Any = "all", holdout: Any = None, weight
         "val_fraction": None if val_fraction is None else cli.number(val_fraction, "val-fraction", 0.0, 1.0),
         "test_fraction": None if test_fraction is None else cli.number(test_fraction, "test-fraction", 0.0, 1.0),
     }
-    layout = cli.open_root(root)
+    layout = open_root(root)
     state = dataset_state(layout)  # ToolError for a root without a manifest
     if not state["runs"]:
         raise _no_finished_runs(layout)
@@ -170,7 +170,7 @@ def _schedule(weights: list[float]) -> str:
 def show(root: Any = None, collection: Any = "all") -> None:
     """See `python -m tools.buckets show --help`."""
     names = _collections(cli.text(collection, "collection"))
-    layout = cli.open_root(root)
+    layout = open_root(root)
     state = dataset_state(layout)
     for name in names:
         path = layout.collection_file(name)

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tools.dataset import files
+from tools.core import files
 from tools.dataset.bucket_rules import RULES, classify
 from tools.dataset.buckets import run_key
 from tools.dataset.frames import FrameError, indexed_measurements, read_measurements, read_run_head

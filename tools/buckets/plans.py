@@ -15,6 +15,7 @@ from typing import Any
 
 from tools.buckets import splits as _splits
 from tools.buckets.splits import STRATIFIED, Assignment, SplitSettings, assign, balance, routes_of
+from tools.core.errors import ToolError
 from tools.dataset.bucket_rules import BUCKETS, RULES
 from tools.dataset.buckets import (
     BUCKETS_FORMAT,
@@ -28,7 +29,6 @@ from tools.dataset.buckets import (
     read_collection,
     run_key,
 )
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import now_iso, tool_version, user_at_host
 from tools.dataset.samples import CacheSettings

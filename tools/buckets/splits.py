@@ -20,8 +20,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from tools.core.errors import ToolError
 from tools.dataset.buckets import SPLITS, run_key
-from tools.dataset.errors import ToolError
 
 STRATIFIED = "stratified"
 RULES_TEXT = "stratified, auto, town:NAME, scenario:TYPE or every:N (N >= 2)"

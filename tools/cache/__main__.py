@@ -11,7 +11,7 @@ explains each command. Record format: docs/cache.md; frame to sample: tools/cach
 
 from __future__ import annotations
 
-from tools.dataset import cli
+from tools.core import cli
 
 
 def build(root: str | None = None, shard: str | None = None, force: bool = False, only: str | None = None,

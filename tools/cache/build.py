@@ -27,7 +27,8 @@ from typing import Any
 from tqdm import tqdm
 
 from tools.cache.preprocess import Preprocessor
-from tools.dataset import atomic, cli, files
+from tools.core import atomic, cli, files
+from tools.core.errors import ToolError, human, space_for
 from tools.dataset.cache import (
     CacheRecordError,
     StaleRecordError,
@@ -43,9 +44,8 @@ from tools.dataset.cache import (
     settings_path,
     write_record,
 )
-from tools.dataset.errors import ToolError, human, space_for
 from tools.dataset.frames import FrameError, indexed_measurements, read_frame, read_measurements
-from tools.dataset.layout import FRAME_SUFFIX, Layout, RunKey
+from tools.dataset.layout import FRAME_SUFFIX, Layout, RunKey, open_root
 from tools.dataset.manifest import read_manifest
 from tools.dataset.measurements import Measurements
 from tools.dataset.results import RunState, run_state
@@ -418,7 +418,7 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
     settings_ = parse_settings(settings or {}, flags=("root", "shard", "force", "only"))
     shard_i, shard_n = parse_shard(shard)
     only_ = parse_only(only)
-    layout = cli.open_root(root)
+    layout = open_root(root)
     read_manifest(layout)  # refuses a root of another dataset format
     runs = cacheable_runs(layout)
     if only_ is not None:
@@ -509,7 +509,7 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
     `repair` rebuilds them. Returns the counts."""
     repair = cli.switch(repair, "repair")
     settings_ = parse_settings(settings or {}, flags=("root", "repair"))
-    layout = cli.open_root(root)
+    layout = open_root(root)
     folder = cache_dir(layout, settings_)
     if not settings_path(folder).exists():
         others = sorted(p.name for p in layout.cache.glob("*") if settings_path(p).exists()) \

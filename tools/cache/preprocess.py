@@ -16,8 +16,8 @@ import numpy as np
 from PIL import Image
 
 from tools.cache.kernels import label_samples, lanczos_resize, lidar_counts, resize_is_pillows
+from tools.core.errors import ToolError
 from tools.dataset import rig as R
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_boxes
 from tools.dataset.geometry import BevGrid, world_to_ego
 from tools.dataset.measurements import Measurements, command_index

@@ -23,9 +23,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tools.collect.runner.slurm import SlurmOptions, slurm_flags
-from tools.dataset import cli
-from tools.dataset.errors import ToolError
-from tools.dataset.presets import with_table
+from tools.core import cli
+from tools.core.errors import ToolError
+from tools.core.presets import with_table
 
 
 def town(out: str, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: float = 100.0) -> None:
@@ -40,7 +40,7 @@ def town(out: str, grid: str = "4x4", seed: int = 0, lanes: int = 2, block: floa
     """
     from pathlib import Path
 
-    from tools.collect.town import Town, make_town
+    from tools.collect.base.town import Town, make_town
 
     path = make_town(Path(out), grid=str(grid), seed=int(seed), lanes=int(lanes), block=float(block))
     t = Town(path)
@@ -59,8 +59,8 @@ def carla_towns(out: str, towns: str = "", wheel: str | None = None) -> None:
         towns: comma-separated names (default: Town01 to Town07 and Town10HD).
         wheel: a py123d wheel file already downloaded (default: pip download py123d==0.7.0).
     """
-    from tools.collect.town import CARLA_TOWNS
-    from tools.collect.town import carla_towns as extract
+    from tools.collect.base.town import CARLA_TOWNS
+    from tools.collect.base.town import carla_towns as extract
 
     listed = towns if isinstance(towns, list | tuple) else str(towns or "").split(",")  # fire splits a,b itself
     names = tuple(str(t).strip() for t in listed if str(t).strip()) or CARLA_TOWNS
@@ -95,12 +95,12 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         seed: random seed of the route sampler.
         min_length: shortest route, metres (default 150).
         max_length: longest route, metres (default 700).
-        scenarios: comma-separated scenario types to place, one per route (tools.collect.scenario_types.PLACEABLE).
-        preset: tiny, small, medium or full (the table above; tools/dataset/presets.py).
+        scenarios: comma-separated scenario types to place, one per route (tools.collect.base.scenario_types.PLACEABLE).
+        preset: tiny, small, medium or full (the table above; tools/core/presets.py).
         spacing: metres between two route waypoints (2 to 50; default 2, as leaderboard 2.0's route files).
     """
-    from tools.collect.route_gen import generate_routes
-    from tools.dataset.presets import ROUTES, check_preset, resolve
+    from tools.collect.base.route_gen import generate_routes
+    from tools.core.presets import ROUTES, check_preset, resolve
 
     chosen = resolve(ROUTES, check_preset(preset), {"count": count, "min_length": min_length, "max_length": max_length})
     if chosen["count"] is None:
@@ -138,8 +138,8 @@ def run(route: str | None = None, root: str | None = None, repetition: int = 0, 
             needs the extra: pip install '.[py123d]').
         spec: a run spec a collection planned (ROOT/logs/<Scenario>/<run>/run-spec.json: the route as planned,
             its town, repetition, seed and settings) instead of --route and the settings; what collect's workers
-            and SLURM tasks give (tools/collect/spec.py).
-        settings: collection settings as --key=value (see tools/collect/config.py), e.g. --vehicles=40,
+            and SLURM tasks give (tools/collect/base/spec.py).
+        settings: collection settings as --key=value (see tools/collect/base/config.py), e.g. --vehicles=40,
             --world=carla (a CARLA server under the leaderboard evaluator instead of the embedded world).
     """
     from tools.collect.runner.attempt import route_run
@@ -197,7 +197,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.
         py123d: also write each finished route run as a Py123D log under ROOT/py123d.
-        preset: tiny, small, medium or full (the table above; tools/dataset/presets.py).
+        preset: tiny, small, medium or full (the table above; tools/core/presets.py).
         servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
             --gpus x K runs at once in each SLURM task.
         settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla,
@@ -206,7 +206,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     """
     from tools.collect.runner.collection import collect_routes
     from tools.collect.runner.world import world_for
-    from tools.dataset.presets import COLLECT, check_preset, resolve
+    from tools.core.presets import COLLECT, check_preset, resolve
 
     preset = check_preset(preset)
     world = world_for(settings.get("world", "sim"))
@@ -373,8 +373,8 @@ def carla_check(routes: str | None = None, rig: str | None = None) -> None:
             placeable scenario type and four without --scenarios, on a small generated town).
         rig: a rig file (collect --rig) whose sensors to check (default: the default rig).
     """
+    from tools.collect.base.config import CollectSettings
     from tools.collect.carla.check import carla_check as check
-    from tools.collect.config import CollectSettings
 
     rig_config = CollectSettings(rig=cli.optional_text(rig, "rig") or "").load_rig()
     report = check(cli.optional_text(routes, "routes"), rig_config)
@@ -386,7 +386,7 @@ def _setting_switches() -> set[str]:
     """The collection settings that are switches (--stop-on-infraction, --no-record): CollectSettings' bools."""
     import dataclasses
 
-    from tools.collect.config import CollectSettings
+    from tools.collect.base.config import CollectSettings
 
     return {f.name for f in dataclasses.fields(CollectSettings) if isinstance(f.default, bool)}
 

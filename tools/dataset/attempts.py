@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic
+from tools.core import atomic
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import CRASH_STATUSES, RunState
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import files
+from tools.core import files
+from tools.core.errors import ToolError
 from tools.dataset import layout as _layout
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import dataset_id
 from tools.dataset.results import RunState, read_results

@@ -36,7 +36,8 @@ from typing import Any
 import msgpack
 import zstandard
 
-from tools.dataset import files
+from tools.core import files
+from tools.core.errors import ToolError
 from tools.dataset import layout as _layout
 from tools.dataset.codec import (
     MAX_BLOB_BYTES,
@@ -46,7 +47,6 @@ from tools.dataset.codec import (
     zstd_compress,
     zstd_decompress_bounded,
 )
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.samples import CACHE_FORMAT, CacheSettings
 
@@ -234,7 +234,7 @@ def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93, run
     """Write `sample` as a record at `path` atomically; returns its size in bytes. Not fsynced one by one: the
     builder syncs the file system once when it ends (docs/reliability.md), and a record a machine crash left
     damaged fails its checksum and is rebuilt (verify --repair)."""
-    from tools.dataset import atomic
+    from tools.core import atomic
 
     data = encode_record(sample, jpeg_quality, run)
     atomic.write_bytes(Path(path), data, durable=False)

@@ -7,7 +7,7 @@ collector hands its locked file to the child it starts, then closes its own copy
 - a second collector, a rerun after a kill -9 of the collector, or a SLURM task never runs the same
   route run at the same time: it finds the lock taken and the run RUNNING, and counts no attempt;
 - there is no window between counting an attempt and the first heartbeat in which the run looks crashed.
-A file system without working flock is refused in one line (tools.dataset.locks). Heartbeats remain for what a
+A file system without working flock is refused in one line (tools.core.locks). Heartbeats remain for what a
 lock cannot see (tools.dataset.heartbeats). Holding the lock a moment (`exclusive`) guards a run's deletion
 (`discard_run`).
 """
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.dataset import atomic, locks
-from tools.dataset.errors import ToolError
+from tools.core import atomic, locks
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import RunState, held_run_state
 

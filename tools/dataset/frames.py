@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from tools.dataset import atomic, files
+from tools.core import atomic, files
 from tools.dataset.codec import MAX_BLOB_BYTES, CodecError, decode_array, encode_array
 from tools.dataset.layout import FRAME_NAME
 from tools.dataset.measurements import BoxLabel, Measurements

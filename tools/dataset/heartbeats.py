@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from tools.dataset import atomic, files
+from tools.core import atomic, files
 from tools.dataset.layout import Layout, RunKey
 
 #: A heartbeat older than this (seconds) means its writer is gone, wherever it ran.

@@ -9,11 +9,11 @@
           heartbeat.json                         host, pid and time, rewritten while the run is alive
           frames/<index:05d>.msgpack             one file per recorded frame (tools.dataset.frames)
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
-      results/<Scenario>/<run>.webp              an evaluated run's picture (animated; tools.collect.film)
+      results/<Scenario>/<run>.webp              an evaluated run's picture (animated; tools.collect.base.film)
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
       logs/<Scenario>/<run>/run.lock             locked by the process running an attempt (claims.claim_run)
       logs/<Scenario>/<run>/attempts.json        each ended attempt's status, and what crashed (attempts.record_attempt)
-      logs/<Scenario>/<run>/run-spec.json        the run as planned (tools.collect.spec.RunSpec): what its process reads
+      logs/<Scenario>/<run>/run-spec.json        the run as planned (collect.base.spec.RunSpec): what its process reads
       logs/<Scenario>/<run>/leaderboard-<NN>.json   a CARLA attempt: the leaderboard evaluator's own checkpoint,
                                                  published as the result when it holds a finished record
       logs/<Scenario>/<run>/leaderboard-<NN>.live.txt   its live results (--debug-checkpoint)
@@ -54,8 +54,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tools.dataset.atomic import TMP_PREFIX
-from tools.dataset.errors import ToolError
+from tools.core import cli
+from tools.core.atomic import TMP_PREFIX
+from tools.core.errors import ToolError
 
 #: 2: run folders of a route whose id is its file's stem are named <stem>_rep<K> (docs/dataset-format.md).
 #: 3: scenario actors in frames: semantic classes bicycle 19 and static 20, BEV classes 8 (pedestrian) and 9
@@ -120,7 +121,7 @@ def is_plain_name(name: str) -> bool:
     """A name that may become one folder or file name on disk: letters, digits, _ . - (no path, no "..")."""
     return bool(_NAME_OK.match(str(name))) and ".." not in str(name)
 #: The longest route run name (characters). A file system holds names of 255 bytes (NAME_MAX); the longest name
-#: made from a run's is a temporary file of its result, `.tmp-<run>.json.<host>~<pid>.<n>` (tools.dataset.atomic),
+#: made from a run's is a temporary file of its result, `.tmp-<run>.json.<host>~<pid>.<n>` (tools.core.atomic),
 #: up to 95 characters more with a 64-character host name. Longer route ids are refused before anything is written.
 RUN_NAME_MAX = 160
 #: What `RunKey.for_route` produces: a route run's folder name always ends in _rep<K>, at most RUN_NAME_MAX long.
@@ -374,7 +375,7 @@ class Layout:
         return self.root / RESULTS / key.scenario / f"{key.name}.json"
 
     def film_path(self, key: RunKey) -> Path:
-        """results/<Scenario>/<run>.webp: an evaluated run's picture, beside its result (tools.collect.film)."""
+        """results/<Scenario>/<run>.webp: an evaluated run's picture, beside its result (tools.collect.base.film)."""
         return self.root / RESULTS / key.scenario / FILM_NAME.format(run=key.name)
 
     def log_dir(self, key: RunKey) -> Path:
@@ -400,7 +401,7 @@ class Layout:
         return self.log_dir(key) / AGENT_CONFIG.format(attempt=attempt)
 
     def run_spec(self, key: RunKey) -> Path:
-        """logs/<Scenario>/<run>/run-spec.json: the run as planned (tools.collect.spec.RunSpec), written when the
+        """logs/<Scenario>/<run>/run-spec.json: the run as planned (tools.collect.base.spec.RunSpec), written when the
         collection is planned and read by the process that drives it."""
         return self.log_dir(key) / RUN_SPEC
 
@@ -508,3 +509,16 @@ class Layout:
         `scan_runs`."""
         keys = set().union(*self.scan_runs().values())
         yield from sorted(keys, key=lambda k: (k.scenario, k.name))
+
+
+def open_root(root: object) -> Layout:
+    """The existing dataset root a later stage reads (`--root`, else $DATA_ROOT, else ./data)."""
+    layout = Layout(resolve_root(cli.optional_text(root, "root")))
+    if not layout.root.is_dir():
+        raise ToolError(f"--root {layout.root}: no such dataset root; give the --root you collected into "
+                        "(bin/collect ROUTES_DIR --root ROOT)")
+    if not layout.manifest.is_file() and not (layout.root / "data").is_dir():
+        raise ToolError(f"--root {layout.root}: not a dataset root (no manifest.json, no data/); "
+                        "collect into it first: bin/collect ROUTES_DIR --root ROOT")
+    layout.check_no_links()
+    return layout

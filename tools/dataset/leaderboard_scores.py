@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 
 ROUND_DIGITS_SCORE = 6
 DEFAULT_VERSION = "2.0"

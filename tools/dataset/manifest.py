@@ -45,8 +45,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic, files
-from tools.dataset.errors import ToolError
+from tools.core import atomic, files
+from tools.core.errors import ToolError
 from tools.dataset.layout import DATASET_FORMAT, READABLE_FORMATS, Layout
 
 

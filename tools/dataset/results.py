@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic, files, heartbeats, locks
+from tools.core import atomic, files, locks
+from tools.dataset import heartbeats
 from tools.dataset.layout import RESULTS, Layout, RunKey
 
 # Leaderboard 2.0 record statuses.

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic, files
-from tools.dataset.errors import ToolError
+from tools.core import atomic, files
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.leaderboard_scores import DEFAULT_VERSION, VERSIONS, ScoreVersion
 from tools.dataset.manifest import planned_runs, read_manifest
@@ -140,7 +140,7 @@ class Aggregate:
         """The summary a person reads: what was evaluated, the three scores with their 95% intervals over the
         runs (routes x seeds), infractions per km, statuses, the runs counted as 0, `notes`, per route the
         means over its seeds (when a route has several), a table of every run with its picture (relative to
-        the root, where one was written: tools.collect.film), where result.json is."""
+        the root, where one was written: tools.collect.base.film), where result.json is."""
         g = self.global_record
         std = g["scores_std_dev"]
         n = len(self.runs)

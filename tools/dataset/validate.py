@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tools.dataset import files, semantics
+from tools.core import files
+from tools.dataset import semantics
 from tools.dataset.frames import (
     FRAME_FORMAT,
     READABLE_FRAME_FORMATS,

@@ -13,8 +13,8 @@ What is measured and how: docs/evaluation.md. `python -m tools.evaluate COMMAND 
 from __future__ import annotations
 
 from tools.collect.runner.slurm import SlurmOptions, slurm_flags
-from tools.dataset import cli
-from tools.dataset.errors import ToolError
+from tools.core import cli
+from tools.core.errors import ToolError
 
 
 @slurm_flags
@@ -46,7 +46,7 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         seeds: the same as --repetitions (K world seeds per route); the summary gives means with 95% intervals
             over routes x seeds, and per route over its seeds.
         max_attempts: attempts per route run while it crashes.
-        settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/config.py).
+        settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/base/config.py).
     """
     from tools.evaluate import run as evaluation
 
@@ -132,10 +132,10 @@ def route(route: str | None = None, root: str | None = None, repetition: int = 0
         force: redo a run that already finished.
         spec: a run spec the evaluation planned (ROOT/logs/<Scenario>/<run>/run-spec.json) instead of --route and
             the settings: what `run`'s workers and SLURM tasks give.
-        settings: collection settings as --key=value (tools/collect/config.py); --agent=policy and
+        settings: collection settings as --key=value (tools/collect/base/config.py); --agent=policy and
             --checkpoint=DIR name the policy.
     """
-    from tools.collect.config import CollectSettings
+    from tools.collect.base.config import CollectSettings
     from tools.collect.runner.attempt import route_run
     from tools.evaluate.driver import policy_factory
 

@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tools.dataset import atomic, files
+from tools.core import atomic, files
 from tools.dataset.layout import Layout
 from tools.dataset.results import SUCCESS_STATUSES
 from tools.dataset.score import Aggregate, RunScore

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from tools.dataset import cli
-from tools.dataset.errors import ToolError
+from tools.core import cli
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, resolve_root
 from tools.dataset.score import Aggregate, RunScore, aggregate, format_interval, mean_interval
 

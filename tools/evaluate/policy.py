@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from tools.cache.preprocess import Preprocessor
+from tools.core.errors import ToolError
 from tools.dataset.cache import decode_record, encode_record
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError
 from tools.dataset.measurements import Measurements
 from tools.dataset.rig import RigConfig

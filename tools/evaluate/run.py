@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.collect.config import CollectSettings
-from tools.collect.routes import find_route_files
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import find_route_files
 from tools.collect.runner.collection import collect_routes
 from tools.collect.runner.jobs import Job
 from tools.collect.runner.jobs import plan as plan_jobs
 from tools.collect.runner.slurm import Scheduler, SlurmOptions
-from tools.dataset import atomic, cli
-from tools.dataset.errors import ToolError
+from tools.core import atomic, cli
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
 from tools.dataset.manifest import now_iso, read_manifest, tool_version, user_at_host
 from tools.dataset.score import score_root

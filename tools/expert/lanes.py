@@ -60,7 +60,7 @@ def lane_at(cmap, x: float, y: float, z: float | None = None):
 
 def neighbours(wp) -> Neighbours:
     """The driving lanes beside a waypoint's lane: the one rule for passing an obstacle (tools.expert) and for
-    where scenarios may put one (tools.collect.route_gen, tools.collect.sim.scenarios)."""
+    where scenarios may put one (tools.collect.base.route_gen, tools.collect.sim.scenarios)."""
     left, right = wp.get_left_lane(), wp.get_right_lane()
 
     def driving(lane, same: bool) -> bool:
@@ -378,7 +378,7 @@ class LaneGraph:
 
 
 #: Who keeps the lane graph of a carla.Map, by the map's id: an object with the map as its cached `carla_map` and a
-#: `lane_graph` (a tools.collect.town.Town registers itself: its graph is kept beside the town file). Weak values,
+#: `lane_graph` (a tools.collect.base.town.Town registers itself: its graph is kept beside the town file). Weak values,
 #: and the map is checked to still be the owner's (ids are reused).
 _GRAPH_OWNERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 

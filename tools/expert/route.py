@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 from tools.dataset.measurements import RoadOption
 from tools.expert.lanes import lane_at
 

@@ -1,10 +1,10 @@
 """The world state handed from a world backend (embedded SUMO world, or CARLA) to the drivers, the sensors and
-the frame recorder (tools.collect.recording: a frame is recorded from one Snapshot).
+the frame recorder (tools.collect.base.recording: a frame is recorded from one Snapshot).
 
 All positions are in CARLA's world frame (tools.dataset.geometry): metres, x east, y = -y(OpenDRIVE)
 (left-handed), z up; yaw in degrees, positive turning from +x towards +y (a right turn seen from above).
 A vehicle's local frame is x forward, y right, z up, as in CARLA. What a recorded frame says about
-these boxes is tools.dataset.measurements.BoxLabel (tools.collect.recording.box_label).
+these boxes is tools.dataset.measurements.BoxLabel (tools.collect.base.recording.box_label).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Light:
 @dataclass
 class Snapshot:
     """Everything the sensors need at one instant, and what a recorded frame says of the ego besides
-    (tools.collect.recording.measurements)."""
+    (tools.collect.base.recording.measurements)."""
 
     time: float  # simulated seconds since the start of the run
     ego: Box

@@ -7,8 +7,8 @@ submitted as one chain of dependent SLURM jobs (what bin/pipeline runs). `python
 
 from __future__ import annotations
 
-from tools.dataset import cli, options
-from tools.dataset.presets import table_text
+from tools.core import cli, options
+from tools.core.presets import table_text
 from tools.pipeline.chain import PipelineFlags, parse_options, pipeline
 
 
@@ -23,7 +23,7 @@ def run(routes_dir: str, root: str | None = None, flags: PipelineFlags | None = 
     nothing while the jobs are pending, running or done, and resubmits from the first stage that failed.
     Everything is checked before anything is submitted.
 
-    --preset tiny|small|medium|full sizes the run: bin/collect --preset and bin/train preset= (tools/dataset/presets.py;
+    --preset tiny|small|medium|full sizes the run: bin/collect --preset and bin/train preset= (tools/core/presets.py;
     the routes come from `python -m tools.collect routes --preset`); a --STAGE-args value wins over it.
     tiny runs every stage on 4 short routes in about a minute on 2 cores, small in about ten. Collection:
       {collect}

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic, cli
-from tools.dataset.errors import ToolError
+from tools.core import atomic, cli
+from tools.core.errors import ToolError
+from tools.core.presets import check_preset
+from tools.core.slurm import INVALID_JOB, LIVE, SlurmCommands, array_tasks, scontrol_jobs, state_rows
 from tools.dataset.layout import resolve_root
 from tools.dataset.manifest import now_iso
-from tools.dataset.presets import check_preset
-from tools.dataset.slurm import INVALID_JOB, LIVE, SlurmCommands, array_tasks, scontrol_jobs, state_rows
 
 PROG = "pipeline"
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ class PipelineOptions:
     shards: int = 8
     gpus: int = 1
     redo: str | None = None
-    preset: str | None = None  # tiny | small | full: passed to collection and training (tools/dataset/presets.py)
+    preset: str | None = None  # tiny | small | full: passed to collection and training (tools/core/presets.py)
     sbatch_args: tuple[str, ...] = ()  # every job
     stage_args: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, arguments of its tool)
     stage_sbatch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, sbatch options of its job)
@@ -116,7 +116,7 @@ def _writable(path: Path, flag: str, what: str) -> None:
 @dataclass(frozen=True)
 class PipelineFlags:
     """bin/pipeline's flags (all but ROUTES_DIR and --root), each with its help: `python -m tools.pipeline run
-    --help` prints them (tools.dataset.options). Checked together here; the paths by `parse_options`."""
+    --help` prints them (tools.core.options). Checked together here; the paths by `parse_options`."""
 
     slurm: bool = False
     """submit the stages as SLURM jobs instead of running them here."""
@@ -290,7 +290,7 @@ def run_local(o: PipelineOptions) -> None:
 
 
 class Scheduler(SlurmCommands):
-    """What the pipeline asks of SLURM (tools.dataset.slurm runs the commands)."""
+    """What the pipeline asks of SLURM (tools.core.slurm runs the commands)."""
 
     def __init__(self) -> None:
         super().__init__("leave --slurm out to run the stages here")

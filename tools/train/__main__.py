@@ -2,7 +2,7 @@
 
 The phase is a word and the keys also come as key=value (the older spelling, what slurm/train.sbatch and the
 pipeline pass), which fire would read as flag-less strings and guess types of, so the arguments are parsed
-here: the first word is the phase, the rest are TrainConfig overrides (tools.dataset.options.parse_flags)
+here: the first word is the phase, the rest are TrainConfig overrides (tools.core.options.parse_flags)
 typed from the fields' annotations. Errors are one line on stderr with exit status 2; a run stopped by SIGUSR1 or
 SIGTERM exits 128 + the signal number after writing its checkpoint.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from tools.dataset.errors import ToolError, run_cli
+from tools.core.errors import ToolError, run_cli
 from tools.train.config import PHASES, help_text, parse_overrides
 
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tools.dataset import atomic, locks
-from tools.dataset.errors import ToolError
+from tools.core import atomic, locks
+from tools.core.errors import ToolError
 
 CHECKPOINTS = "checkpoints"
 STEP_DIR = "step-{step:08d}"

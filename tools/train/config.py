@@ -1,7 +1,7 @@
 """The training configuration: one dataclass, every field documented, `--key=value` overrides.
 
 The docstring under each field is its help text (`python -m tools.train --help` prints them all, through
-tools.dataset.options). Overrides (`--key=value`; `key=value` works too) are typed from the field's annotation;
+tools.core.options). Overrides (`--key=value`; `key=value` works too) are typed from the field's annotation;
 an unknown key is an error that lists the near matches; `__post_init__` checks every value and names the flag
 to fix. The resolved configuration (absolute paths, defaults filled in) is written as `config.json` in the run
 folder and into every checkpoint. The dataclass is frozen: what the run settles at its start (paths, the model
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import options
-from tools.dataset.errors import ToolError
+from tools.core import options
+from tools.core.errors import ToolError
+from tools.core.presets import PRESETS, TRAIN, check_preset, resolve, table_text
 from tools.dataset.layout import resolve_root
-from tools.dataset.presets import PRESETS, TRAIN, check_preset, resolve, table_text
 
 PHASES = ("pretrain", "posttrain")
 MODELS = ("tiny", "full")
@@ -189,7 +189,7 @@ class TrainConfig:
 
 def parse_overrides(phase: str, args: list[str]) -> TrainConfig:
     """`phase` plus `--key=value` arguments (`key=value` and `--key value` too) -> a checked TrainConfig: the keys
-    given, then the preset's (`--preset=NAME`, tools/dataset/presets.py), then the defaults."""
+    given, then the preset's (`--preset=NAME`, tools/core/presets.py), then the defaults."""
     see = "python -m tools.train --help"
     values: dict[str, Any] = {"phase": phase, **options.values(TrainConfig, options.parse_flags(args, see),
                                                                 exclude=("phase",), see=see)}

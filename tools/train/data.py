@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from tools.core.errors import ToolError
 from tools.dataset.cache import (
     CacheRecordError,
     SessionCache,
@@ -36,7 +37,6 @@ from tools.dataset.cache import (
     record_run,
     run_key,
 )
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.samples import CacheSettings
 

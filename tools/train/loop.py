@@ -41,10 +41,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tools.dataset import atomic, files
+from tools.core import atomic, files
+from tools.core.errors import ToolError, space_for
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
 from tools.dataset.cache import SessionCache, read_frame_dt
-from tools.dataset.errors import ToolError, space_for
 from tools.dataset.layout import Layout, run_key
 from tools.dataset.rig import RigConfig, run_rig
 from tools.dataset.samples import CacheSettings

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 from tools.train.config import TrainConfig
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from tools.dataset import atomic
+from tools.core import atomic
 from tools.dataset.samples import CacheSettings
 from tools.train import data, pictures
 from tools.train.config import TrainConfig, loss_names

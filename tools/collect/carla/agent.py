@@ -9,7 +9,7 @@ neither the leaderboard nor scenario_runner (the tests drive it with stand-ins o
 Per tick the core builds the privileged state from the simulator (`CarlaWorldView`: the ego, vehicles,
 walkers, props, traffic lights at their stop lines, in the Snapshot of tools.expert.state), drives with the
 expert (tools.expert.drivers, as in the embedded world) and, every `record_every` ticks, writes a frame
-through tools.dataset.frames with the embedded world's measurements and box labels (tools.collect.recording) and
+through tools.dataset.frames with the embedded world's measurements and box labels (tools.collect.base.recording) and
 its BEV (tools.collect.sensors.render). Sensors:
 - the rig's RGB cameras are declared to the leaderboard (`sensors()`; it allows RGB cameras and vetoes
   semantic and depth cameras);
@@ -38,15 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from tools.collect.config import CollectSettings
-from tools.collect.recording import RunRecorder
-from tools.collect.referee import Referee
-from tools.collect.routes import select_route
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.recording import RunRecorder
+from tools.collect.base.referee import Referee
+from tools.collect.base.routes import select_route
+from tools.collect.base.town import Town, user_cache
 from tools.collect.sensors.render import Renderer
 from tools.collect.sensors.scene import Scene
-from tools.collect.town import Town, user_cache
-from tools.dataset import atomic, semantics
-from tools.dataset.errors import ToolError
+from tools.core import atomic
+from tools.core.errors import ToolError
+from tools.dataset import semantics
 from tools.dataset.geometry import Pose, ego_to_world
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.rig import (
@@ -104,7 +105,7 @@ class AgentConfig:
     repetition: int
     seed: int
     attempt: int
-    settings: dict[str, Any]  # tools.collect.config.CollectSettings.to_dict()
+    settings: dict[str, Any]  # tools.collect.base.config.CollectSettings.to_dict()
 
     def write(self, path: Path) -> None:
         atomic.write_json(Path(path), dataclasses.asdict(self))
@@ -486,7 +487,7 @@ def plan_route(plan: list | None, carla_map: Any) -> DenseRoute:
 
 
 def town_of_map(carla_map: Any) -> Any:
-    """The embedded world's Town (tools.collect.town) of the server's map, from its OpenDRIVE text: the BEV's
+    """The embedded world's Town (tools.collect.base.town) of the server's map, from its OpenDRIVE text: the BEV's
     road raster is drawn from it. Written once per map content under the user's cache (netconvert's network
     is cached beside it)."""
     text = carla_map.to_opendrive()

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import Route
+from tools.collect.base.spec import RunSpec
+from tools.collect.base.town import Town
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.agent import check_rig
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route
-from tools.collect.spec import RunSpec
-from tools.collect.town import Town
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import package_versions
 from tools.dataset.results import RouteRecord

@@ -44,6 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.collect.base.route_gen import generate_routes
+from tools.collect.base.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, read_routes
+from tools.collect.base.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
+from tools.collect.base.town import opendrive_map
 from tools.collect.carla.agent import AGENT_FILE, MAX_RGB_CAMERAS, MAX_SENSOR_RADIUS_M, check_rig, declared_sensors
 from tools.collect.carla.run import (
     INSTALL_TOWNS,
@@ -57,12 +61,8 @@ from tools.collect.carla.run import (
     scenario_runner_root,
 )
 from tools.collect.carla.server import Ports
-from tools.collect.route_gen import generate_routes
-from tools.collect.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, read_routes
-from tools.collect.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
-from tools.collect.town import opendrive_map
+from tools.core.errors import ToolError
 from tools.dataset import results
-from tools.dataset.errors import ToolError
 from tools.dataset.rig import CameraConfig, RigConfig
 from tools.expert.planner import RoutePlanner
 from tools.expert.route import NoRoute
@@ -467,7 +467,7 @@ def our_routes(folder: Path, town: Path | None) -> tuple[list[Path], str]:
     if town is not None:  # a copy: what the town's SUMO network is made into lands beside it, not in the install
         town = Path(shutil.copy(town, folder / town.name))
     else:
-        from tools.collect.town import make_town
+        from tools.collect.base.town import make_town
 
         town = make_town(folder / "town.xodr", grid="3x3", seed=1, lanes=2, block=110.0)
         kinds = [n for n in kinds if n not in _ONCOMING]

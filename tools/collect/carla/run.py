@@ -40,15 +40,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.processes import end_group, start_group
+from tools.collect.base.routes import Route
+from tools.collect.base.scenario_types import PARAMETERS
+from tools.collect.base.town import user_cache
 from tools.collect.carla.agent import AGENT_FILE, AgentConfig
 from tools.collect.carla.server import CARLA_VERSION, CarlaServer, Ports, pick_gpu, start_server
-from tools.collect.config import CollectSettings
-from tools.collect.processes import end_group, start_group
-from tools.collect.routes import Route
-from tools.collect.scenario_types import PARAMETERS
-from tools.collect.town import user_cache
+from tools.core.errors import ToolError
 from tools.dataset import claims, heartbeats, results
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 
 log = logging.getLogger("collect.carla")

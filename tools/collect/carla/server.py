@@ -43,8 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from tools.collect.processes import STOP_GRACE_S, end_group, start_group
-from tools.dataset.errors import ToolError
+from tools.collect.base.processes import STOP_GRACE_S, end_group, start_group
+from tools.core.errors import ToolError
 
 log = logging.getLogger("collect.carla")
 

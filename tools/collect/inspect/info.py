@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
 from tools.collect.inspect.tables import count_states, known_runs, state_row, text_table
-from tools.dataset import atomic, cli
-from tools.dataset.errors import ToolError, human
+from tools.core import atomic
+from tools.core.errors import ToolError, human
 from tools.dataset.frames import read_run_head
 from tools.dataset.layout import (
     BUCKETS,
@@ -41,6 +41,7 @@ from tools.dataset.layout import (
     RESULTS,
     Layout,
     RunKey,
+    open_root,
 )
 from tools.dataset.manifest import dataset_id, now_iso, read_manifest
 from tools.dataset.results import FAILED_STATES, RunState, run_states
@@ -478,7 +479,7 @@ def card_after_collection(layout: Layout) -> None:
 
 def print_info(root: str | None) -> None:
     """`python -m tools.collect info`: print the manifest with counts and sizes, write the dataset card."""
-    layout = cli.open_root(root)
+    layout = open_root(root)
     manifest = read_manifest(layout)  # a root of another format version: ToolError
     if manifest is None:
         raise ToolError(f"--root {layout.root}: no {layout.manifest.name}, so nothing records how it was collected; "

@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from tools.dataset import atomic, semantics
+from tools.core import atomic
+from tools.core.errors import ToolError
+from tools.dataset import semantics
 from tools.dataset.codec import decode_array, encode_array
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, indexed_measurements, read_boxes, read_frame, read_measurements
 from tools.dataset.geometry import camera_intrinsics, wrap_degrees
 from tools.dataset.layout import Layout, RunKey

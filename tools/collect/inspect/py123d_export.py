@@ -34,12 +34,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tools.collect.base.processes import die_with_parent
 from tools.collect.inspect.py123d_convert import DATASET, SPLIT, export_town, log_dir, log_name, map_file, write_log
-from tools.collect.processes import die_with_parent
-from tools.dataset import atomic, cli, heartbeats, results
-from tools.dataset.errors import ToolError
+from tools.core import atomic, cli
+from tools.core.errors import ToolError
+from tools.dataset import heartbeats, results
 from tools.dataset.frames import FrameError
-from tools.dataset.layout import Layout, RunKey, unwritable
+from tools.dataset.layout import Layout, RunKey, open_root, unwritable
 from tools.dataset.manifest import dataset_id, read_manifest, tool_version
 from tools.dataset.results import RunState, run_states
 
@@ -231,7 +232,7 @@ def export_root(root: Any = None, out: Any = None, workers: Any = None, force: A
     require_py123d("export-py123d")
     force = cli.switch(force, "force")
     workers = None if workers is None else cli.integer(workers, "workers", 1)
-    layout = cli.open_root(root)
+    layout = open_root(root)
     read_manifest(layout)  # a root of another format version is refused here
     out_path = check_out(out, layout)
     states = run_states(layout)

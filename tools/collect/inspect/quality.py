@@ -15,7 +15,7 @@ is the one thing written, as ROOT/reports/<date>/report.json and report.html (or
 - the integrity errors per run, and recommendations where the numbers call for them (thresholds below).
 
 Exit status: 0 when every finished run is intact; EXIT_INVALID (1) when some run has integrity errors (listed
-per run on stdout and in the report, which is written all the same); 2 for bad input (tools.dataset.errors):
+per run on stdout and in the report, which is written all the same); 2 for bad input (tools.core.errors):
 a root with no finished runs, of a newer format version, an evaluation root, a report folder that cannot be
 written. docs/quality.md describes the checks, the report's fields and the thresholds.
 """
@@ -42,13 +42,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from tools.collect.base.routes import read_routes
 from tools.collect.inspect.tables import known_runs
-from tools.collect.routes import read_routes
-from tools.dataset import atomic, cli, files
+from tools.core import atomic, cli, files
+from tools.core.errors import ToolError
 from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, classify
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_measurements
-from tools.dataset.layout import Layout, RunKey, unwritable
+from tools.dataset.layout import Layout, RunKey, open_root, unwritable
 from tools.dataset.manifest import dataset_id, now_iso, planned_runs, read_manifest, tool_version
 from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import DRIVING_STATUSES, INFRACTION_KEYS, RunState, is_failed, read_results
@@ -60,7 +60,7 @@ PROG = "validate"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 REPORT_FORMAT = 1
-#: Exit status when some finished run has integrity errors (2, tools.dataset.errors, is bad input).
+#: Exit status when some finished run has integrity errors (2, tools.core.errors, is bad input).
 EXIT_INVALID = 1
 
 # Recommendations: when a number crosses one of these, the report says what to do (docs/quality.md).
@@ -173,7 +173,7 @@ def _context(layout: Layout, key: RunKey, planned: dict[str, Any]) -> tuple[str,
 def validate_root(root: str | None = None, workers: int | None = None, out: str | None = None) -> dict[str, Any]:
     """Check every finished route run of ROOT and write the quality report (see the module's docstring).
     Returns the report; exits with EXIT_INVALID after writing it when a run has integrity errors."""
-    layout = cli.open_root(root)
+    layout = open_root(root)
     manifest = read_manifest(layout)  # a newer format version: one line here, before anything is read
     if layout.is_evaluation:
         raise ToolError(f"--root {layout.root}: an evaluation root ({layout.evaluation.name}) records no frames; "

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tools.dataset import atomic, layout
+from tools.core import atomic
+from tools.core.errors import ToolError
+from tools.dataset import layout
 from tools.dataset import semantics as sem
-from tools.dataset.errors import ToolError
 from tools.dataset.frames import FrameError, read_boxes, read_frame
 from tools.dataset.geometry import project, world_to_ego
 from tools.dataset.measurements import Measurements

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tools.core.errors import ToolError
 from tools.dataset.attempts import crash_history
-from tools.dataset.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import planned_runs
 from tools.dataset.results import FAILED_STATES, RunState, run_state

@@ -1,7 +1,7 @@
 """One attempt of a route run: check every argument, claim the run, drive it in its world (tools.collect.runner.world:
 the embedded world, or with --world=carla a CARLA server under the leaderboard evaluator), and write its result.
 
-The run is one RunSpec (tools.collect.spec): a collector planned it and wrote it (ROOT/logs/<Scenario>/<run>/
+The run is one RunSpec (tools.collect.base.spec): a collector planned it and wrote it (ROOT/logs/<Scenario>/<run>/
 run-spec.json), and its child reads it (`run --spec FILE --attempt N`); a run alone (`run --route FILE`) builds the
 same spec itself (`plan_alone`), checking its route as a collection's plan does.
 
@@ -10,7 +10,7 @@ Order of writes, so that a run killed at any point never looks complete:
      a collector made for us; the lock is held until the result is written
   1. discard what an earlier failed attempt left; write run.json
   2. per recorded frame: frames/<index>.msgpack (atomic, not fsynced); a heartbeat every few wall-clock seconds
-     (tools.collect.recording.RunRecorder)
+     (tools.collect.base.recording.RunRecorder)
   3. at the end: one sync of the file system (the frames on disk), then the result file (fsynced), whose
      existence is what makes the run finished or failed
 
@@ -31,20 +31,21 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import check_routes, find_towns_dir, select_route, town_file
+from tools.collect.base.spec import RunSpec, derive_seed
+from tools.collect.base.town import Town, kept_town
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.inspect.py123d_export import export_after_run, require_py123d
-from tools.collect.routes import check_routes, find_towns_dir, select_route, town_file
 from tools.collect.runner.jobs import route_run_bytes, take_back
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.world import World, world_for
 from tools.collect.sim.drive import DriverFactory
-from tools.collect.spec import RunSpec, derive_seed
-from tools.collect.town import Town, kept_town
-from tools.dataset import atomic, attempts, claims, cli, results
-from tools.dataset.errors import DiskFull, ToolError, disk_full, is_disk_full
+from tools.core import atomic, cli
+from tools.core.errors import DiskFull, ToolError, disk_full, is_disk_full
+from tools.core.locks import require_flock
+from tools.dataset import attempts, claims, results
 from tools.dataset.layout import Layout, RunKey, check_root_writable, resolve_root
-from tools.dataset.locks import require_flock
 from tools.dataset.manifest import read_manifest, update_manifest
 from tools.expert.drivers import make_expert
 

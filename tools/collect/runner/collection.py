@@ -1,5 +1,5 @@
 """A collection: check everything (routes against their towns, settings, the world's set-up: tools.collect.runner.world,
-SLURM options), record it in the root's manifest, write each planned run's spec (tools.collect.spec.RunSpec), then
+SLURM options), record it in the root's manifest, write each planned run's spec (tools.collect.base.spec.RunSpec), then
 drive the route runs with local workers (tools.collect.runner.local) or as SLURM job arrays
 (tools.collect.runner.slurm), and write the dataset card. `python -m tools.collect collect` and the
 evaluation (`python -m tools.evaluate run`) both start here."""
@@ -11,20 +11,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.collect.base.config import CollectSettings, absolute_flags
+from tools.collect.base.routes import find_route_files, town_file
 from tools.collect.carla.server import job_gpus, machine_gpus
-from tools.collect.config import CollectSettings, absolute_flags
 from tools.collect.inspect.info import card_after_collection
-from tools.collect.routes import find_route_files, town_file
 from tools.collect.runner.jobs import plan, write_specs
 from tools.collect.runner.local import run_local
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, summary_line
 from tools.collect.runner.workers import gpu_slots
 from tools.collect.runner.world import world_for
-from tools.dataset import cli
-from tools.dataset.errors import ToolError
+from tools.core import cli
+from tools.core.errors import ToolError
+from tools.core.locks import require_flock
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
-from tools.dataset.locks import require_flock
 from tools.dataset.manifest import read_manifest, update_manifest
 
 
@@ -100,7 +100,7 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         runs={str(j.key): {"route": str(j.route_file.resolve()), "route_id": j.route.id,
                            "repetition": j.repetition} for j in jobs},
     )
-    write_specs(layout, jobs, resolved)  # what each run's process reads (tools.collect.spec)
+    write_specs(layout, jobs, resolved)  # what each run's process reads (tools.collect.base.spec)
     n_routes = len({(j.route_file, j.route.id) for j in jobs})
     where = f"SLURM job arrays of at most {slurm.throttle} tasks at once" if slurm is not None else (
         f"{workers} workers on GPUs {', '.join(dict.fromkeys(gpus))} ({servers_per_gpu} per GPU)" if gpus

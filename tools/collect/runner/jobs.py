@@ -8,11 +8,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route, check_routes, find_towns_dir, read_routes, town_file
-from tools.collect.spec import RunSpec
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import Route, check_routes, find_towns_dir, read_routes, town_file
+from tools.collect.base.spec import RunSpec
+from tools.core.errors import DiskFull, ToolError, disk_full
 from tools.dataset.claims import discard_run
-from tools.dataset.errors import DiskFull, ToolError, disk_full
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import RunState, run_state
 
@@ -31,7 +31,7 @@ class Job:
     key: RunKey
 
     def spec(self, settings: CollectSettings) -> RunSpec:
-        """The run as its process drives it (tools.collect.spec)."""
+        """The run as its process drives it (tools.collect.base.spec)."""
         return RunSpec.plan(self.key, self.route_file, self.route, self.towns,
                             town_file(self.route_file, self.route, self.towns), self.repetition, settings)
 

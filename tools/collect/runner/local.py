@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
 from tools.collect.inspect.info import card_after_collection
 from tools.collect.inspect.py123d_export import export_missing
 from tools.collect.inspect.tables import crash_lines

@@ -9,17 +9,17 @@ from __future__ import annotations
 import sys
 
 from tools.collect.inspect.tables import count_states, crash_lines, format_table, known_runs
-from tools.dataset import atomic, cli
+from tools.core import atomic, cli
+from tools.core.errors import ToolError
 from tools.dataset.claims import attempts, discard_run, exclusive
-from tools.dataset.errors import ToolError
-from tools.dataset.layout import SLURM, Layout, RunKey
+from tools.dataset.layout import SLURM, Layout, RunKey, open_root
 from tools.dataset.manifest import read_manifest
 from tools.dataset.results import FAILED_STATES, RunState, held_run_state, is_failed, read_status, run_states
 
 
 def _open_root(root: str | None) -> tuple[Layout, list[RunKey]]:
     """The root's layout and every run it knows: planned in the manifest or present on disk."""
-    layout = cli.open_root(root)
+    layout = open_root(root)
     return layout, known_runs(layout, read_manifest(layout))
 
 

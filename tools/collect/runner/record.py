@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
 from tools.collect.runner.world import world_for
 from tools.dataset.manifest import file_sha256, route_set
 from tools.expert import conflicts, control, expert

@@ -4,7 +4,7 @@
     ROOT/logs/slurm/<array>_<task>.log  every array task's output (sbatch %A_%a, appended)
 
 The wave file is tools.collect.runner.waves; an array task's side, tools.collect.runner.slurm_task (each route run
-driven as the spec the collection wrote when it planned it says: tools.collect.spec). Here: the options, the
+driven as the spec the collection wrote when it planned it says: tools.collect.base.spec). Here: the options, the
 scheduler, the monitor.
 
 The monitor (`collect_slurm`) writes the route runs still to do into a wave file, then submits it as
@@ -20,12 +20,12 @@ scheduler says which tasks are still queued or running and how the others ended.
 without a result (TIMEOUT, NODE_FAIL, CANCELLED, ...) gets `Failed - Simulation crashed`; failed runs
 with attempts left go into a new wave once no task of the older ones is still queued.
 
-A scheduler that does not answer (slurmctld down or restarting: tools.dataset.slurm.SchedulerUnavailable)
+A scheduler that does not answer (slurmctld down or restarting: tools.core.slurm.SchedulerUnavailable)
 says nothing about any task: that poll is dropped, nothing is taken as ended and nothing is submitted, and
 the monitor asks again after `--poll` seconds. A task the scheduler no longer remembers (no accounting,
 ended more than MinJobAge ago) whose route runs all have their result is counted COMPLETED, never UNKNOWN.
 
-A full disk stops the monitor with one line (tools.dataset.errors.DiskFull) instead of a new wave: when a task
+A full disk stops the monitor with one line (tools.core.errors.DiskFull) instead of a new wave: when a task
 of the last wave was stopped by it (a run's logs/<S>/<run>/disk-full.log written since the wave was submitted
 and since this monitor started), or when the root's free space is below a route run's size.
 """
@@ -40,15 +40,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
 from tools.collect.inspect.tables import crash_lines
 from tools.collect.runner.jobs import duration, route_run_bytes
 from tools.collect.runner.waves import WAVE_NAME, Wave, load_waves, run_key_of, task_log_dir, waves_dir
 from tools.collect.runner.world import world_for
-from tools.dataset import options
+from tools.core import options
+from tools.core.errors import ToolError, disk_full, free_bytes
+from tools.core.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands, scontrol_jobs, state_rows
 from tools.dataset.attempts import record_attempt
 from tools.dataset.claims import attempts, exclusive
-from tools.dataset.errors import ToolError, disk_full, free_bytes
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.manifest import dataset_id
 from tools.dataset.results import (
@@ -60,7 +61,6 @@ from tools.dataset.results import (
     run_states,
     write_result,
 )
-from tools.dataset.slurm import INVALID_JOB, SchedulerUnavailable, SlurmCommands, scontrol_jobs, state_rows
 
 REPO = Path(__file__).resolve().parents[3]
 SBATCH_SCRIPT = REPO / "slurm" / "collect.sbatch"
@@ -164,7 +164,7 @@ def check_options(o: SlurmOptions) -> None:
 
 
 class Scheduler(SlurmCommands):
-    """What the monitor asks of SLURM (tools.dataset.slurm runs and counts the commands)."""
+    """What the monitor asks of SLURM (tools.core.slurm runs and counts the commands)."""
 
     def __init__(self, env: dict[str, str] | None = None):
         super().__init__("leave --slurm out to collect locally", env)
@@ -210,7 +210,7 @@ class Scheduler(SlurmCommands):
 
     @staticmethod
     def _add(states: dict[tuple[str, int], str], text: str) -> None:
-        """The array tasks of sacct's or squeue's "JobID|State" lines (tools.dataset.slurm.state_rows), pending
+        """The array tasks of sacct's or squeue's "JobID|State" lines (tools.core.slurm.state_rows), pending
         ones not yet split (12_[3-9%2]) each on its own."""
         for job, tasks, state in state_rows(text):
             for task in tasks if job.isdigit() and tasks is not None else []:

@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import read_routes, town_file
+from tools.collect.base.spec import RunSpec
 from tools.collect.carla.server import job_gpus, machine_gpus
-from tools.collect.config import CollectSettings
-from tools.collect.routes import read_routes, town_file
 from tools.collect.runner.jobs import Job
 from tools.collect.runner.waves import SLURM_DIR, WAVES, Wave, run_key_of
 from tools.collect.runner.workers import Collector, gpu_slots
 from tools.collect.runner.world import world_for
-from tools.collect.spec import RunSpec
-from tools.dataset import cli
-from tools.dataset.errors import ToolError
+from tools.core import cli
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout
 
 

@@ -4,7 +4,7 @@
     ROOT/logs/slurm/<array>_<task>.log  every array task's output (sbatch %A_%a, appended)
 
 The monitor writes them (tools.collect.runner.slurm), each array task reads its own
-(tools.collect.runner.slurm_task); each route run of a wave is driven as its spec says (tools.collect.spec).
+(tools.collect.runner.slurm_task); each route run of a wave is driven as its spec says (tools.collect.base.spec).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.dataset import atomic
-from tools.dataset.errors import ToolError
+from tools.core import atomic
+from tools.core.errors import ToolError
 from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import now_iso
 

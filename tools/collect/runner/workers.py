@@ -1,7 +1,7 @@
 """Route runs in child processes: the parent decides and watches; each route run is a child
 `python -m tools.collect run --spec FILE` (a policy's: `python -m tools.evaluate route --spec FILE`) in its own
 process group, writing its stdout and stderr to the run's attempt log. FILE is the run's spec that the collection
-wrote when it planned the run (tools.collect.spec.RunSpec at Layout.run_spec): the child drives it as planned.
+wrote when it planned the run (tools.collect.base.spec.RunSpec at Layout.run_spec): the child drives it as planned.
 All state lives on disk (results, heartbeats, attempt logs), so a killed collector loses nothing: run it again. A
 local collection runs N of them at once; a SLURM array task runs its share one after the other. In a world whose
 runs fork from a loaded town (World.forks_from_town: the embedded world) the child runs that same command forked
@@ -19,7 +19,7 @@ own ports when its server starts.
 
 A full disk stops the collection, counting no attempt: an attempt stopped by it (exit status EXIT_DISK_FULL:
 the child uncounted its attempt) is measured and discarded here (jobs.take_back), no new run starts, the
-running ones end, and the collector exits with the one line (tools.dataset.errors.DiskFull).
+running ones end, and the collector exits with the one line (tools.core.errors.DiskFull).
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tools.collect.base.config import ROUTE_RUN_COMMAND, CollectSettings
+from tools.collect.base.processes import die_with_parent, signal_group
+from tools.collect.base.routes import town_file
 from tools.collect.carla.server import GPU_ENV
-from tools.collect.config import ROUTE_RUN_COMMAND, CollectSettings
-from tools.collect.processes import die_with_parent, signal_group
-from tools.collect.routes import town_file
 from tools.collect.runner.jobs import Job, route_run_bytes, take_back
 from tools.collect.runner.world import world_for
 from tools.collect.runner.zygote import RouteRun, Zygote
+from tools.core.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
 from tools.dataset.attempts import crash_message, record_attempt
 from tools.dataset.claims import LOCK_FD_ENV, RunClaim, attempts, claim_run, exclusive
-from tools.dataset.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
 from tools.dataset.heartbeats import HEARTBEAT_STALE_S, HeartbeatWatch
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import (

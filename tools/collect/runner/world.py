@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import Route
+from tools.collect.base.spec import RunSpec
+from tools.collect.base.town import Town
 from tools.collect.carla.backend import CarlaWorld
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route
 from tools.collect.sim.backend import EmbeddedWorld
 from tools.collect.sim.drive import DriverFactory
-from tools.collect.spec import RunSpec
-from tools.collect.town import Town
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.results import RouteRecord
 

@@ -6,7 +6,7 @@ tools.collect run ...`, a policy's `python -m tools.evaluate route ...`) through
 group of its own, its stdout and stderr appended to the run's attempt log, holding the run's lock that the collector
 claimed and handed over (tools.dataset.claims.LOCK_FD_ENV: the locked file's descriptor travels to the zygote
 over a Unix socket, and the zygote closes its copy as soon as it has forked). It finds the town kept
-(tools.collect.town.open_town) and pays only its own part: the route's plan, its regional scene, SUMO's start
+(tools.collect.base.town.open_town) and pays only its own part: the route's plan, its regional scene, SUMO's start
 (libsumo is one simulation per process: each child starts its own). A child that crashes (an exception, os._exit,
 SIGSEGV) ends alone: the zygote reaps it and reports its exit status, and the next child is forked from the
 untouched zygote. Each child dies with the zygote and the zygote with the collector (PR_SET_PDEATHSIG); a zygote
@@ -34,8 +34,8 @@ import time
 import traceback
 from pathlib import Path
 
-from tools.collect.processes import die_with_parent
-from tools.dataset.atomic import process_alive
+from tools.collect.base.processes import die_with_parent
+from tools.core.atomic import process_alive
 from tools.dataset.claims import LOCK_FD_ENV
 
 #: The size of one protocol message at most (a route run's command line).
@@ -215,9 +215,9 @@ def _load(xodr: Path) -> str:
     import libsumo  # noqa: F401  (imported, never started: each child starts its own simulation)
 
     import tools.collect.runner.attempt  # noqa: F401  (what a route run imports)
+    from tools.collect.base.town import Town, keep_town
     from tools.collect.sensors.render import warm_up
     from tools.collect.sensors.scene import load_town_scene
-    from tools.collect.town import Town, keep_town
 
     imported = time.perf_counter() - started
     town = Town(xodr)

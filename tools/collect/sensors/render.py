@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
+from tools.collect.base.town import Town
 from tools.collect.sensors import raycast
 from tools.collect.sensors.scene import (
     MARKING_WIDTH,
@@ -47,7 +48,6 @@ from tools.collect.sensors.scene import (
     SLOT_TERRAIN,
     Scene,
 )
-from tools.collect.town import Town
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import BevGrid, camera_intrinsics, ego_to_world, world_to_ego
 from tools.dataset.rig import (

@@ -31,7 +31,7 @@ import msgpack
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.collect.town import LARGE_TOWN_EXTENT, Town, TownError
+from tools.collect.base.town import LARGE_TOWN_EXTENT, Town, TownError
 from tools.dataset import semantics as sem
 from tools.dataset.codec import decode_array, encode_array
 from tools.expert.state import Box

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import Route
+from tools.collect.base.spec import RunSpec
+from tools.collect.base.town import Town, keep_town, open_town
 from tools.collect.sim.drive import DriverFactory, drive
-from tools.collect.spec import RunSpec
-from tools.collect.town import Town, keep_town, open_town
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import package_versions
 from tools.dataset.results import RouteRecord
@@ -28,7 +28,7 @@ class EmbeddedWorld:
         return None  # SUMO and carla.Map are packages of ours: nothing to check, no towns of its own
 
     def check_route(self, route_file: Path, route: Route) -> None:
-        return None  # a route that lies on its town's roads is all it needs (tools.collect.routes.check_routes)
+        return None  # a route that lies on its town's roads is all it needs (tools.collect.base.routes.check_routes)
 
     def open_town(self, town_file: Path) -> Town:
         town = open_town(town_file)  # the town kept by the worker that forked us, else loaded now

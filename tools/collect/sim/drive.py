@@ -1,5 +1,5 @@
 """The embedded world's drive loop: one route driven once in SUMO's traffic, judged by the referee, recorded
-frame by frame (tools.collect.recording). tools.collect.runner.attempt calls `drive` once it holds the run's
+frame by frame (tools.collect.base.recording). tools.collect.runner.attempt calls `drive` once it holds the run's
 claim, and writes the result it returns."""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from tools.collect.config import CollectSettings
-from tools.collect.film import RunFilm
-from tools.collect.processes import peak_memory_mb, process_age
-from tools.collect.recording import RunRecorder
-from tools.collect.referee import Referee
-from tools.collect.routes import Route
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.film import RunFilm
+from tools.collect.base.processes import peak_memory_mb, process_age
+from tools.collect.base.recording import RunRecorder
+from tools.collect.base.referee import Referee
+from tools.collect.base.routes import Route
+from tools.collect.base.town import Town
 from tools.collect.sensors.render import Renderer
 from tools.collect.sensors.scene import Scene
 from tools.collect.sim.scenarios import Scenarios
 from tools.collect.sim.world import SumoWorld
-from tools.collect.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout, RunKey
 from tools.expert.drivers import Driver
@@ -72,7 +72,7 @@ last_stages: dict[str, float] = {}
 def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: CollectSettings, repetition: int,
           seed: int, attempt: int, make_driver: DriverFactory) -> results.RouteRecord:
     """Drive the route with the driver `make_driver` makes; record frames (unless settings.record is off); in an
-    evaluation root, film it (tools.collect.film: ROOT/results/<Scenario>/<run>.webp). Returns the record for the
+    evaluation root, film it (tools.collect.base.film: ROOT/results/<Scenario>/<run>.webp). Returns the record for the
     result file."""
     started = time.time()
     # The first route run of a process counts its set-up from the process's start (its imports and town included;

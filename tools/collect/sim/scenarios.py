@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.collect.scenario_types import (
+from tools.collect.base.scenario_types import (
     BEFORE_M,
     BICYCLE,
     BLOCKERS,

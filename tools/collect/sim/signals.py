@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.collect.town import Town
+from tools.collect.base.town import Town
 from tools.dataset.geometry import wrap_degrees
 from tools.expert.state import Light
 

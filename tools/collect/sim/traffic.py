@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.collect.town import LARGE_TOWN_EXTENT, Town
+from tools.collect.base.town import LARGE_TOWN_EXTENT, Town
 from tools.dataset import semantics
 
 #: (class, length, width, height, share) of background vehicles.

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import traci.constants as _tc  # libsumo's variable ids (libsumo shares TraCI's constants)
 
+from tools.collect.base.town import Town, sumo_binary
 from tools.collect.sim.signals import Signals
 from tools.collect.sim.traffic import REGION_CHECK_TICKS, Background
 from tools.collect.sim.vehicle import Bicycle
-from tools.collect.town import Town, sumo_binary
+from tools.core.errors import ToolError
 from tools.dataset import semantics
-from tools.dataset.errors import ToolError
 from tools.dataset.geometry import boxes_overlap, wrap_degrees
 from tools.expert.control import Control
 from tools.expert.route import DenseRoute

@@ -1,8 +1,8 @@
 """The leaderboard 2.0 scenario types a route file may name: `CATALOGUE` (each type, its kind, what the embedded
 world does with it), the parameters a `<scenario>` block may carry (`check_params`, `value`, `interval`,
 `direction`) and where a type's site lies relative to its trigger point (the distances route generation places
-by and the embedded world executes by). Route files are read and generated against it (tools.collect.routes, route_gen);
-the embedded world executes the types (tools.collect.sim.scenarios)."""
+by and the embedded world executes by). Route files are read and generated against it (tools.collect.base.routes,
+route_gen); the embedded world executes the types (tools.collect.sim.scenarios)."""
 
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.dataset import atomic
-from tools.dataset.errors import ToolError
+from tools.core import atomic
+from tools.core.errors import ToolError
 from tools.expert.lanes import LANE_GRAPH_VERSION, LaneGraph, keep_graph
 
 #: Bump when the netconvert options below change, so cached networks are rebuilt.

@@ -16,9 +16,7 @@ From that one declaration:
                             and the command is called with `name=` the instance built from the flags given
     help_lines(cls)         the fields as `--name=DEFAULT` and help text, for a tool that fire does not run
 
-and the conversions every command uses on its own parameters (`integer`, `number`, `text`, `switch`): fire guesses
-types from the text ("2024" is an int, "1e3" a float, "a,b" a tuple), these say what was expected when a value
-does not fit. Imports nothing but the standard library and tools.dataset.errors.
+Each value is converted by tools.core.cli's `convert` (the conversions every command uses on its own parameters).
 """
 
 from __future__ import annotations
@@ -28,117 +26,14 @@ import dataclasses
 import difflib
 import functools
 import inspect
-import math
 import re
 import shlex
 import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tools.dataset.errors import ToolError
-
-# ----------------------------------------------------------------------------- one value
-
-
-def flag(name: str) -> str:
-    """The flag of a field or parameter: runs_per_task -> --runs-per-task."""
-    return "--" + name.replace("_", "-")
-
-
-def switch(value: Any, name: str) -> bool:
-    """A flag that takes no value (`--force`)."""
-    if isinstance(value, bool):
-        return value
-    raise ToolError(f"--{name} takes no value (got {value!r}): write --{name} alone")
-
-
-def integer(value: Any, name: str, lo: int | None = None, hi: int | None = None) -> int:
-    """An integer flag within [lo, hi]."""
-    try:
-        if isinstance(value, bool) or value is None:
-            raise ValueError
-        number = float(value) if not isinstance(value, int) else value
-        if not float(number).is_integer():
-            raise ValueError
-        out = int(number)
-    except (TypeError, ValueError, OverflowError):
-        raise ToolError(f"--{name} {value!r}: expected an integer") from None
-    if (lo is not None and out < lo) or (hi is not None and out > hi):
-        bounds = f"at least {lo}" if hi is None else f"from {lo} to {hi}" if lo is not None else f"at most {hi}"
-        raise ToolError(f"--{name} {out}: expected an integer {bounds}")
-    return out
-
-
-def number(value: Any, name: str, lo: float | None = None, hi: float | None = None) -> float:
-    """A finite number flag within [lo, hi]."""
-    try:
-        if isinstance(value, bool) or value is None:
-            raise ValueError
-        out = float(value)
-        if not math.isfinite(out):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ToolError(f"--{name} {value!r}: expected a finite number") from None
-    if (lo is not None and out < lo) or (hi is not None and out > hi):
-        bounds = f"at least {lo:g}" if hi is None else f"from {lo} to {hi}" if lo is not None else f"at most {hi:g}"
-        raise ToolError(f"--{name} {out:g}: expected a number {bounds}")
-    return out
-
-
-def text(value: Any, name: str) -> str:
-    """A text flag: fire may have made a number or a tuple of it; a bare `--name` is an error."""
-    if value is None or isinstance(value, bool):
-        raise ToolError(f"--{name} needs a value")
-    if isinstance(value, list | tuple | dict):
-        raise ToolError(f"--{name} {value!r}: expected one value (quote text with commas)")
-    return str(value)
-
-
-def optional_text(value: Any, name: str) -> str | None:
-    return None if value is None else text(value, name)
-
-
-def words(value: Any, name: str) -> tuple[str, ...]:
-    """Options as one quoted string (`--sbatch-args="--qos=high --nice=10"`) -> its words."""
-    if value is None or value == "" or value == ():
-        return ()
-    if isinstance(value, list | tuple):  # already words (a dataclass field handed on)
-        return tuple(str(v) for v in value)
-    try:
-        return tuple(shlex.split(text(value, name)))
-    except ValueError as e:
-        raise ToolError(f"--{name} {value!r}: {e} (quote it as one string)") from None
-
-
-def integers(value: Any, name: str) -> tuple[int, ...]:
-    """Comma-separated integers: fire hands "3,5" over as a tuple and "3" as an int; a parser, as text."""
-    parts = [p for p in value.split(",") if p.strip()] if isinstance(value, str) else \
-        value if isinstance(value, list | tuple) else [value]
-    try:
-        return tuple(integer(v, name) for v in parts)
-    except ToolError:
-        raise ToolError(f"--{name} {value!r}: expected comma-separated integers") from None
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def convert(value: Any, kind: str, name: str) -> Any:
-    """`value` as the type `kind` names (a field's annotation as written: "int", "str | None", ...)."""
-    base = kind.removesuffix(" | None")
-    if value is None and base != kind:
-        return None
-    dashed = name.replace("_", "-")
-    if base == "bool":
-        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:  # key=value text (bin/train)
-            return value.lower() in _TRUE
-        return switch(value, dashed)
-    conversions: dict[str, Callable[[Any, str], Any]] = {
-        "int": integer, "float": number, "str": text, "tuple[str, ...]": words, "tuple[int, ...]": integers}
-    if base not in conversions:
-        raise TypeError(f"{name}: a field of type {kind} cannot be a flag")
-    return conversions[base](value, dashed)
-
+from tools.core.cli import convert, flag, switch
+from tools.core.errors import ToolError
 
 # ----------------------------------------------------------------------------- a dataclass of options
 
@@ -254,7 +149,7 @@ def _insert_args(doc: str, before: list[str], lines: list[str]) -> str:
 def takes(name: str, cls: type, *, switch_help: str | None = None, exclude: tuple[str, ...] = ()
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator of a fire command whose parameter `name` takes a `cls`: in the command's signature (what fire and
-    tools.dataset.cli.check_args read) `name` gives way to the fields of `cls` (but `exclude`) as keyword-only
+    tools.core.cli.check_args read) `name` gives way to the fields of `cls` (but `exclude`) as keyword-only
     flags with their defaults, and each field's help goes into the docstring's Args (what `--help` prints). The
     command is called with `name=` the instance built from the flags given (`build`).
 

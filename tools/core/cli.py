@@ -1,5 +1,5 @@
-"""Command-line plumbing shared by every tool: arguments checked before anything acts, typed conversion
-of flags, and the dataset root a later stage reads.
+"""Command-line plumbing shared by every tool: arguments checked before anything acts, and typed conversion
+of flags (the dataset root a later stage reads: tools.dataset.layout.open_root).
 
 `main(prog, commands)` is what a tool's `__main__` calls. Before fire runs a command, the whole command
 line is checked against the command's signature: an unknown flag, a value given to a switch
@@ -12,41 +12,123 @@ check them itself before acting (the settings dataclasses do, with near matches)
 Fire guesses types from the text ("2024" is an int, "1e3" a float, "a,b" a tuple): commands convert every
 argument in their first lines with `integer`, `number`, `text` and `switch`, which name the flag and the
 fix when the value does not fit. Options that several commands share are declared once, as a dataclass whose
-fields become the commands' flags, signature and --help (tools.dataset.options, where those conversions live).
+fields become the commands' flags, signature and --help (tools.core.options, which converts each with
+`convert`).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from tools.dataset import options
-from tools.dataset.errors import ToolError, run_cli
-from tools.dataset.layout import Layout, resolve_root
+from tools.core.errors import ToolError, run_cli
 
 # ----------------------------------------------------------------------------- conversion
-# One value of a flag, converted and checked (tools.dataset.options, where the options' dataclasses are read).
-
-switch, integer, number, text, optional_text = (options.switch, options.integer, options.number, options.text,
-                                                options.optional_text)
+# One value of a flag, converted and checked (tools.core.options reads a dataclass of options through `convert`).
 
 
-# ----------------------------------------------------------------------------- the dataset root
+def flag(name: str) -> str:
+    """The flag of a field or parameter: runs_per_task -> --runs-per-task."""
+    return "--" + name.replace("_", "-")
 
 
-def open_root(root: Any) -> Layout:
-    """The existing dataset root a later stage reads (`--root`, else $DATA_ROOT, else ./data)."""
-    layout = Layout(resolve_root(optional_text(root, "root")))
-    if not layout.root.is_dir():
-        raise ToolError(f"--root {layout.root}: no such dataset root; give the --root you collected into "
-                        "(bin/collect ROUTES_DIR --root ROOT)")
-    if not layout.manifest.is_file() and not (layout.root / "data").is_dir():
-        raise ToolError(f"--root {layout.root}: not a dataset root (no manifest.json, no data/); "
-                        "collect into it first: bin/collect ROUTES_DIR --root ROOT")
-    layout.check_no_links()
-    return layout
+def switch(value: Any, name: str) -> bool:
+    """A flag that takes no value (`--force`)."""
+    if isinstance(value, bool):
+        return value
+    raise ToolError(f"--{name} takes no value (got {value!r}): write --{name} alone")
+
+
+def integer(value: Any, name: str, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer flag within [lo, hi]."""
+    try:
+        if isinstance(value, bool) or value is None:
+            raise ValueError
+        number = float(value) if not isinstance(value, int) else value
+        if not float(number).is_integer():
+            raise ValueError
+        out = int(number)
+    except (TypeError, ValueError, OverflowError):
+        raise ToolError(f"--{name} {value!r}: expected an integer") from None
+    if (lo is not None and out < lo) or (hi is not None and out > hi):
+        bounds = f"at least {lo}" if hi is None else f"from {lo} to {hi}" if lo is not None else f"at most {hi}"
+        raise ToolError(f"--{name} {out}: expected an integer {bounds}")
+    return out
+
+
+def number(value: Any, name: str, lo: float | None = None, hi: float | None = None) -> float:
+    """A finite number flag within [lo, hi]."""
+    try:
+        if isinstance(value, bool) or value is None:
+            raise ValueError
+        out = float(value)
+        if not math.isfinite(out):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ToolError(f"--{name} {value!r}: expected a finite number") from None
+    if (lo is not None and out < lo) or (hi is not None and out > hi):
+        bounds = f"at least {lo:g}" if hi is None else f"from {lo} to {hi}" if lo is not None else f"at most {hi:g}"
+        raise ToolError(f"--{name} {out:g}: expected a number {bounds}")
+    return out
+
+
+def text(value: Any, name: str) -> str:
+    """A text flag: fire may have made a number or a tuple of it; a bare `--name` is an error."""
+    if value is None or isinstance(value, bool):
+        raise ToolError(f"--{name} needs a value")
+    if isinstance(value, list | tuple | dict):
+        raise ToolError(f"--{name} {value!r}: expected one value (quote text with commas)")
+    return str(value)
+
+
+def optional_text(value: Any, name: str) -> str | None:
+    return None if value is None else text(value, name)
+
+
+def words(value: Any, name: str) -> tuple[str, ...]:
+    """Options as one quoted string (`--sbatch-args="--qos=high --nice=10"`) -> its words."""
+    if value is None or value == "" or value == ():
+        return ()
+    if isinstance(value, list | tuple):  # already words (a dataclass field handed on)
+        return tuple(str(v) for v in value)
+    try:
+        return tuple(shlex.split(text(value, name)))
+    except ValueError as e:
+        raise ToolError(f"--{name} {value!r}: {e} (quote it as one string)") from None
+
+
+def integers(value: Any, name: str) -> tuple[int, ...]:
+    """Comma-separated integers: fire hands "3,5" over as a tuple and "3" as an int; a parser, as text."""
+    parts = [p for p in value.split(",") if p.strip()] if isinstance(value, str) else \
+        value if isinstance(value, list | tuple) else [value]
+    try:
+        return tuple(integer(v, name) for v in parts)
+    except ToolError:
+        raise ToolError(f"--{name} {value!r}: expected comma-separated integers") from None
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def convert(value: Any, kind: str, name: str) -> Any:
+    """`value` as the type `kind` names (a field's annotation as written: "int", "str | None", ...)."""
+    base = kind.removesuffix(" | None")
+    if value is None and base != kind:
+        return None
+    dashed = name.replace("_", "-")
+    if base == "bool":
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:  # key=value text (bin/train)
+            return value.lower() in _TRUE
+        return switch(value, dashed)
+    conversions: dict[str, Callable[[Any, str], Any]] = {
+        "int": integer, "float": number, "str": text, "tuple[str, ...]": words, "tuple[int, ...]": integers}
+    if base not in conversions:
+        raise TypeError(f"{name}: a field of type {kind} cannot be a flag")
+    return conversions[base](value, dashed)
 
 
 # ----------------------------------------------------------------------------- checking a command line

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tools.collect.config import CollectSettings
+from tools.collect.base.config import CollectSettings
 from tools.dataset import results
 from tools.expert.route import DenseRoute
 

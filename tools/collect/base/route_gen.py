@@ -1,5 +1,5 @@
 """Route generation: `count` random routes of a town, each with at most one leaderboard scenario placed where it
-makes sense, written as route files (their format, reading and checks are tools.collect.routes).
+makes sense, written as route files (their format, reading and checks are tools.collect.base.routes).
 
 A route is a random walk through the town's road network (`_random_walk`) that crosses a junction, does not
 revisit itself and ends outside a junction; its scenario is the flow of its first junction's turn (none going
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tools.collect.routes import TOWN_SUFFIX, TOWNS_FOLDER, Route, RouteError, off_road, write_route
-from tools.collect.scenario_types import (
+from tools.collect.base.routes import TOWN_SUFFIX, TOWNS_FOLDER, Route, RouteError, off_road, write_route
+from tools.collect.base.scenario_types import (
     BEFORE_M,
     CATALOGUE,
     EXTENT_M,
@@ -32,7 +32,7 @@ from tools.collect.scenario_types import (
     PASS_ROOM_M,
     PLACEABLE,
 )
-from tools.collect.town import Town
+from tools.collect.base.town import Town
 from tools.dataset.measurements import RoadOption
 from tools.expert.lanes import neighbours
 from tools.expert.planner import RoutePlanner
@@ -273,7 +273,7 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
     <scenario> block (none under NoScenario), waypoints every `spacing` metres outside junctions. Without
     `scenarios` each route takes the junction flow of its first junction's turn (none going straight); with types
-    (tools.collect.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
+    (tools.collect.base.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
     Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
     trigger points carry the road's z."""
     try:

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from tools.collect.config import CollectSettings
-from tools.collect.routes import Route
-from tools.dataset import atomic
-from tools.dataset.errors import ToolError
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import Route
+from tools.core import atomic
+from tools.core.errors import ToolError
 from tools.dataset.layout import RunKey
 
 #: Version of run-spec.json.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 from tools.dataset.rig import RecordingRate, RigConfig, read_rig_file
 
 _RATE = RecordingRate()

@@ -1,4 +1,4 @@
-"""Leaderboard 2.0 route files: read, write and check them (tools.collect.route_gen generates them for a town).
+"""Leaderboard 2.0 route files: read, write and check them (tools.collect.base.route_gen generates them for a town).
 
     <routes>
       <route id="0" town="town">
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.collect.scenario_types import check_params
-from tools.collect.town import opendrive_map
-from tools.dataset import atomic
-from tools.dataset.errors import ToolError
+from tools.collect.base.scenario_types import check_params
+from tools.collect.base.town import opendrive_map
+from tools.core import atomic
+from tools.core.errors import ToolError
 from tools.dataset.layout import is_plain_name
 from tools.dataset.weather import weather_problem
 

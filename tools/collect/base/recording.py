@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.collect.config import CollectSettings
-from tools.collect.referee import Referee
-from tools.collect.routes import Route
-from tools.dataset import atomic, frames, heartbeats
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.referee import Referee
+from tools.collect.base.routes import Route
+from tools.core import atomic
+from tools.dataset import frames, heartbeats
 from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption

@@ -20,7 +20,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 
 #: Job states of a job or array task that has not ended (it may still succeed).
 LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",

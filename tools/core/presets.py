@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.dataset.errors import ToolError
+from tools.core.errors import ToolError
 
 PRESETS = ("tiny", "small", "medium", "full")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tools.dataset import atomic
+from tools.core import atomic
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import BevGrid, world_to_ego
 from tools.dataset.rig import BEV, RGB, BevConfig, RigConfig

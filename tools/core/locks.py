@@ -13,8 +13,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from tools.dataset.atomic import TMP_PREFIX, owner_tag
-from tools.dataset.errors import ToolError
+from tools.core.atomic import TMP_PREFIX, owner_tag
+from tools.core.errors import ToolError
 
 #: The errors of a file system without working flock.
 NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
