@@ -28,7 +28,7 @@ from tools.dataset.results import (
     write_result,
 )
 from tools.dataset.score import aggregate, score_root
-from tools.evaluate.__main__ import EVALUATION_FORMAT
+from tools.evaluate.run import EVALUATION_FORMAT
 from tools.evaluate.bench2drive import ABILITIES, bench2drive_metrics, junction_fraction, write_bench2drive
 
 SLOW = "Average speed is {}% of the surrounding traffic's one"
