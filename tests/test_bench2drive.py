@@ -28,8 +28,8 @@ from tools.dataset.results import (
     write_result,
 )
 from tools.dataset.score import aggregate, score_root
-from tools.evaluate.run import EVALUATION_FORMAT
 from tools.evaluate.bench2drive import ABILITIES, bench2drive_metrics, junction_fraction, write_bench2drive
+from tools.evaluate.run import EVALUATION_FORMAT
 
 SLOW = "Average speed is {}% of the surrounding traffic's one"
 OFF_LANE = "Agent went outside its route lanes for about 10.0 meters (10.0% of the completed route)"
