@@ -19,7 +19,7 @@ comma := ,
 STAMP := $(VENV)/.stamp
 TEST_STAMP := $(VENV)/.stamp-test
 # CARLA's real towns (OpenDRIVE from the py123d wheel on PyPI): the tests drive the expert on them and walk
-# every town's lane graph (tests/test_planner_towns.py), the leaderboard 2.0 towns Town11 to Town15 included.
+# every town's lane graph (tests/expert/test_planner_towns.py), the leaderboard 2.0 towns Town11 to Town15 included.
 CARLA_TOWNS_DIR ?= .cache/carla-towns
 CARLA_TOWN_NAMES ?= Town01,Town02,Town03,Town04,Town05,Town06,Town07,Town10HD,Town11,Town12,Town13,Town15
 # Named after the list, so that a folder extracted with fewer towns gets the missing ones.

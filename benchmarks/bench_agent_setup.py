@@ -3,8 +3,9 @@ takes on the server's map (the map's OpenDRIVE kept as a Town, the leaderboard's
 the BEV scene round the route), against the leaderboard evaluator's 300 s limit on an agent's set-up.
 
 The "server's map" is a carla.Map built from the town's OpenDRIVE, as the client gets it from world.get_map();
-the hero, the world and its blueprint library are the stand-ins of tests/test_carla_agent.py; the plan the evaluator
-hands the agent (set_global_plan) is made before the timed set-up, by our RoutePlanner (GlobalRoutePlanner's path).
+the hero, the world and its blueprint library are the stand-ins of tests/collect/carla/test_carla_agent.py; the
+plan the evaluator hands the agent (set_global_plan) is made before the timed set-up, by our RoutePlanner
+(GlobalRoutePlanner's path).
 The first set-up on a map builds its scene (kept under the user cache); the second reads it.
 
     .venv/bin/python benchmarks/bench_agent_setup.py --town Town13       # needs make towns; one route of the town

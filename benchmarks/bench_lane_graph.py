@@ -9,7 +9,7 @@ row, not the end of the benchmark), from the town's OpenDRIVE file:
   - rss: the child's peak resident memory, GB;
   - npz / read: the size of the kept graph and seconds to read it back;
   - routes: --routes routes shaped like the field's (a waypoint every 2 m, none inside junctions, some lane
-    changes: tests/test_planner_towns.py field_route), planned: milliseconds a route, and the range of planned
+    changes: tests/expert/test_planner_towns.py field_route), planned: milliseconds a route, and the range of planned
     length over the waypoints' polyline (1.0: the route follows its waypoints; a loop round a block: 1.2 and up).
 
 With --old it also walks every lane as the planner before did (`Waypoint.next_until_lane_end`), in another

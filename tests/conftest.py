@@ -16,7 +16,8 @@ import pytest
 from processes import live_processes
 from slurm_cluster import slurm, slurm_accounting  # noqa: F401  (session fixtures: a real SLURM)
 
-REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent  # this folder: the stand-ins, golden files and shared helpers
+REPO = TESTS.parent
 BIN = REPO / "bin"
 PYTHON = sys.executable
 
@@ -121,6 +122,17 @@ def collected_root(tmp_path_factory, town_xodr) -> Path:
              str(routes), "--min-length", "120", "--max-length", "200", "--seed", "11", check=True)
     run_bin("collect", str(routes), "--root", str(d / "root"), "--workers", "2", "--vehicles", "10", check=True)
     return d / "root"
+
+def read_only(root: Path, *command: str | Path) -> list[str]:
+    """`command` seeing `root` read-only: a read-only bind mount in a private mount namespace (we are root
+    here, and root writes through file modes); a user who is not root gets the modes."""
+    if os.geteuid() != 0:
+        for p in [root, *root.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o555)
+        return [str(c) for c in command]
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, "sh", str(root), *[str(c) for c in command]]
 
 
 def file_bytes(folder: Path) -> dict[str, bytes]:

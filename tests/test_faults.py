@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, copy_root, run_bin, run_tool, start_tool, tree
+from conftest import PYTHON, copy_root, read_only, run_bin, run_tool, start_tool, tree
 from processes import Process, live_processes
 
 from tools.dataset.claims import attempts
@@ -351,17 +351,6 @@ def test_names_the_layout_cannot_produce_are_not_route_runs(collected_root, tmp_
     assert all(k.name.rsplit("_rep", 1)[1].isdigit() and k.scenario != "data" for k in keys)
     assert len(keys) == len(list(Layout(collected_root).iter_runs()))
 
-
-def read_only(root: Path, *command: str | Path) -> list[str]:
-    """`command` seeing `root` read-only: a read-only bind mount in a private mount namespace (we are root
-    here, and root writes through file modes); a user who is not root gets the modes."""
-    if os.geteuid() != 0:
-        for p in [root, *root.rglob("*")]:
-            if p.is_dir():
-                p.chmod(0o555)
-        return [str(c) for c in command]
-    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
-    return ["unshare", "-m", "sh", "-c", script, "sh", str(root), *[str(c) for c in command]]
 
 
 def test_build_cache_on_a_read_only_root_is_one_line(collected_root, tmp_path):

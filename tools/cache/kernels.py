@@ -6,7 +6,7 @@ fixed-point integers, a horizontal pass over the rows the vertical pass needs, t
 each output the same integer sum clipped the same way (Pillow's libImaging/Resample.c). Pillow 13 takes
 the two passes in the other order for some geometries (upscaling, mostly), which rounds differently, so
 `resize_is_pillows` checks a geometry once against Pillow on a noise image and the caller uses Pillow
-where they differ (tests/test_cache.py: the camera geometries of the default rig are bit-identical).
+where they differ (tests/cache/test_cache.py: the camera geometries of the default rig are bit-identical).
 
 `lidar_counts` counts points per cell of the two LiDAR channels: what the numpy version's cell index
 (BevGrid.ego_to_pixel), mask, np.bincount and saturation did, in one pass without temporaries.

@@ -9,7 +9,7 @@
     full    each tool's defaults (what runs without --preset)
 
 The rule (`resolve`): a value given explicitly (a flag, a key=value) wins; else the preset's; else, without
-a preset, the `full` column, which holds the tools' defaults (tests/test_presets.py checks that it does).
+a preset, the `full` column, which holds the tools' defaults (tests/core/test_presets.py checks that it does).
 A preset sets only the keys its stage's table names; the buckets and the cache have no preset (their
 defaults cost what the data costs). `python -m tools.collect routes --help`, `... collect --help`,
 `bin/train --help-keys` and `bin/pipeline --help-flags` print their table (`table_text`).

@@ -159,7 +159,7 @@ def decode_jpeg(data: bytes, grey: bool = False) -> np.ndarray:
     """The pixels of a JPEG: uint8 HxWx3, or HxW with `grey`; writable.
 
     simplejpeg (libjpeg-turbo called directly, default slow-integer DCT and fancy upsampling): the same pixels
-    as Pillow's decoder, bit for bit (tests/test_cache.py), in a third of the time on a 256 x 128 image
+    as Pillow's decoder, bit for bit (tests/cache/test_cache.py), in a third of the time on a 256 x 128 image
     (Pillow's Image.open and array conversion cost more than the decoding itself at that size).
     """
     if grey:

@@ -198,8 +198,8 @@ def run_state(layout: Layout, key: RunKey) -> RunState:
 
 def run_states(layout: Layout, keys: Iterable[RunKey] | None = None) -> dict[RunKey, RunState]:
     """run_state of many route runs at once: `keys`, else every run on disk (`layout.iter_runs`, sorted). The
-    same states as run_state asked run by run (tests/test_progress.py checks it on a root with runs in every
-    state), for a fraction of the system calls: see `read_results`."""
+    same states as run_state asked run by run (tests/collect/runner/test_progress.py checks it on a root with runs in
+    every state), for a fraction of the system calls: see `read_results`."""
     return {key: state for key, (state, _) in read_results(layout, keys).items()}
 
 

@@ -54,7 +54,7 @@ from tools.dataset.layout import Layout, RunKey
 log = logging.getLogger("collect.carla")
 
 #: The leaderboard and scenario_runner this collector is built against (containers/carla.def's build
-#: arguments LEADERBOARD_COMMIT and SCENARIO_RUNNER_COMMIT must match: tests/test_carla_run.py checks).
+#: arguments LEADERBOARD_COMMIT and SCENARIO_RUNNER_COMMIT must match: tests/collect/carla/test_carla_run.py checks).
 LEADERBOARD_COMMIT = "aec81319de6bec57372f25aa94083c9ab0bd4223"
 SCENARIO_RUNNER_COMMIT = "94ff3b8af752bad2b9d464ad5105868906aa34c0"  # tag v0.9.16
 LEADERBOARD_URL = "https://github.com/carla-simulator/leaderboard"

@@ -3,8 +3,8 @@
 Each kernel does, pixel by pixel, what the renderer's numpy expression of the slab test did over whole
 arrays, in the same float32 operations in the same order (the scalars come in as float32, as numpy's weak
 Python floats became float32 there), so the images are bit-identical to the numpy renderer's
-(tests/test_render_golden.py pins them). The numpy version made a dozen temporary arrays per box; these make
-none. `camera_plan` and `lidar_plan` turn the boxes that survive the renderer's culling into the kernels'
+(tests/collect/sensors/test_render_golden.py pins them). The numpy version made a dozen temporary arrays per box;
+these make none. `camera_plan` and `lidar_plan` turn the boxes that survive the renderer's culling into the kernels'
 inputs (each box's pixel rectangle or ray spans and its slabs), the loop the renderer ran in Python, with
 Python's math.cos and the same float64 expressions. numba compiles them once and caches the machine code
 beside this file (or in the user's cache).

@@ -18,7 +18,7 @@ sensor, so labels match pixels by construction:
 Frames and pixels are tools.dataset.geometry's: world (CARLA's), ego (x forward, y right, z up, origin
 on the ground under the ego box's centre), camera pixels (`floor(uv)` is the pixel a projected point
 falls in, depth along the optical axis) and the BEV grid (`BevGrid.of_rig`). Where a transform runs
-per pixel it is written out inline for speed (float32 where the rays are); tests/test_render.py checks
+per pixel it is written out inline for speed (float32 where the rays are); tests/collect/sensors/test_render.py checks
 each inline form against the geometry module. The ego itself is not drawn in the cameras and gives no
 LiDAR points (as if the sensors sat in front of it); it is drawn in the BEV.
 
@@ -336,7 +336,7 @@ class Renderer:
             # Ground: the hit point of row i, column j is origin + t_i * (dx_j, dy_j) in the ego frame; in
             # raster pixels an outer product plus a constant. The camera's place in the world is
             # geometry.ego_to_world's; the rays are turned to the world inline, in float32 like the rays
-            # (tests/test_render.py checks the pixels' ground against ego_to_world).
+            # (tests/collect/sensors/test_render.py checks the pixels' ground against ego_to_world).
             c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
             col_d = (c * rays.dx - s * rays.dy) / g.res
             row_d = (s * rays.dx + c * rays.dy) / g.res
@@ -449,7 +449,7 @@ class Renderer:
         c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
         # Cell (r, q) is at ego (bev_x[r], bev_y[q]) (BevGrid.cell_centres); its place in the world is
         # geometry.ego_to_world's, written here as an outer sum of a row and a column term, in raster pixels
-        # (tests/test_render.py checks the BEV's ground against ego_to_world).
+        # (tests/collect/sensors/test_render.py checks the BEV's ground against ego_to_world).
         bev = raycast.bev_ground(self.bev_x, self.bev_y, c, s, ego.x - g.x0, ego.y - g.y0, g.res, g.codes,
                                  self.bev_lut)
         # Rectangles on top, in this order: lights' stop lines, vehicles, the ego.

@@ -1,17 +1,17 @@
-"""The renderer's output is pinned: every sensor of two frames of tests/test_render.py's world (eight actors of
-every kind, lights; the ego straight and turned 33 degrees) hashed, against tests/golden/render-digests.json.
+"""The renderer's output is pinned: every sensor of two frames of tests/collect/sensors/test_render.py's world (eight
+actors of every kind, lights; the ego straight and turned 33 degrees) hashed, against tests/golden/render-digests.json.
 Rendering changes for speed must keep every sensor bit-identical (this test), or state a tolerance here."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
+from conftest import TESTS
 from test_render import traffic, turned, world  # noqa: F401  (the module's fixtures)
 
-GOLDEN = Path(__file__).parent / "golden" / "render-digests.json"
+GOLDEN = TESTS / "golden" / "render-digests.json"
 
 
 def digests(sensors: dict[str, tuple[np.ndarray, str]]) -> dict[str, str]:

@@ -70,7 +70,7 @@ def test_bad_input_is_one_line_and_nothing_is_submitted(slurm, four_routes, tmp_
     elif case == "throttle 0":
         args += ["--throttle", "0"]
     else:
-        from test_faults import read_only
+        from conftest import read_only
 
         args = read_only(root, *args)
     queued_before = slurm.run("squeue", "-h", "-o", "%i").stdout

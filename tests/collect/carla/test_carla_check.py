@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 import shutil
 import sys
-from pathlib import Path
 
 import carla
 import numpy as np
 import pytest
-from conftest import PYTHON, run_tool
+from conftest import PYTHON, TESTS, run_tool
 
 from tools.collect.base.route_gen import generate_routes
 from tools.collect.base.routes import read_routes, write_route
@@ -24,7 +23,6 @@ from tools.collect.carla import check
 from tools.dataset.rig import CameraConfig, RigConfig
 from tools.expert.planner import RoutePlanner
 
-TESTS = Path(__file__).parent
 STANDINS = TESTS / "standin_leaderboard"
 
 #: Stand-in scenario_runner source with every way a class reads its block (srunner/scenarios at v0.9.16 reads

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, TESTS
 
 from tools.collect.carla import server as server_module
 from tools.collect.carla.server import (
@@ -29,7 +29,7 @@ from tools.collect.carla.server import (
     start_server,
 )
 
-STANDIN = Path(__file__).parent / "standin_carla_server.py"
+STANDIN = TESTS / "standin_carla_server.py"
 
 
 def standin(tmp_path: Path, mode: str = "ok", delay: float = 0.0, child: bool = False, timeout: float = 10.0,
@@ -235,7 +235,7 @@ def test_stop_ends_the_standins_whole_process_group_and_alive_sees_a_death(tmp_p
 
 COLLECTOR = """
 import os, signal, sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{here!r}, {tests!r}]
 from test_carla_server import standin
 from pathlib import Path
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
@@ -247,8 +247,8 @@ with standin(Path({tmp!r}), child={child}) as server:
 
 @pytest.mark.parametrize("how, child", [(signal.SIGTERM, True), (signal.SIGKILL, False)])
 def test_killing_the_collector_leaves_no_standin_server_process(tmp_path, how, child):
-    collector = subprocess.Popen([sys.executable, "-c", COLLECTOR.format(tests=str(Path(__file__).parent),
-                                                                         tmp=str(tmp_path), child=child)],
+    child_code = COLLECTOR.format(here=str(Path(__file__).parent), tests=str(TESTS), tmp=str(tmp_path), child=child)
+    collector = subprocess.Popen([sys.executable, "-c", child_code],
                                  stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         pgid = int(collector.stdout.readline())

@@ -30,7 +30,7 @@ from tools.train import checkpoint
 
 pytestmark = pytest.mark.slurm
 
-#: The tiny training run of tests/test_train.py (batch 4, a log line every step), without step checkpoints.
+#: The tiny training run of tests/train/test_train.py (batch 4, a log line every step), without step checkpoints.
 TINY = ["batch_size=4", "log_every=1", "image_every=2", "val_samples=8", "warmup_steps=1", "save_every=100"]
 TEMPLATES = REPO / "slurm"
 GOLDEN = REPO / "tests" / "golden"
@@ -355,7 +355,7 @@ def test_pipeline_bad_input_is_one_line_exit_2_and_nothing_is_submitted(slurm, c
     elif case == "a key the pipeline sets":
         args += ["--pretrain-args=max_steps=10 logdir=/elsewhere"]
     else:
-        from test_faults import read_only
+        from conftest import read_only
 
         args = read_only(root, *args)
     queued, before = queue(slurm), tree(root)

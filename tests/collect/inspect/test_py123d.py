@@ -378,7 +378,7 @@ def test_without_the_py123d_extra_installed_is_one_line_and_nothing_starts(comma
 @pytest.mark.parametrize("case", ["no finished runs", "newer format version", "out missing", "out unwritable",
                                   "out inside the root"])
 def test_bad_input_is_one_line_naming_it_and_nothing_is_written(case, collected_root, tmp_path):
-    from test_faults import read_only
+    from conftest import read_only
 
     root = copy_root(collected_root, tmp_path / "root")
     layout = Layout(root)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PYTHON, REPO, run_bin, run_tool, start_tool, wait_until
+from conftest import PYTHON, REPO, TESTS, run_bin, run_tool, start_tool, wait_until
 
 from tools.collect.base.config import CollectSettings, absolute_flags
 from tools.collect.base.routes import read_routes
@@ -30,7 +30,6 @@ from tools.core.errors import ToolError
 from tools.dataset import attempts, claims, results
 from tools.dataset.layout import Layout, RunKey
 
-TESTS = Path(__file__).parent
 GOLDEN = TESTS / "golden"
 
 

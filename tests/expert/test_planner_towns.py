@@ -25,7 +25,7 @@ from tools.expert.lanes import LaneGraph
 from tools.expert.planner import RoutePlanner
 from tools.expert.route import NoRoute
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: Every CARLA town the py123d wheel ships (`make towns` extracts them all into DRIVEKIT_CARLA_TOWNS).
 TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD", "Town11", "Town12",
          "Town13", "Town15")

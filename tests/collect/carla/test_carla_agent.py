@@ -18,7 +18,7 @@ import carla
 import numpy as np
 import pytest
 
-from tests.conftest import PYTHON, copy_root, run_tool, train
+from tests.conftest import PYTHON, TESTS, copy_root, run_tool, train
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import Route, select_route, write_route
 from tools.collect.carla.agent import (
@@ -42,7 +42,7 @@ from tools.dataset.validate import check_frame, check_run
 from tools.expert.planner import RoutePlanner
 from tools.expert.route import DenseRoute
 
-STANDINS = Path(__file__).parent / "standin_leaderboard"
+STANDINS = TESTS / "standin_leaderboard"
 TICKS = 41  # 2 s at 20 Hz: frames at ticks 0, 5, ..., 40
 SKY_ROWS = 60  # the synthetic cameras' top rows are sky
 GROUND_DEPTH_M = 12.34

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 #: A route-run process on Town13 (town, carla.Map, scene, renderer, one frame) peaks under this.
 PEAK_BOUND_MB = 3 * 1024
 
