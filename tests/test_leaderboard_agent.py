@@ -257,7 +257,8 @@ BAD = {
                      "No module named 'no_such_module_anywhere'"),
     "run_step_raises": ("raise ValueError('the model lost its weights')", "[]", results.FAILED_AGENT,
                         "ValueError: the model lost its weights"),
-    "returns_a_dict": ("return {'steer': 0.0}", "[]", results.FAILED_AGENT, "returned dict, not a carla.VehicleControl"),
+    "returns_a_dict": ("return {'steer': 0.0}", "[]", results.FAILED_AGENT,
+                       "returned dict, not a carla.VehicleControl"),
     "asks_for_the_client": ("CarlaDataProvider.get_client()\nreturn carla.VehicleControl()", "[]",
                             results.FAILED_AGENT, "CarlaDataProvider.get_client: not available"),
     "spawns_an_actor": ("CarlaDataProvider.get_world().spawn_actor(None, None)\nreturn carla.VehicleControl()", "[]",
@@ -285,7 +286,8 @@ BAD = {
 def test_a_bad_agent_ends_the_run_with_the_leaderboards_status_in_one_line_and_is_destroyed(
         case, short_routes, tmp_path, caplog):
     body, sensors, status, says = BAD[case]
-    agent = write_agent(tmp_path, case, body, sensors, top="import no_such_module_anywhere" if case == "import_fails" else "")
+    top = "import no_such_module_anywhere" if case == "import_fails" else ""
+    agent = write_agent(tmp_path, case, body, sensors, top=top)
     with caplog.at_level(logging.ERROR):
         record = drive_agent(short_routes, tmp_path, agent, timeout_s=1.0)
     assert record.status == status
@@ -317,8 +319,9 @@ def test_input_data_arrives_as_the_leaderboards_sensor_interface_delivers_it(sho
         {"type": "sensor.opendrive_map", "id": "hd", "reading_frequency": 1e-6},
     ]
     body = """\
-        self.seen.append((timestamp, {k: (f, type(d).__name__, getattr(d, 'shape', None), str(getattr(d, 'dtype', '')),
-                                          sorted(d) if isinstance(d, dict) else None) for k, (f, d) in input_data.items()},
+        self.seen.append((timestamp, {k: (f, type(d).__name__, getattr(d, 'shape', None),
+                                          str(getattr(d, 'dtype', '')), sorted(d) if isinstance(d, dict) else None)
+                                      for k, (f, d) in input_data.items()},
                           CarlaDataProvider.get_hero_actor().get_transform().rotation.yaw,
                           len(self._global_plan), len(self._global_plan_world_coord)))
         if len(self.seen) == 4:
