@@ -14,6 +14,7 @@ import logging
 import math
 import pickle
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -40,6 +41,19 @@ from tools.expert.state import Box, Snapshot
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "docs" / "examples" / "gnss_agent.py"
 DT = 0.05
+
+
+@pytest.fixture(autouse=True)
+def _agent_modules_stay_in_the_test():
+    """The host puts the stand-in roots and each agent's folder on sys.path and imports them: undone after each
+    test, so that other tests' stand-ins of the same packages (tests/standin_leaderboard) are not shadowed."""
+    path, before = list(sys.path), set(sys.modules)
+    yield
+    sys.path[:] = path
+    for name in set(sys.modules) - before:
+        where = str(getattr(sys.modules[name], "__file__", "") or "")
+        if name.split(".")[0] in ("leaderboard", "srunner", "agents") or where.startswith(tempfile.gettempdir()):
+            del sys.modules[name]
 
 
 def example_module():
@@ -296,7 +310,6 @@ def test_a_bad_agent_ends_the_run_with_the_leaderboards_status_in_one_line_and_i
     assert str(agent) in errors[0] and "route " in errors[0] and status in errors[0] and says in errors[0], errors[0]
     if case != "import_fails":  # built, so destroyed
         assert agent.with_suffix(".destroyed").is_file()
-    sys.modules.pop(case, None)
 
 
 def test_an_agent_file_without_get_entry_point_could_not_be_set_up(short_routes, tmp_path, caplog):

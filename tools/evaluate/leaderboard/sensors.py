@@ -215,7 +215,9 @@ class SensorReader:
     def read(self, rendered: dict[str, tuple[np.ndarray, str]], hero: HeroState, frame: int) -> dict[str, tuple]:
         """One tick's data of every sensor; the first call is the sensors' first tick."""
         out: dict[str, tuple] = {}
-        for spec in self.specs:
+        # The map first: the leaderboard's sensor interface stops reading a frame's queue once every other sensor
+        # has delivered, so the map must be queued before them to reach the agent.
+        for spec in sorted(self.specs, key=lambda sp: sp.type != "sensor.opendrive_map"):
             data = self._measure(spec, rendered, hero)
             if data is not None:
                 out[spec.id] = (frame, data)
