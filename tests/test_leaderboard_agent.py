@@ -10,6 +10,7 @@ which the host puts on sys.path when LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT a
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import math
 import pickle
@@ -21,6 +22,7 @@ from pathlib import Path
 import carla
 import numpy as np
 import pytest
+from conftest import run_bin
 
 from tools.collect.config import CollectSettings
 from tools.collect.routes import read_routes
@@ -359,3 +361,27 @@ def test_input_data_arrives_as_the_leaderboards_sensor_interface_delivers_it(sho
     assert first["speed"][4] == ["speed"] and first["hd"][4] == ["opendrive"]
     assert {f for f, *_ in first.values()} == {1} and {f for f, *_ in second.values()} == {2}
     assert seen[0][3] <= seen[0][4]  # the base class keeps a downsampled plan
+
+
+# ----------------------------------------------------------------------------- bin/evaluate --agent-file
+
+
+def test_bin_evaluate_with_an_agent_file_drives_every_route_and_scores_it(short_routes, tmp_path):
+    root = tmp_path / "eval"
+    proc = run_bin("evaluate", "--agent-file", EXAMPLE, short_routes, "--root", root, "--vehicles=0", check=True)
+    assert f"evaluation of agent file {EXAMPLE}" in proc.stdout
+    result = json.loads((root / "result.json").read_text())
+    records = result["_checkpoint"]["records"]
+    assert len(records) == 2 and all(r["scores"]["score_route"] == 100.0 for r in records), records
+    evaluation = json.loads((root / "evaluation.json").read_text())
+    assert evaluation["agent"] == "leaderboard" and evaluation["settings"]["agent_file"] == str(EXAMPLE)
+
+
+def test_bin_evaluate_with_a_missing_agent_config_says_so_in_one_line_before_anything_starts(short_routes, tmp_path):
+    root = tmp_path / "eval"
+    proc = run_bin("evaluate", "--agent-file", EXAMPLE, "--agent-config", tmp_path / "nope.yaml", short_routes,
+                   "--root", root)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--agent-config" in lines[0] and "nope.yaml: no such file" in lines[0], proc.stderr
+    assert not root.exists()

@@ -84,7 +84,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     try:
         driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
     except DriverFailed as e:  # a driver that could not be set up: the run ends before it starts
-        log.error("%s", e)
+        log.error("%s: %s", key, e)
         return results.RouteRecord(route_id=route.id, status=e.status, route_length=dense.length,
                                    duration_system=time.time() - started)
     every_tick = getattr(driver, "sensors_every_tick", False)  # a leaderboard agent's sensors deliver every tick
@@ -120,7 +120,7 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             try:
                 decision = driver.step(world, (sensors, recorder.measurements(snap, referee)) if sees else None)
             except DriverFailed as e:
-                log.error("%s", e)
+                log.error("%s: %s", key, e)
                 referee.status = e.status
                 break
             clock.lap("driver")

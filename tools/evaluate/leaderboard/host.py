@@ -158,9 +158,10 @@ class LeaderboardAgentDriver:
     #: The drive loop renders this driver's rig every tick (the leaderboard's sensors deliver every tick).
     sensors_every_tick = True
 
-    def __init__(self, settings: AgentSettings, route_id: str, route: DenseRoute, dt: float, carla_map: Any):
+    def __init__(self, settings: AgentSettings, route: DenseRoute, dt: float, carla_map: Any, route_id: str = ""):
         self.settings = settings
-        self.where = f"{settings.agent_file}: route {route_id}"
+        # The drive loop's line names the run (its key); the route id, when given, is said too.
+        self.where = f"{settings.agent_file}: route {route_id}" if route_id else str(settings.agent_file)
         self.dt = dt
         self.map = carla_map
         self.agent: Any = None
@@ -292,6 +293,7 @@ class LeaderboardAgentDriver:
                 cleanup()
 
 
-def agent_factory(settings: AgentSettings, route_id: str) -> Callable[[DenseRoute, float, Any], LeaderboardAgentDriver]:
-    """The driver factory (tools.collect.sim.drive.DriverFactory) of a leaderboard agent on one route."""
-    return lambda route, dt, carla_map: LeaderboardAgentDriver(settings, route_id, route, dt, carla_map)
+def agent_factory(settings: AgentSettings, route_id: str = "") -> Callable[[DenseRoute, float, Any],
+                                                                          LeaderboardAgentDriver]:
+    """The driver factory (tools.collect.sim.drive.DriverFactory) of a leaderboard agent."""
+    return lambda route, dt, carla_map: LeaderboardAgentDriver(settings, route, dt, carla_map, route_id)
