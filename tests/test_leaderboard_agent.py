@@ -164,7 +164,7 @@ def test_a_box_ahead_appears_in_the_lidar_and_camera_where_carla_would_put_it(to
     ]
     validate(sensors, "SENSORS")
     specs, rig = suite(sensors, DT)
-    assert rig.lidar.channels == 64 and rig.lidar.range == 85.0 and rig.lidar.azimuth_steps == 936
+    assert rig.lidar.channels == 64 and rig.lidar.range == 85.0 and rig.lidar.azimuth_steps == 938
     ego_yaw, ex, ey = 30.0, 10.0, 20.0
     ego = Box(id=0, cls=semantics.CAR, x=ex, y=ey, z=0.75, yaw=ego_yaw, length=4.8, width=2.0, height=1.5)
     # A car 15 m ahead and 3 m to the right of the hero (its frame), turned 10 degrees.
@@ -183,7 +183,7 @@ def test_a_box_ahead_appears_in_the_lidar_and_camera_where_carla_would_put_it(to
     # LiDAR, sensor frame (x forward, y right, z up; the sensor yawed -90: its x points to the hero's left).
     # CARLA puts the car's centre at (-fy, fx) there, and the sensor at 2.5 m.
     for _, points in (tick0["lidar"], tick1["lidar"]):
-        assert points.dtype == np.float32 and points.shape[1] == 4 and len(points) <= 468 * 64
+        assert points.dtype == np.float32 and points.shape[1] == 4 and len(points) <= 469 * 64
     p1 = tick1["lidar"][1]
     on_car = p1[(np.abs(p1[:, 0] + fy) < 1.5) & (np.abs(p1[:, 1] - fx) < 2.5) & (p1[:, 2] > -2.45)]
     assert len(on_car) > 50

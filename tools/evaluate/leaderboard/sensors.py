@@ -8,7 +8,7 @@ leaderboard/autoagents/agent_wrapper.py `_preprocess_sensor_spec` fixes, and CAR
 - sensor.camera.rgb: (H, W, 4) uint8 BGRA, alpha 255, at the agent's width, height and horizontal fov;
 - sensor.lidar.ray_cast: (N, 4) float32 x, y, z, intensity in the sensor's frame (CARLA's, left-handed: x forward,
   y right, z up); 64 channels from +10 to -30 degrees, 85 m, 10 Hz at 600,000 points/s: half a turn per 20 Hz tick,
-  468 points per channel; intensity exp(-0.004 d); CARLA's drop-off (45 % of the rays; below intensity 0.8 a
+  469 rays per channel; intensity exp(-0.004 d); CARLA's drop-off (45 % of the rays; below intensity 0.8 a
   return is kept with probability 0.6 + 0.5 intensity: RayCastLidar.cpp);
 - sensor.other.gnss: (3,) float64 lat, lon, alt of the sensor's place (geo.gnss), noise 5e-6 (degrees, metres);
 - sensor.other.imu: (7,) float64 accelerometer xyz (m/s^2, gravity included), gyroscope xyz (rad/s), compass
@@ -162,7 +162,8 @@ def suite(sensors: list[dict], dt: float) -> tuple[list[Spec], RigConfig]:
                                      "LiDAR sits level on the hero's centre line (y, pitch and roll 0)")
             if z <= 0:
                 raise SensorsInvalid(f"LiDAR '{sid}': z {z:g}: the embedded world's LiDAR sits above the ground")
-            per_channel = int(LIDAR_POINTS_PER_SECOND * dt / LIDAR_CHANNELS)  # CARLA's points per laser per tick
+            # CARLA's points per laser per tick (RayCastSemanticLidar.cpp: RoundHalfFromZero), 469 at 20 Hz.
+            per_channel = int(math.floor(LIDAR_POINTS_PER_SECOND * dt / LIDAR_CHANNELS + 0.5))
             turn = round(per_channel / (LIDAR_ROTATION_HZ * dt))
             lidar = LidarConfig(channels=LIDAR_CHANNELS, azimuth_steps=turn, range=LIDAR_RANGE_M, z=z, x=x,
                                 upper_fov=LIDAR_UPPER_FOV, lower_fov=LIDAR_LOWER_FOV)
@@ -256,8 +257,10 @@ class SensorReader:
 
     def _lidar(self, points: np.ndarray, m: Mount) -> np.ndarray:
         """The renderer's full turn (ego frame) as CARLA's half turn of this tick, in the sensor's frame. CARLA's
-        ray-cast LiDAR sweeps clockwise seen from above, azimuth -180 to 180 degrees from the sensor's forward: the
-        first tick the left half (-180 to 0), the next the right half (0 to 180), and so on."""
+        ray-cast LiDAR (RayCastSemanticLidar.cpp SimulateLidar) casts at fmod(current + step * i, 360) - 180 degrees,
+        clockwise seen from above, the current angle starting at 0 and advancing 180 degrees a tick: the first
+        tick the left half (-180 to 0), the next the right half (0 to 180), and so on. (Under the leaderboard the
+        sensor has ticked 10 times before the agent's first step, an even number: the same parity.)"""
         c, s = math.cos(math.radians(m.yaw)), math.sin(math.radians(m.yaw))
         dx, dy, dz = points[:, 0] - m.x, points[:, 1] - m.y, points[:, 2] - m.z
         x, y = c * dx + s * dy, -s * dx + c * dy
