@@ -347,7 +347,7 @@ def test_input_data_arrives_as_the_leaderboards_sensor_interface_delivers_it(sho
         """
     agent = write_agent(tmp_path, "probe", body, repr(sensors))
     agent.write_text(agent.read_text().replace("self.track = Track.SENSORS", "self.track = Track.MAP"))
-    record = drive_agent(short_routes, tmp_path, agent, noise=False, track="MAP")
+    record = drive_agent(short_routes, tmp_path, agent, noise=False)  # the track: the agent's own (MAP)
     assert record.status == results.FAILED_AGENT
     seen = pickle.loads(agent.with_suffix(".destroyed").read_bytes())
     assert [round(t, 6) for t, *_ in seen] == [0.05, 0.1, 0.15, 0.2]
@@ -385,3 +385,13 @@ def test_bin_evaluate_with_a_missing_agent_config_says_so_in_one_line_before_any
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--agent-config" in lines[0] and "nope.yaml: no such file" in lines[0], proc.stderr
     assert not root.exists()
+
+
+def test_an_agent_of_the_map_track_submitted_to_the_sensors_track_has_invalid_sensors(short_routes, tmp_path, caplog):
+    agent = write_agent(tmp_path, "map_agent", "return carla.VehicleControl()",
+                        str([{"type": "sensor.opendrive_map", "id": "hd", "reading_frequency": 1e-6}]))
+    agent.write_text(agent.read_text().replace("self.track = Track.SENSORS", "self.track = Track.MAP"))
+    with caplog.at_level(logging.ERROR):
+        record = drive_agent(short_routes, tmp_path, agent, track="SENSORS")
+    assert record.status == results.FAILED_SENSORS
+    assert "You are submitting to the wrong track [SENSORS]!" in caplog.text

@@ -64,11 +64,12 @@ TIMEOUT_S = 300.0
 @dataclass(frozen=True)
 class AgentSettings:
     """One leaderboard agent run: the agent file, its configuration (the evaluator's --agent-config), the track it
-    is submitted to, the sensors' noise (the leaderboard's; off for checks), the watchdog's seconds."""
+    is submitted to (the evaluator's --track; "": the agent's own, as if --track named it), the sensors' noise (the
+    leaderboard's; off for checks), the watchdog's seconds."""
 
     agent_file: str
     agent_config: str = ""
-    track: str = "SENSORS"
+    track: str = ""
     noise: bool = True
     timeout_s: float = TIMEOUT_S
     debug: int = 0
@@ -196,7 +197,8 @@ class LeaderboardAgentDriver:
         self.agent.setup(s.agent_config)
         sensor_list = self.agent.sensors()
         try:
-            validate(sensor_list, getattr(self.agent, "track", "SENSORS"), s.track)
+            track = getattr(self.agent, "track", "SENSORS")
+            validate(sensor_list, track, s.track or str(getattr(track, "value", track)))
             specs, self.rig = suite(sensor_list, self.dt)
         except SensorsInvalid as e:
             raise self._fail(results.FAILED_SENSORS, str(e)) from None
