@@ -293,6 +293,7 @@ BAD = {
         {"type": "sensor.other.radar", "id": "radar", "x": 2, "y": 0, "z": 1, "roll": 0, "pitch": 0, "yaw": 0,
          "horizontal_fov": 30, "vertical_fov": 30}]), results.FAILED_SENSORS,
         "radar 'radar': the embedded world has no radar model"),
+    "exits": ("import sys\nsys.exit(3)", "[]", results.FAILED_AGENT, "SystemExit: 3"),
     "hangs": ("import time\ntime.sleep(30)\nreturn carla.VehicleControl()", "[]", results.FAILED_TIMEOUT,
               "one call of the agent took longer than 1 s"),
 }

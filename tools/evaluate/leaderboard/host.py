@@ -180,7 +180,7 @@ class LeaderboardAgentDriver:
             self.close()
             raise self._fail(results.FAILED_SETUP,
                              f"the agent took longer than {settings.timeout_s:g} s to set up") from None
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # an agent that exits fails, the run goes on
             self.close()
             raise self._fail(results.FAILED_SETUP, _one_line(e)) from None
 
@@ -261,7 +261,7 @@ class LeaderboardAgentDriver:
         except _TimedOut:
             raise self._fail(results.FAILED_TIMEOUT, f"one call of the agent took longer than "
                                                      f"{self.settings.timeout_s:g} s (tick {frame})") from None
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise self._fail(results.FAILED_AGENT, f"{_one_line(e)} (tick {frame})") from None
         if not isinstance(control, carla.VehicleControl):
             raise self._fail(results.FAILED_AGENT, f"run_step returned {type(control).__name__}, not a "
