@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import pickle
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -34,7 +35,7 @@ from tools.dataset import results, semantics
 from tools.dataset.geometry import camera_intrinsics
 from tools.dataset.layout import Layout, RunKey
 from tools.evaluate.leaderboard import geo
-from tools.evaluate.leaderboard.host import AgentSettings, agent_factory, install_roots, plans
+from tools.evaluate.leaderboard.host import COMPAT, AgentSettings, agent_factory, install_roots, plans, roots
 from tools.evaluate.leaderboard.sensors import SensorReader, suite, validate
 from tools.evaluate.leaderboard.world import HeroState
 from tools.expert.route import DenseRoute
@@ -396,3 +397,19 @@ def test_an_agent_of_the_map_track_submitted_to_the_sensors_track_has_invalid_se
         record = drive_agent(short_routes, tmp_path, agent, track="SENSORS")
     assert record.status == results.FAILED_SENSORS
     assert "You are submitting to the wrong track [SENSORS]!" in caplog.text
+
+
+def test_the_users_leaderboard_root_is_imported_when_set_else_drivekits_stand_ins(short_routes, tmp_path,
+                                                                                     monkeypatch, caplog):
+    assert roots({})[:2] == [COMPAT / "leaderboard_root", COMPAT / "scenario_runner_root"]
+    assert roots({"LEADERBOARD_ROOT": "/lb", "SCENARIO_RUNNER_ROOT": "/sr"})[:2] == [Path("/lb"), Path("/sr")]
+    # A user's own leaderboard tree (here: a copy of the stand-in's), named by LEADERBOARD_ROOT.
+    user_root = tmp_path / "my-leaderboard"
+    shutil.copytree(COMPAT / "leaderboard_root", user_root)
+    monkeypatch.setenv("LEADERBOARD_ROOT", str(user_root))
+    agent = write_agent(tmp_path, "which_base", "import leaderboard.autoagents.autonomous_agent as base\n"
+                                                "raise RuntimeError('base class from ' + base.__file__)")
+    with caplog.at_level(logging.ERROR):
+        record = drive_agent(short_routes, tmp_path, agent)
+    assert record.status == results.FAILED_AGENT
+    assert f"base class from {user_root}/leaderboard/autoagents/autonomous_agent.py" in caplog.text
