@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 from conftest import run_bin
 
-from tools.collect.config import CollectSettings
-from tools.collect.routes import read_routes
+from tools.collect.base.config import CollectSettings
+from tools.collect.base.routes import read_routes
+from tools.collect.base.town import Town
 from tools.collect.sensors.render import Renderer
 from tools.collect.sensors.scene import Scene
 from tools.collect.sim.drive import drive
-from tools.collect.town import Town
 from tools.dataset import results, semantics
 from tools.dataset.geometry import camera_intrinsics
 from tools.dataset.layout import Layout, RunKey
@@ -41,7 +41,7 @@ from tools.evaluate.leaderboard.world import HeroState
 from tools.expert.route import DenseRoute
 from tools.expert.state import Box, Snapshot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "gnss_agent.py"
 DT = 0.05
 
