@@ -413,3 +413,15 @@ def test_the_users_leaderboard_root_is_imported_when_set_else_drivekits_stand_in
         record = drive_agent(short_routes, tmp_path, agent)
     assert record.status == results.FAILED_AGENT
     assert f"base class from {user_root}/leaderboard/autoagents/autonomous_agent.py" in caplog.text
+
+
+def test_the_leaderboards_gnss_noise_is_on_by_default_and_off_when_asked(carla_towns):
+    cmap = carla.Map("Town01", (carla_towns / "Town01.xodr").read_text())
+    specs, rig = suite([{"type": "sensor.other.gnss", "id": "gps", "x": 0.0, "y": 0.0, "z": 0.0}], DT)
+    noisy = SensorReader(specs, rig, cmap, DT, noise=AgentSettings(agent_file="x").noise, seed=1)
+    quiet = SensorReader(specs, rig, cmap, DT, noise=False, seed=1)
+    readings = np.array([noisy.read({}, hero(10.0, 20.0, 0.0), frame=k + 1)["gps"][1] for k in range(2000)])
+    exact = quiet.read({}, hero(10.0, 20.0, 0.0), frame=1)["gps"][1]
+    assert np.allclose(readings.std(axis=0), 5e-6, rtol=0.1)  # agent_wrapper's noise_*_stddev, degrees and metres
+    assert np.allclose(readings.mean(axis=0), exact, atol=1e-6)  # no bias
+    assert exact.tolist() == list(geo.gnss(cmap, 10.0, 20.0, 0.0))
