@@ -425,3 +425,23 @@ def test_the_leaderboards_gnss_noise_is_on_by_default_and_off_when_asked(carla_t
     assert np.allclose(readings.std(axis=0), 5e-6, rtol=0.1)  # agent_wrapper's noise_*_stddev, degrees and metres
     assert np.allclose(readings.mean(axis=0), exact, atol=1e-6)  # no bias
     assert exact.tolist() == list(geo.gnss(cmap, 10.0, 20.0, 0.0))
+
+
+def test_the_stand_in_global_route_planner_traces_a_route_of_map_waypoints_a_metre_apart(short_routes):
+    install_roots()
+    from agents.navigation.global_route_planner import GlobalRoutePlanner
+    from agents.navigation.local_planner import RoadOption
+
+    route_file = sorted(p for p in short_routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    route = read_routes(route_file)[0]
+    town = Town(short_routes / "towns" / f"{route.town}.xodr")
+    start, end = route.waypoints[0], route.waypoints[-1]
+    plan = GlobalRoutePlanner(town.carla_map, 1.0).trace_route(carla.Location(*map(float, start[:3])),
+                                                                carla.Location(*map(float, end[:3])))
+    assert len(plan) > 100
+    assert all(isinstance(wp, carla.Waypoint) and isinstance(option, RoadOption) for wp, option in plan)
+    pairs = zip(plan, plan[1:], strict=False)
+    steps = [a.transform.location.distance(b.transform.location) for (a, _), (b, _) in pairs]
+    assert np.median(steps) == pytest.approx(1.0, abs=0.05) and max(steps) < 2.0
+    assert plan[0][0].transform.location.distance(carla.Location(*map(float, start[:3]))) < 2.0
+    assert plan[-1][0].transform.location.distance(carla.Location(*map(float, end[:3]))) < 2.0
