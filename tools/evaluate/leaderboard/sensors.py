@@ -183,11 +183,12 @@ def suite(sensors: list[dict], dt: float) -> tuple[list[Spec], RigConfig]:
             specs.append(Spec(sid, kind, Mount()))
         else:  # sensor.speedometer
             specs.append(Spec(sid, kind, Mount()))
-    # Without a LiDAR of the agent's, a token one (the renderer always casts one).
+    # Without a LiDAR of the agent's, a token one (the renderer always casts one); the default BEV (under a
+    # millisecond) draws the run's picture as for every evaluation.
     rig = RigConfig(cameras=tuple(cameras),
                     lidar=lidar or LidarConfig(channels=1, azimuth_steps=4, range=1.0, z=1.0, upper_fov=0.0,
                                                lower_fov=0.0),
-                    bev=BevConfig(pixels=64, resolution=1.0, ego_offset_px=0))
+                    bev=BevConfig())
     return specs, rig
 
 
