@@ -296,7 +296,7 @@ BAD = {
         "radar 'radar': the embedded world has no radar model"),
     "exits": ("import sys\nsys.exit(3)", "[]", results.FAILED_AGENT, "SystemExit: 3"),
     "hangs": ("import time\ntime.sleep(30)\nreturn carla.VehicleControl()", "[]", results.FAILED_TIMEOUT,
-              "one call of the agent took longer than 1 s"),
+              "one call of the agent took longer than 3 s"),
 }
 
 
@@ -306,8 +306,8 @@ def test_a_bad_agent_ends_the_run_with_the_leaderboards_status_in_one_line_and_i
     body, sensors, status, says = BAD[case]
     top = "import no_such_module_anywhere" if case == "import_fails" else ""
     agent = write_agent(tmp_path, case, body, sensors, top=top)
-    with caplog.at_level(logging.ERROR):
-        record = drive_agent(short_routes, tmp_path, agent, timeout_s=1.0)
+    with caplog.at_level(logging.ERROR):  # the watchdog: 3 s for the set-up and for each call, loose for a loaded CPU
+        record = drive_agent(short_routes, tmp_path, agent, timeout_s=3.0)
     assert record.status == status
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "\n" not in errors[0], errors
