@@ -132,7 +132,8 @@ def test_the_gpu_and_slurm_variables_survive_cleanenv_stub_apptainer(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "image"), [
-    (["--checkpoint", "RUN"], "train.sif"), (["--checkpoint=RUN"], "train.sif"), (["--agent", "expert"], "carla.sif")])
+    (["--checkpoint", "RUN"], "train.sif"), (["--checkpoint=RUN"], "train.sif"), (["--agent", "expert"], "carla.sif"),
+    (["--agent-file", "agent.py"], "train.sif")])
 def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_carla_image_stub_apptainer(
         tmp_path, args, image):
     """The CARLA image has no torch: a checkpoint's evaluation must run in the training image (torch, SUMO and the
@@ -150,7 +151,8 @@ def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_car
     assert tail == [str(images / image), "python", "-m", "tools.evaluate", "run", *args, "routes", "--root", "eval"]
 
 
-@pytest.mark.parametrize(("agent", "image"), [("policy", "train.sif"), ("expert", "carla.sif")])
+@pytest.mark.parametrize(("agent", "image"), [("policy", "train.sif"), ("expert", "carla.sif"),
+                                              ("leaderboard", "train.sif")])
 def test_an_array_task_of_a_policys_wave_runs_in_the_torch_image_stub_apptainer(tmp_path, agent, image):
     """A SLURM evaluation of a checkpoint: its array tasks start `python -m tools.evaluate route` children, which need
     torch: bin/collect-task picks the training image for a wave whose settings name the policy."""

@@ -19,10 +19,12 @@ from tools.core.errors import ToolError
 
 @slurm_flags
 def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None, agent: str | None = None,
-        towns: str | None = None, workers: int = 1, repetitions: int | None = None, seeds: int | None = None,
-        max_attempts: int = 3, slurm: SlurmOptions | None = None, **settings) -> None:
-    """Drive every route file under ROUTES_DIR K times with a trained policy (--checkpoint) or the expert
-    (--agent expert), without recording frames, then aggregate the leaderboard 2.0 scores into
+        agent_file: str | None = None, agent_config: str | None = None, towns: str | None = None, workers: int = 1,
+        repetitions: int | None = None, seeds: int | None = None, max_attempts: int = 3,
+        slurm: SlurmOptions | None = None, **settings) -> None:
+    """Drive every route file under ROUTES_DIR K times with a trained policy (--checkpoint), a leaderboard 2.0
+    agent file of your own (--agent-file PATH [--agent-config PATH]) or the expert (--agent expert), without
+    recording frames, then aggregate the leaderboard 2.0 scores into
     ROOT/result.json and print them: driving score, route completion, infraction score, infractions per km,
     statuses, and a table of every route run.
 
@@ -40,6 +42,9 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         root: the evaluation root to write (required): a new folder, or the one to resume.
         checkpoint: a post-training run folder (its newest intact checkpoint) or one of its step folders.
         agent: "expert" to evaluate the expert instead of a checkpoint.
+        agent_file: a leaderboard 2.0 agent file to evaluate instead (the class its get_entry_point() names, driven
+            as the leaderboard evaluator drives it: tools/evaluate/leaderboard; template docs/examples/gnss_agent.py).
+        agent_config: the file (or folder) the agent's setup() is given, as the evaluator's --agent-config.
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
         workers: parallel worker processes (local evaluation).
         repetitions: runs of each route (K), each in its own world: its seed derives from (route, K, --seed).
@@ -51,7 +56,7 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
     from tools.evaluate import run as evaluation
 
     flags = evaluation.check(routes_dir, root, checkpoint, agent, towns, workers, repetitions, seeds, max_attempts,
-                             slurm, settings)
+                             slurm, settings, agent_file, agent_config)
     plan = evaluation.plan(flags)  # everything refused before anything is written
     notes = evaluation.start(plan)
     evaluation.drive(plan)
@@ -117,7 +122,8 @@ def compare(root_a: str | None = None, root_b: str | None = None) -> None:
 def route(route: str | None = None, root: str | None = None, repetition: int = 0, towns: str | None = None,
           route_id: str | None = None, attempt: int | None = None, force: bool = False, spec: str | None = None,
           **settings) -> None:
-    """Drive one route once with a trained policy (--agent=policy --checkpoint=DIR) in the embedded world and
+    """Drive one route once with a trained policy (--agent=policy --checkpoint=DIR) or a leaderboard 2.0 agent file
+    (--agent=leaderboard --agent-file=PATH [--agent-config=PATH]) in the embedded world and
     write its result under ROOT: the child command `run` starts for each route run (local workers and SLURM
     tasks), as `python -m tools.collect run` is the expert's. The same attempt as collection's (claim, result
     file, crash handling: tools.collect.runner.attempt), with the policy (tools.evaluate.driver) at the wheel.
@@ -137,12 +143,17 @@ def route(route: str | None = None, root: str | None = None, repetition: int = 0
     """
     from tools.collect.base.config import CollectSettings
     from tools.collect.runner.attempt import route_run
-    from tools.evaluate.driver import policy_factory
 
     def policy(cfg: CollectSettings):  # the run's settings (the spec's, or the flags'), checked first
+        if cfg.agent == "leaderboard" and cfg.agent_file:  # a researcher's own leaderboard 2.0 agent file
+            from tools.evaluate.leaderboard.host import AgentSettings, agent_factory
+
+            return agent_factory(AgentSettings(agent_file=cfg.agent_file, agent_config=cfg.agent_config))
         if cfg.agent != "policy" or not cfg.checkpoint:
-            raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP (the expert's route runs: "
-                            "python -m tools.collect run)")
+            raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP, or --agent=leaderboard "
+                            "--agent-file=PATH (the expert's route runs: python -m tools.collect run)")
+        from tools.evaluate.driver import policy_factory  # torch: only for a trained policy
+
         return policy_factory(cfg.checkpoint)
 
     route_run(route=route, spec=spec, root=root, repetition=repetition, towns=towns, route_id=route_id,

@@ -46,6 +46,8 @@ class Flags:
     root: str
     checkpoint: str | None
     agent: str | None
+    agent_file: Path | None  # a leaderboard 2.0 agent file (tools.evaluate.leaderboard), --agent-file
+    agent_config: Path | None  # its setup()'s file, --agent-config
     towns: str | None
     workers: int
     repetitions: int
@@ -70,11 +72,14 @@ class EvaluationPlan:
 
     @property
     def what(self) -> str:
+        if self.resolved.agent == "leaderboard":
+            return f"agent file {self.resolved.agent_file}"
         return f"checkpoint {self.resolved.checkpoint}" if self.policy else "the expert"
 
 
 def check(routes_dir: Any, root: Any, checkpoint: Any, agent: Any, towns: Any, workers: Any, repetitions: Any,
-          seeds: Any, max_attempts: Any, slurm: SlurmOptions | None, settings: dict[str, Any]) -> Flags:
+          seeds: Any, max_attempts: Any, slurm: SlurmOptions | None, settings: dict[str, Any],
+          agent_file: Any = None, agent_config: Any = None) -> Flags:
     """Every flag of `run` converted and checked; ToolError naming the flag otherwise."""
     if root is None or isinstance(root, bool) or str(root) == "":
         raise ToolError("--root missing: give the folder this evaluation writes (a new one, or the one to resume)")
@@ -85,19 +90,49 @@ def check(routes_dir: Any, root: Any, checkpoint: Any, agent: Any, towns: Any, w
         raise ToolError(f"ROUTES_DIR {routes}: no such folder; give the folder that holds the route files")
     checkpoint = cli.optional_text(checkpoint, "checkpoint")
     agent = cli.optional_text(agent, "agent")
+    file, config = agent_files(agent_file, agent_config, checkpoint, agent)
+    if file is not None:
+        agent = "leaderboard"
     if checkpoint is None and agent is None:
-        raise ToolError("nothing to evaluate: give --checkpoint RUN_OR_STEP (a trained policy) or --agent expert")
+        raise ToolError("nothing to evaluate: give --checkpoint RUN_OR_STEP (a trained policy), --agent-file PATH (a "
+                        "leaderboard 2.0 agent) or --agent expert")
     if checkpoint is not None and agent not in (None, "policy"):
         raise ToolError(f"--checkpoint and --agent {agent} both given: give --checkpoint for a trained policy, "
                         "or --agent expert alone")
-    if checkpoint is None and agent != "expert":
+    if checkpoint is None and agent not in ("expert", "leaderboard"):
         hint = "--agent policy needs --checkpoint RUN_OR_STEP" if agent == "policy" else f"--agent {agent}: unknown"
         raise ToolError(f"{hint}; give --checkpoint RUN_OR_STEP for a trained policy, or --agent expert")
     if "record" in settings:
         raise ToolError("--record: an evaluation never records frames; to record, collect: bin/collect")
-    return Flags(routes=routes, root=cli.text(root, "root"), checkpoint=checkpoint, agent=agent, towns=towns,
+    if agent == "leaderboard" and file is None:
+        raise ToolError("--agent leaderboard needs --agent-file PATH (a leaderboard 2.0 agent file)")
+    return Flags(routes=routes, root=cli.text(root, "root"), checkpoint=checkpoint, agent=agent, agent_file=file,
+                 agent_config=config, towns=towns,
                  workers=cli.integer(workers, "workers", 1), repetitions=seeds_or_repetitions(seeds, repetitions),
                  max_attempts=cli.integer(max_attempts, "max-attempts", 1), slurm=slurm, settings=settings)
+
+
+def agent_files(agent_file: Any, agent_config: Any, checkpoint: str | None, agent: str | None
+                ) -> tuple[Path | None, Path | None]:
+    """--agent-file and --agent-config as absolute paths, each an existing file; ToolError naming the flag."""
+    file = cli.optional_text(agent_file, "agent-file")
+    config = cli.optional_text(agent_config, "agent-config")
+    if file is None:
+        if config is not None:
+            raise ToolError("--agent-config without --agent-file: it is the configuration of a leaderboard agent file")
+        return None, None
+    if checkpoint is not None or agent not in (None, "leaderboard"):
+        other = f"--checkpoint {checkpoint}" if checkpoint is not None else f"--agent {agent}"
+        raise ToolError(f"--agent-file and {other} both given: evaluate one agent per root")
+    path = Path(file).expanduser().absolute()
+    if not path.is_file():
+        raise ToolError(f"--agent-file {path}: no such file; give a leaderboard 2.0 agent file (its "
+                        "get_entry_point() names the agent class; a template: docs/examples/gnss_agent.py)")
+    config_path = Path(config).expanduser().absolute() if config is not None else None
+    if config_path is not None and not config_path.exists():
+        raise ToolError(f"--agent-config {config_path}: no such file or folder; give what the agent's setup() reads, "
+                        "or leave it out")
+    return path, config_path
 
 
 def seeds_or_repetitions(seeds: int | None, repetitions: int | None) -> int:
@@ -119,8 +154,11 @@ def plan(flags: Flags) -> EvaluationPlan:
         from tools.evaluate.policy import load_policy  # torch: only for a trained policy
 
         policy = load_policy(flags.checkpoint)  # ToolError naming --checkpoint for anything wrong with it
-    settings = {**flags.settings, "agent": "policy" if policy else "expert",
+    settings = {**flags.settings, "agent": "policy" if policy else flags.agent or "expert",
                 "checkpoint": str(Path(policy.path).resolve()) if policy else "", "record": False}
+    if flags.agent_file is not None:
+        settings.update(agent="leaderboard", agent_file=str(flags.agent_file),
+                        agent_config=str(flags.agent_config or ""))
     resolved = CollectSettings.from_flags(settings)
     slurm = flags.slurm.settled(settings) if flags.slurm is not None else None
     layout = Layout(resolve_root(flags.root))
@@ -210,6 +248,8 @@ def read_evaluation(layout: Any) -> dict[str, Any] | None:
 def check_same_evaluation(layout: Any, before: dict[str, Any], now: dict[str, Any]) -> None:
     """Refuse to mix two evaluations in one root: agent, checkpoint, routes folder and settings must match."""
     def what(e: dict[str, Any]) -> str:
+        if e.get("agent") == "leaderboard":
+            return f"agent file {(e.get('settings') or {}).get('agent_file')}"
         return f"checkpoint {e.get('checkpoint')}" if e.get("agent") == "policy" else "the expert"
 
     for field in IDENTITY:

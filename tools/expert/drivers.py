@@ -5,6 +5,10 @@ tick; `world` is a tools.expert.expert.WorldView. `inputs` is (sensors, measurem
 for a driver that sees sensors (`needs_sensors`), else None. A trained policy's driver lives with the
 evaluation (tools.evaluate.driver.PolicyDriver); both turn their plan into a control with the same
 controllers (tools.expert.control.Controller).
+
+A driver may also have `sensors_every_tick` (true: the drive loop renders its rig on every tick, not only on frame
+ticks, and passes it as `inputs`) and `close()` (called once when the run ends, however it ends); a driver that
+cannot go on raises DriverFailed with the run's status (a leaderboard agent's: tools.evaluate.leaderboard.host).
 """
 
 from __future__ import annotations
@@ -14,6 +18,15 @@ from typing import Any, Protocol
 from tools.dataset.rig import RigConfig
 from tools.expert.expert import Decision, Expert, WorldView
 from tools.expert.route import DenseRoute
+
+
+class DriverFailed(Exception):
+    """The driver cannot drive on: the run ends with `status` (a tools.dataset.results status); the message is one
+    line naming what failed."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 class Driver(Protocol):

@@ -12,11 +12,13 @@ from tools.core.errors import ToolError
 from tools.dataset.rig import RecordingRate, RigConfig, read_rig_file
 
 _RATE = RecordingRate()
-#: Who can drive the ego: our privileged expert, or a trained policy (closed-loop evaluation).
-AGENTS = ("expert", "policy")
+#: Who can drive the ego: our privileged expert, a trained policy, or a researcher's own leaderboard 2.0 agent file
+#: (closed-loop evaluation: tools.evaluate.leaderboard).
+AGENTS = ("expert", "policy", "leaderboard")
 #: The child command (module, command) that drives one route run of each agent: collection's own for the expert;
 #: a trained policy's lives with the evaluation, which needs torch (nothing under tools/collect imports it).
-ROUTE_RUN_COMMAND = {"expert": ("tools.collect", "run"), "policy": ("tools.evaluate", "route")}
+ROUTE_RUN_COMMAND = {"expert": ("tools.collect", "run"), "policy": ("tools.evaluate", "route"),
+                     "leaderboard": ("tools.evaluate", "route")}
 #: Where a route is driven: the embedded world, or a CARLA server under the leaderboard 2.0 evaluator.
 WORLDS = ("sim", "carla")
 #: The leaderboard evaluator ticks CARLA at a fixed rate (leaderboard_evaluator.py: LeaderboardEvaluator.frame_rate).
@@ -27,7 +29,7 @@ CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "
 #: Settings that name a file or folder. They are made absolute as they are read, and before any child process gets
 #: them (`absolute_flags`): the CARLA agent reads them inside the leaderboard evaluator, whose working folder is the
 #: run's log folder, and a SLURM task or an image may start in another folder than the command that was typed.
-PATH_SETTINGS = ("rig", "checkpoint")
+PATH_SETTINGS = ("rig", "checkpoint", "agent_file", "agent_config")
 
 
 def _absolute(value: Any) -> Any:
@@ -56,6 +58,8 @@ class CollectSettings:
     rig: str = ""  # JSON file of a sensor rig (tools.dataset.rig.RigConfig); default rig when empty
     agent: str = "expert"  # who drives the ego: "expert" (tools.expert) or "policy" (a trained checkpoint)
     checkpoint: str = ""  # the policy's checkpoint (a step folder or a training run), with --agent=policy
+    agent_file: str = ""  # a leaderboard 2.0 agent file (its get_entry_point() class), with --agent=leaderboard
+    agent_config: str = ""  # what the agent's setup() is given (the evaluator's --agent-config), with agent_file
     record: bool = True  # write frames (evaluation drives without recording)
     stop_on_infraction: bool = False  # end a run at the ego's first infraction, as Failed with it in its record
     # (the referee's in the embedded world, the leaderboard's criteria in CARLA): retried, no time spent driving on
@@ -77,6 +81,8 @@ class CollectSettings:
         }
         if self.agent == "policy" and not self.checkpoint:
             raise ToolError("--agent=policy needs --checkpoint=PATH (a training run or one of its step folders)")
+        if self.agent == "leaderboard" and not self.agent_file:
+            raise ToolError("--agent=leaderboard needs --agent-file=PATH (a leaderboard 2.0 agent file)")
         for name, ok in checks.items():
             if not ok:
                 hint = {"world": " (worlds: 'sim', the embedded world; 'carla', a CARLA server under the "

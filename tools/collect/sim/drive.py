@@ -25,7 +25,7 @@ from tools.collect.sim.scenarios import Scenarios
 from tools.collect.sim.world import SumoWorld
 from tools.dataset import results
 from tools.dataset.layout import Layout, RunKey
-from tools.expert.drivers import Driver
+from tools.expert.drivers import Driver, DriverFailed
 from tools.expert.planner import RoutePlanner
 from tools.expert.route import DenseRoute, stop_signs
 
@@ -81,7 +81,13 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     begun = started - (process_age() if not _driven else 0.0)
     _driven = True
     dense = RoutePlanner(town.carla_map).trace(route.waypoints)
-    driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
+    try:
+        driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
+    except DriverFailed as e:  # a driver that could not be set up: the run ends before it starts
+        log.error("%s: %s", key, e)
+        return results.RouteRecord(route_id=route.id, status=e.status, route_length=dense.length,
+                                   duration_system=time.time() - started)
+    every_tick = getattr(driver, "sensors_every_tick", False)  # a leaderboard agent's sensors deliver every tick
     rig = driver.rig or settings.load_rig()
     needs_renderer = settings.record or driver.needs_sensors
     # On a large town the scene covers the route and the sensors' reach only (Scene's region).
@@ -104,14 +110,19 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             scenarios.update(world, s_ego)
             clock.lap("scenarios")
             snap = sensors = None
-            if recorder.due and renderer is not None:  # a frame tick: the world's state with the scenario, sensors
+            if (recorder.due or every_tick) and renderer is not None:  # a frame tick: the state, scenario, sensors
                 snap = dataclasses.replace(world.snapshot(), scenario=scenarios.active(world, s_ego))
                 clock.lap("snapshot")
                 sensors = renderer.render(snap, parts)
                 clock.add(parts)
             # A policy sees the frame's sensors and measurements (its inputs) before it decides.
             sees = snap is not None and driver.needs_sensors
-            decision = driver.step(world, (sensors, recorder.measurements(snap, referee)) if sees else None)
+            try:
+                decision = driver.step(world, (sensors, recorder.measurements(snap, referee)) if sees else None)
+            except DriverFailed as e:
+                log.error("%s: %s", key, e)
+                referee.status = e.status
+                break
             clock.lap("driver")
             if film is not None and (snap is not None or renderer is None) and film.due(world.time):
                 film.add(world.time, world.ego_box(), decision, sensors, world.actors() if renderer is None else None,
@@ -131,6 +142,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             clock.lap("referee")
     finally:
         world.close()
+        if callable(getattr(driver, "close", None)):
+            driver.close()
     if film is not None:
         t = time.perf_counter()
         written = film.write()
