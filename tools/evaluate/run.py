@@ -26,6 +26,7 @@ from tools.collect.runner.collection import collect_routes
 from tools.collect.runner.jobs import Job
 from tools.collect.runner.jobs import plan as plan_jobs
 from tools.collect.runner.slurm import Scheduler, SlurmOptions
+from tools.collect.runner.world import world_for
 from tools.core import atomic, cli
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
@@ -160,6 +161,7 @@ def plan(flags: Flags) -> EvaluationPlan:
         settings.update(agent="leaderboard", agent_file=str(flags.agent_file),
                         agent_config=str(flags.agent_config or ""))
     resolved = CollectSettings.from_flags(settings)
+    world_for(resolved.world).check_settings(resolved)  # an unknown world, or settings it cannot honour
     slurm = flags.slurm.settled(settings) if flags.slurm is not None else None
     layout = Layout(resolve_root(flags.root))
     check_root_writable(layout.root)

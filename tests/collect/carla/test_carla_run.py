@@ -25,6 +25,7 @@ from tools.collect.carla import run as carla_run
 from tools.collect.carla.evaluator import STOPPED
 from tools.collect.carla.server import CARLA_VERSION, Ports
 from tools.collect.runner.attempt import derive_seed
+from tools.collect.runner.world import world_for
 from tools.core import atomic
 from tools.core.errors import ToolError
 from tools.dataset import attempts, claims, results
@@ -512,8 +513,8 @@ def test_a_carla_install_of_another_version_is_one_line_before_its_server_starts
 ])
 def test_settings_a_carla_run_cannot_honour_are_refused(flags, message):
     with pytest.raises(ToolError, match="^" + re.escape(message)):
-        CollectSettings.from_flags({"world": "carla", **flags})
-    assert CollectSettings.from_flags({"world": "carla", "record_every": 10}).world == "carla"
+        world_for("carla").check_settings(CollectSettings.from_flags({"world": "carla", **flags}))
+    world_for("carla").check_settings(CollectSettings.from_flags({"world": "carla", "record_every": 10}))
 
 
 def test_a_route_the_leaderboard_cannot_select_is_refused(tmp_path):

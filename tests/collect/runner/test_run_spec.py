@@ -3,6 +3,7 @@ is picked in one place (tools/collect/runner/world.py)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import PYTHON, REPO, file_bytes, run_tool
 
+from tools.collect.base import config
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import find_route_files
 from tools.collect.base.spec import RunSpec, derive_seed
@@ -67,10 +69,14 @@ def test_a_missing_spec_is_one_line_naming_it(tmp_path):
     assert proc.returncode != 0 and f"--spec {tmp_path / 'run-spec.json'}: no such file" in proc.stderr
 
 
-def test_the_registry_holds_every_world_the_settings_accept():
-    from tools.collect.base.config import WORLDS as SETTING_WORLDS  # CollectSettings checks --world against these
-
-    assert tuple(WORLDS) == SETTING_WORLDS and all(world_for(name).name == name for name in WORLDS)
+def test_the_registry_is_the_one_list_of_worlds(tmp_path, short_routes):
+    """Every world by its name in the registry; CollectSettings itself knows no world, and an unknown --world is
+    refused by the registry before a root is made."""
+    assert all(world_for(name).name == name for name in WORLDS)
+    assert not hasattr(config, "WORLDS") and "carla" not in inspect.getsource(config.CollectSettings.__post_init__)
+    proc = run_tool(PYTHON, "-m", "tools.collect", "collect", short_routes, "--root", tmp_path / "root", "--world=moon")
+    assert proc.returncode != 0 and "--world='moon': no such world (worlds: sim, carla)" in proc.stderr
+    assert not (tmp_path / "root").exists()
 
 
 def test_an_unknown_world_is_refused_naming_the_worlds():

@@ -19,13 +19,6 @@ AGENTS = ("expert", "policy", "leaderboard")
 #: a trained policy's lives with the evaluation, which needs torch (nothing under tools/collect imports it).
 ROUTE_RUN_COMMAND = {"expert": ("tools.collect", "run"), "policy": ("tools.evaluate", "route"),
                      "leaderboard": ("tools.evaluate", "route")}
-#: Where a route is driven: the embedded world, or a CARLA server under the leaderboard 2.0 evaluator.
-WORLDS = ("sim", "carla")
-#: The leaderboard evaluator ticks CARLA at a fixed rate (leaderboard_evaluator.py: LeaderboardEvaluator.frame_rate).
-CARLA_SIM_HZ = 20
-#: Settings the leaderboard's own criteria and scenario_runner's background traffic decide in a CARLA run: a
-#: value other than the default would be silently ignored there, so it is refused.
-CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed")
 #: Settings that name a file or folder. They are made absolute as they are read, and before any child process gets
 #: them (`absolute_flags`): the CARLA agent reads them inside the leaderboard evaluator, whose working folder is the
 #: run's log folder, and a SLURM task or an image may start in another folder than the command that was typed.
@@ -44,7 +37,8 @@ def absolute_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CollectSettings:
-    world: str = "sim"  # "sim": the embedded world (SUMO + carla.Map + our renderer); "carla": a CARLA server
+    world: str = "sim"  # a name of tools.collect.runner.world.WORLDS, which checks it and what the world cannot
+    # honour of these settings. "sim": the embedded world (SUMO + carla.Map + our renderer); "carla": a CARLA server
     # driven by the leaderboard 2.0 evaluator (tools.collect.carla.run)
     vehicles: int = 40  # background vehicles kept in the town
     sim_hz: int = _RATE.sim_hz  # simulation ticks per simulated second (tools.dataset.rig.RecordingRate)
@@ -68,7 +62,6 @@ class CollectSettings:
         for name in PATH_SETTINGS:
             object.__setattr__(self, name, _absolute(getattr(self, name)))
         checks = {
-            "world": self.world in WORLDS,
             "agent": self.agent in AGENTS,
             "vehicles": 0 <= self.vehicles <= 2000,
             "sim_hz": 1 <= self.sim_hz <= 200,
@@ -85,27 +78,8 @@ class CollectSettings:
             raise ToolError("--agent=leaderboard needs --agent-file=PATH (a leaderboard 2.0 agent file)")
         for name, ok in checks.items():
             if not ok:
-                hint = {"world": " (worlds: 'sim', the embedded world; 'carla', a CARLA server under the "
-                                 "leaderboard evaluator)",
-                        "agent": f" (agents: {', '.join(AGENTS)})"}.get(name, "")
+                hint = {"agent": f" (agents: {', '.join(AGENTS)})"}.get(name, "")
                 raise ToolError(f"--{name.replace('_', '-')}={getattr(self, name)!r} is out of range{hint}")
-        if self.world == "carla":
-            self._check_carla()
-
-    def _check_carla(self) -> None:
-        """What a CARLA run cannot honour, refused in one line before anything starts."""
-        if self.sim_hz != CARLA_SIM_HZ:
-            raise ToolError(f"--sim-hz={self.sim_hz}: --world=carla runs at {CARLA_SIM_HZ} Hz, the leaderboard "
-                            f"evaluator's fixed rate; leave --sim-hz out (record less often with --record-every)")
-        if self.agent != "expert":
-            raise ToolError(f"--agent={self.agent}: --world=carla drives with the expert only so far; evaluate a "
-                            "policy in the embedded world (leave --world out)")
-        defaults = CollectSettings()
-        for name in CARLA_DECIDES:
-            if getattr(self, name) != getattr(defaults, name):
-                raise ToolError(f"--{name.replace('_', '-')}={getattr(self, name)!r}: with --world=carla the "
-                                "leaderboard evaluator decides this (its criteria and scenario_runner's background "
-                                "traffic); leave it out")
 
     @classmethod
     def from_flags(cls, flags: dict[str, Any]) -> CollectSettings:

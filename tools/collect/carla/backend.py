@@ -15,9 +15,16 @@ from tools.collect.base.spec import RunSpec
 from tools.collect.base.town import Town
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.agent import check_rig
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.manifest import package_versions
 from tools.dataset.results import RouteRecord
+
+#: The leaderboard evaluator ticks CARLA at a fixed rate (leaderboard_evaluator.py: LeaderboardEvaluator.frame_rate).
+CARLA_SIM_HZ = 20
+#: Settings the leaderboard's own criteria and scenario_runner's background traffic decide in a CARLA run: a
+#: value other than the default would be silently ignored there, so it is refused.
+CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed")
 
 
 class CarlaWorld:
@@ -30,9 +37,26 @@ class CarlaWorld:
     def __init__(self) -> None:
         self.setup: carla_run.CarlaSetup | None = None
 
+    def check_settings(self, settings: CollectSettings) -> None:
+        """What a CARLA run cannot honour, refused in one line before anything starts."""
+        if settings.sim_hz != CARLA_SIM_HZ:
+            raise ToolError(f"--sim-hz={settings.sim_hz}: --world=carla runs at {CARLA_SIM_HZ} Hz, the leaderboard "
+                            f"evaluator's fixed rate; leave --sim-hz out (record less often with --record-every)")
+        if settings.agent != "expert":
+            raise ToolError(f"--agent={settings.agent}: --world=carla drives with the expert only so far; evaluate a "
+                            "policy in the embedded world (leave --world out)")
+        defaults = CollectSettings()
+        for name in CARLA_DECIDES:
+            if getattr(settings, name) != getattr(defaults, name):
+                raise ToolError(f"--{name.replace('_', '-')}={getattr(settings, name)!r}: with --world=carla the "
+                                "leaderboard evaluator decides this (its criteria and scenario_runner's background "
+                                "traffic); leave it out")
+
     def check_setup(self, settings: CollectSettings) -> Path:
-        """The CARLA install, leaderboard, scenario_runner and client; the rig (sensors the leaderboard would refuse
-        end every attempt: refused here). Returns the install's towns (carla_run.install_towns)."""
+        """The settings (check_settings); the CARLA install, leaderboard, scenario_runner and client; the rig (sensors
+        the leaderboard would refuse end every attempt: refused here). Returns the install's towns
+        (carla_run.install_towns)."""
+        self.check_settings(settings)
         self.setup = carla_run.check_setup()
         check_rig(settings.load_rig())
         return carla_run.install_towns(self.setup)

@@ -40,9 +40,15 @@ class World(Protocol):
     #: Whether its background traffic is ours to set (--vehicles, a preset's traffic).
     sets_traffic: bool
 
+    def check_settings(self, settings: CollectSettings) -> None:
+        """What it cannot honour of the settings (a ToolError naming the flag): the first thing check_setup checks,
+        and what an evaluation checks before it writes anything."""
+        ...
+
     def check_setup(self, settings: CollectSettings) -> Path | None:
-        """What it needs (an install, a rig it accepts), checked before anything is claimed: a ToolError for the
-        first thing wrong. Returns its default towns folder (routes without a towns/ folder of their own), if any."""
+        """The settings (check_settings), then what it needs (an install, a rig it accepts), checked before
+        anything is claimed: a ToolError for the first thing wrong. Returns its default towns folder (routes without
+        a towns/ folder of their own), if any."""
         ...
 
     def check_route(self, route_file: Path, route: Route) -> None:

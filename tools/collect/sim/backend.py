@@ -24,6 +24,9 @@ class EmbeddedWorld:
     servers_on_gpus = False
     sets_traffic = True  # --vehicles
 
+    def check_settings(self, settings: CollectSettings) -> None:
+        return None  # every setting means something here
+
     def check_setup(self, settings: CollectSettings) -> Path | None:
         return None  # SUMO and carla.Map are packages of ours: nothing to check, no towns of its own
 
