@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from tools.collect.base.routes import find_route_files  # noqa: E402
 from tools.collect.runner.jobs import plan  # noqa: E402
-from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions  # noqa: E402
+from tools.collect.runner.slurm import Monitor, Scheduler  # noqa: E402
+from tools.collect.runner.slurm_options import SlurmOptions  # noqa: E402
 from tools.dataset.claims import claim_run  # noqa: E402
 from tools.dataset.layout import Layout  # noqa: E402
 from tools.dataset.manifest import update_manifest  # noqa: E402

@@ -19,7 +19,8 @@ from test_faults import TINY_TRAIN
 
 from tools.collect.base.routes import find_route_files
 from tools.collect.runner.jobs import plan
-from tools.collect.runner.slurm import FORGET_AFTER_S, Monitor, Scheduler, SlurmOptions
+from tools.collect.runner.slurm import FORGET_AFTER_S, Monitor, Scheduler
+from tools.collect.runner.slurm_options import SlurmOptions
 from tools.collect.runner.waves import Wave, load_waves, waves_dir
 from tools.core.errors import EXIT_DISK_FULL, DiskFull
 from tools.dataset.claims import attempts

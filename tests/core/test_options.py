@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from tests.conftest import PYTHON, run_tool
-from tools.collect.runner.slurm import SlurmOptions
+from tools.collect.runner.slurm_options import SlurmOptions
 from tools.core import cli, options
 from tools.core.errors import ToolError
 

@@ -214,7 +214,8 @@ def routes(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    ((), "give --checkpoint RUN_OR_STEP (a trained policy) or --agent expert"),
+    ((), "give --checkpoint RUN_OR_STEP (a trained policy), --agent-file PATH (a leaderboard 2.0 agent) or "
+         "--agent expert"),
     (("--agent", "expert", "--checkpoint", "/somewhere"), "--checkpoint and --agent expert both given"),
     (("--agent", "policy"), "--agent policy needs --checkpoint"),
     (("--agent", "robot"), "--agent robot: unknown"),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.collect.runner.slurm import SlurmOptions, slurm_flags
+from tools.collect.runner.slurm_options import SlurmOptions, slurm_flags
 from tools.core import cli
 from tools.core.errors import ToolError
 from tools.core.presets import with_table
@@ -229,7 +229,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
     if servers_per_gpu is not None:
         servers_per_gpu = cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16)
     if slurm is not None:
-        slurm = slurm.settled(settings, servers_per_gpu)
+        slurm = slurm.settled(world.gpus_per_task, servers_per_gpu)
     collect_routes(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
                    max_attempts=max_attempts, settings=settings, slurm=slurm, py123d=py123d,
                    servers_per_gpu=servers_per_gpu)

@@ -12,7 +12,7 @@ What is measured and how: docs/evaluation.md. `python -m tools.evaluate COMMAND 
 
 from __future__ import annotations
 
-from tools.collect.runner.slurm import SlurmOptions, slurm_flags
+from tools.collect.runner.slurm_options import SlurmOptions, slurm_flags
 from tools.core import cli
 from tools.core.errors import ToolError
 

@@ -25,7 +25,8 @@ from tools.collect.base.routes import find_route_files
 from tools.collect.runner.collection import collect_routes
 from tools.collect.runner.jobs import Job
 from tools.collect.runner.jobs import plan as plan_jobs
-from tools.collect.runner.slurm import Scheduler, SlurmOptions
+from tools.collect.runner.slurm import Scheduler
+from tools.collect.runner.slurm_options import SlurmOptions
 from tools.collect.runner.world import world_for
 from tools.core import atomic, cli
 from tools.core.errors import ToolError
@@ -162,7 +163,7 @@ def plan(flags: Flags) -> EvaluationPlan:
                         agent_config=str(flags.agent_config or ""))
     resolved = CollectSettings.from_flags(settings)
     world_for(resolved.world).check_settings(resolved)  # an unknown world, or settings it cannot honour
-    slurm = flags.slurm.settled(settings) if flags.slurm is not None else None
+    slurm = flags.slurm.settled(world_for(resolved.world).gpus_per_task) if flags.slurm is not None else None
     layout = Layout(resolve_root(flags.root))
     check_root_writable(layout.root)
     read_manifest(layout)  # a root of another format version is refused

@@ -16,7 +16,8 @@ import pytest
 from conftest import BIN, REPO, copy_root, run_tool, start_tool, tree, wait_until
 from slurm_cluster import path_without_slurm
 
-from tools.collect.runner.slurm import Monitor, Scheduler, SlurmOptions
+from tools.collect.runner.slurm import Monitor, Scheduler
+from tools.collect.runner.slurm_options import SlurmOptions
 from tools.collect.runner.waves import load_waves, run_key_of, waves_dir
 from tools.dataset.claims import attempts
 from tools.dataset.layout import Layout

@@ -18,7 +18,8 @@ from tools.collect.inspect.info import card_after_collection
 from tools.collect.runner.jobs import plan, write_specs
 from tools.collect.runner.local import run_local
 from tools.collect.runner.record import collection_record
-from tools.collect.runner.slurm import Scheduler, check_options, collect_slurm, summary_line
+from tools.collect.runner.slurm import Scheduler, collect_slurm, summary_line
+from tools.collect.runner.slurm_options import check_options
 from tools.collect.runner.workers import gpu_slots
 from tools.collect.runner.world import world_for
 from tools.core import cli
@@ -32,8 +33,8 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
                    max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False,
                    servers_per_gpu: int | None = None) -> None:
     """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes
-    (tools.collect.runner.local), or, with `slurm` (tools.collect.runner.slurm.SlurmOptions), as SLURM job arrays
-    watched by a monitor (tools.collect.runner.slurm). `servers_per_gpu` K (CARLA): a local worker per GPU slot,
+    (tools.collect.runner.local), or, with `slurm` (tools.collect.runner.slurm_options.SlurmOptions), as SLURM job
+    arrays watched by a monitor (tools.collect.runner.slurm). `servers_per_gpu` K (CARLA): a local worker per GPU slot,
     the machine's (or the job's) GPUs times K, each server on its slot's GPU; on SLURM, slurm.servers_per_gpu."""
     started = time.time()
     if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
