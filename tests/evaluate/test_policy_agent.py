@@ -30,7 +30,7 @@ from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import DRIVING_STATUSES
 from tools.evaluate.driver import policy_factory
 from tools.evaluate.leaderboard.host import AgentSettings, agent_factory
-from tools.evaluate.leaderboard.policy_inputs import HalfTurns, PolicyAgentCore, checkpoint_of
+from tools.evaluate.leaderboard.policy_inputs import HalfTurns, PolicyAgentCore, checkpoint_of, read_config
 from tools.evaluate.leaderboard.sensors import suite, validate
 from tools.evaluate.policy import MODEL_INPUTS, Policy
 from tools.train import checkpoint
@@ -82,6 +82,12 @@ def test_agent_config_is_a_checkpoint_folder_or_a_json_file_naming_one_relative_
     config.parent.mkdir()
     config.write_text(json.dumps({"checkpoint": "../runs/posttrain"}))
     assert checkpoint_of(config).resolve() == step.resolve()
+    assert read_config(config)[1] == 1.0 and read_config(step) == (step, 1.0)  # GNSS as read unless asked
+    config.write_text(json.dumps({"checkpoint": "../runs/posttrain", "gnss_gain": 0.1}))
+    assert read_config(config)[1] == 0.1
+    config.write_text(json.dumps({"checkpoint": "../runs/posttrain", "gnss_gain": 0}))
+    with pytest.raises(ToolError, match=r"gnss_gain 0.0: expected a share in \(0, 1\]"):
+        read_config(config)
     config.write_text("checkpoint: ../runs/posttrain")
     with pytest.raises(ToolError, match=r"--agent-config .*agent.json: not a JSON file"):
         checkpoint_of(config)

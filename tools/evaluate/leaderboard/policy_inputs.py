@@ -59,18 +59,28 @@ CAMERA, LIDAR, GNSS, IMU, SPEED = "camera", "lidar", "gnss", "imu", "speed"
 def checkpoint_of(config: str | Path) -> Path:
     """The checkpoint an --agent-config names: a post-training run folder or step folder itself, or a JSON file
     {"checkpoint": PATH} (PATH relative to the file's folder)."""
+    return read_config(config)[0]
+
+
+def read_config(config: str | Path) -> tuple[Path, float]:
+    """(checkpoint, GNSS gain) of an --agent-config: a checkpoint folder (gain 1: GNSS as read), or a JSON file
+    {"checkpoint": PATH, "gnss_gain": G} (G in (0, 1], default 1: the share of each GNSS reading's correction taken
+    into the position dead-reckoned from the last one with the speedometer and compass)."""
     path = Path(config).expanduser()
     if str(config) in ("", ".") or not path.exists():
         raise ToolError(f"{FLAG} {config!r}: no such file or folder; give a post-training checkpoint (a run folder or "
                         "one of its step folders) or a JSON file naming one as {\"checkpoint\": PATH}")
     if path.is_dir():
-        return path
+        return path, 1.0
     try:
-        named = json.loads(path.read_text())["checkpoint"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        data = json.loads(path.read_text())
+        named, gain = data["checkpoint"], float(data.get("gnss_gain", 1.0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ToolError(f"{FLAG} {path}: not a JSON file {{\"checkpoint\": PATH}} ({type(e).__name__}: {e}); give "
                         "the checkpoint folder itself, or such a file") from None
-    return (path.parent / str(named)).expanduser()
+    if not 0.0 < gain <= 1.0:
+        raise ToolError(f"{FLAG} {path}: gnss_gain {gain}: expected a share in (0, 1] (1: GNSS as read)")
+    return (path.parent / str(named)).expanduser(), gain
 
 
 class HalfTurns:
@@ -98,7 +108,9 @@ class PolicyAgentCore:
     """A checkpoint driving from the leaderboard's input: `sensors()` to declare, `set_plan` once, `step` each tick."""
 
     def __init__(self, config: str | Path, dt: float = DT):
-        self.policy = load_policy(checkpoint_of(config))
+        checkpoint, self.gnss_gain = read_config(config)
+        self.policy = load_policy(checkpoint)
+        self._position: tuple[float, float] | None = None  # the last tick's estimate
         self.rig = self.policy.rig
         self.pilot = Pilot(self.policy, dt)
         self.dt = dt
@@ -145,7 +157,13 @@ class PolicyAgentCore:
         x, y = geo.gnss_to_world(float(lat), float(lon), *self.reference)
         compass = float(input_data[IMU][1][6])
         yaw = 0.0 if math.isnan(compass) else (math.degrees(compass) - 90.0 + 180.0) % 360.0 - 180.0
-        return Pose(x, y, yaw), float(input_data[SPEED][1]["speed"])
+        speed = float(input_data[SPEED][1]["speed"])
+        if self.gnss_gain < 1.0 and self._position is not None:  # dead reckoning, then a share of GNSS's correction
+            step, h = speed * self.dt, math.radians(yaw)
+            px, py = self._position[0] + step * math.cos(h), self._position[1] + step * math.sin(h)
+            x, y = px + self.gnss_gain * (x - px), py + self.gnss_gain * (y - py)
+        self._position = (x, y)
+        return Pose(x, y, yaw), speed
 
     def frame(self, input_data: dict[str, tuple], pose: Pose, speed: float, points: np.ndarray
               ) -> tuple[dict[str, np.ndarray], Measurements]:
