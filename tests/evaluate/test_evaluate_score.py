@@ -286,6 +286,40 @@ def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_fail
     assert json.loads(layout.evaluation_result.read_text())["entry_status"] == "Finished"
 
 
+def test_run_takes_score_and_bench2drive_as_score_does_and_its_summary_names_the_version(tmp_path, short_routes):
+    """`run --score 2.1 --bench2drive` (a resumed root: every run already has its outcome, nothing is driven)."""
+    from tools.collect.base.routes import find_route_files
+    from tools.collect.runner.jobs import plan
+
+    keys = [job.key for job in plan(find_route_files(short_routes), None, 1)]
+    layout = make_root(tmp_path / "out", keys)
+    evaluation = json.loads(layout.evaluation.read_text())
+    layout.evaluation.write_text(json.dumps({**evaluation, "routes_dir": str(short_routes)}))
+    for key, status in zip(keys, (PERFECT, COMPLETED), strict=True):
+        write_result(layout, key, RouteRecord(key.name[:-5], status, route_completion=100.0, route_length=200.0,
+                                              infractions=infractions(collisions_vehicle=2)))
+    proc = run_bin("evaluate", "--agent", "expert", short_routes, "--root", layout.root, "--score", "2.1",
+                   "--bench2drive")
+    assert proc.returncode == 0, proc.stderr
+    assert "leaderboard 2.1 scores" in proc.stdout and "Bench2Drive metrics over all 2 route runs" in proc.stdout
+    result = json.loads(layout.evaluation_result.read_text())
+    assert result["score_version"] == "2.1"
+    assert json.loads(layout.bench2drive_merged.read_text())["score_version"] == "2.1"
+    # 2.1 adds the two collisions up (one penalty factor), 2.0 multiplies them: the same records, other scores.
+    ds_21 = result["_checkpoint"]["global_record"]["scores_mean"]["score_composed"]
+    proc = run_bin("evaluate", "--agent", "expert", short_routes, "--root", layout.root)
+    assert proc.returncode == 0 and "leaderboard 2.0 scores" in proc.stdout, proc.stderr
+    result = json.loads(layout.evaluation_result.read_text())
+    assert "score_version" not in result
+    assert result["_checkpoint"]["global_record"]["scores_mean"]["score_composed"] != ds_21
+
+
+def test_run_with_an_unknown_score_is_one_line_and_nothing_is_written(tmp_path, routes):
+    line = one_line(run_bin("evaluate", "--agent", "expert", routes, "--root", tmp_path / "out", "--score", "3"))
+    assert "--score 3: unknown leaderboard score; give --score 2.0 or --score 2.1" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_help_names_both_ways_in(routes):
     proc = run_bin("evaluate", "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("Usage: bin/evaluate --checkpoint RUN_OR_STEP ROUTES_DIR")

@@ -20,8 +20,8 @@ from tools.core.errors import ToolError
 @slurm_flags
 def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None, agent: str | None = None,
         agent_file: str | None = None, agent_config: str | None = None, towns: str | None = None, workers: int = 1,
-        repetitions: int | None = None, seeds: int | None = None, max_attempts: int = 3,
-        slurm: SlurmOptions | None = None, **settings) -> None:
+        repetitions: int | None = None, seeds: int | None = None, max_attempts: int = 3, score: str = "2.0",
+        bench2drive: bool = False, slurm: SlurmOptions | None = None, **settings) -> None:
     """Drive every route file under ROUTES_DIR K times with a trained policy (--checkpoint), a leaderboard 2.0
     agent file of your own (--agent-file PATH [--agent-config PATH]) or the expert (--agent expert), without
     recording frames, then aggregate the leaderboard 2.0 scores into
@@ -44,23 +44,32 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         agent: "expert" to evaluate the expert instead of a checkpoint.
         agent_file: a leaderboard 2.0 agent file to evaluate instead (the class its get_entry_point() names, driven
             as the leaderboard evaluator drives it: tools/evaluate/leaderboard; template docs/examples/gnss_agent.py).
-        agent_config: the file (or folder) the agent's setup() is given, as the evaluator's --agent-config.
+        agent_config: the file (or folder) the agent's setup() is given, as the evaluator's --agent-config. Our own
+            policy as an agent file (tools/evaluate/leaderboard/agent_file/policy_agent.py) takes a checkpoint
+            folder, or a JSON file {"checkpoint": PATH} (docs/leaderboard-agent.md).
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
         workers: parallel worker processes (local evaluation).
         repetitions: runs of each route (K), each in its own world: its seed derives from (route, K, --seed).
         seeds: the same as --repetitions (K world seeds per route); the summary gives means with 95% intervals
             over routes x seeds, and per route over its seeds.
         max_attempts: attempts per route run while it crashes.
+        score: the leaderboard score the summary and ROOT/result.json give, 2.0 or 2.1 (as `score --score`).
+        bench2drive: also Bench2Drive's metrics, printed and written under ROOT/bench2drive/ (as `score
+            --bench2drive`).
         settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/base/config.py).
     """
+    from tools.dataset.leaderboard_scores import score_version
     from tools.evaluate import run as evaluation
 
+    version = score_version(score)
+    if not isinstance(bench2drive, bool):
+        raise ToolError(f"--bench2drive {bench2drive}: a switch; give --bench2drive alone")
     flags = evaluation.check(routes_dir, root, checkpoint, agent, towns, workers, repetitions, seeds, max_attempts,
                              slurm, settings, agent_file, agent_config)
     plan = evaluation.plan(flags)  # everything refused before anything is written
     notes = evaluation.start(plan)
     evaluation.drive(plan)
-    print(evaluation.summary(plan, notes))
+    print(evaluation.summary(plan, notes, version, bench2drive))
 
 
 def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False) -> None:

@@ -20,8 +20,8 @@ import numpy as np
 
 from tools.dataset.geometry import ego_to_world
 from tools.dataset.measurements import Measurements
-from tools.evaluate.policy import load_policy
-from tools.expert.control import Controller
+from tools.evaluate.policy import Policy, load_policy
+from tools.expert.control import Control, Controller
 from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
 from tools.expert.route import DenseRoute
 
@@ -43,28 +43,49 @@ def curve_speed(route: np.ndarray) -> float:
     return float(np.sqrt(speed**2 + 2 * IDM_DECEL * s[1:-1]).min())
 
 
+class Pilot:
+    """A checkpoint at the wheel, whoever hands it its inputs: the plan (a route and a target speed) predicted from a
+    frame's sensors and measurements, tracked by the controllers at every tick until the next one. The embedded
+    world's PolicyDriver and the leaderboard agent file of our policy (tools/evaluate/leaderboard/policy_agent.py)
+    both drive with it."""
+
+    def __init__(self, policy: Policy, dt: float):
+        self.policy = policy
+        self.controller = Controller(dt)
+        self.path = np.zeros((0, 2))
+        self.target_speed = 0.0
+
+    def plan(self, sensors: dict[str, np.ndarray], m: Measurements, pose: Any) -> None:
+        """A new plan from one frame's sensors (arrays by the rig's names) and measurements; `pose` (x, y, yaw) is
+        where the ego is, to put the predicted route into the world."""
+        plan = self.policy.predict(sensors, m)
+        route = np.asarray(plan.route, dtype=np.float64)
+        self.path = ego_to_world(pose, route)
+        self.target_speed = min(float(plan.target_speed), curve_speed(route))
+
+    def control(self, x: float, y: float, yaw: float, speed: float) -> Control:
+        """This tick's control: the ego at (x, y) heading `yaw` (degrees) at `speed` (m/s) on the plan."""
+        return self.controller(x, y, yaw, speed, self.path, self.target_speed)
+
+
 class PolicyDriver:
-    """A trained checkpoint (tools.evaluate.policy): a route and a target speed predicted from the frame's
-    sensors at every frame tick, tracked by the controllers until the next one."""
+    """A trained checkpoint (tools.evaluate.policy) driving the embedded world's ego: its Pilot sees the rendered
+    rig and the frame's measurements at every frame tick."""
 
     needs_sensors = True
 
     def __init__(self, checkpoint: str, dt: float):
         self.policy = load_policy(checkpoint)
         self.rig = self.policy.rig
-        self.controller = Controller(dt)
-        self.path = np.zeros((0, 2))
-        self.target_speed = 0.0
+        self.pilot = Pilot(self.policy, dt)
 
     def step(self, world: WorldView, inputs: tuple[dict, Measurements] | None = None) -> Decision:
         ego = world.ego_box()
         if inputs is not None:
             sensors, m = inputs  # the renderer's {name: (array, codec)}: the policy takes the arrays
-            plan = self.policy.predict({name: array for name, (array, _) in sensors.items()}, m)
-            self.path = ego_to_world(ego, np.asarray(plan.route, dtype=np.float64))
-            self.target_speed = min(float(plan.target_speed), curve_speed(np.asarray(plan.route, dtype=np.float64)))
-        control = self.controller(ego.x, ego.y, ego.yaw, ego.speed, self.path, self.target_speed)
-        return Decision(control=control, target_speed=self.target_speed, reason="policy", path=self.path)
+            self.pilot.plan({name: array for name, (array, _) in sensors.items()}, m, ego)
+        control = self.pilot.control(ego.x, ego.y, ego.yaw, ego.speed)
+        return Decision(control=control, target_speed=self.pilot.target_speed, reason="policy", path=self.pilot.path)
 
 
 def policy_factory(checkpoint: str) -> Callable[[DenseRoute, float, Any], PolicyDriver]:

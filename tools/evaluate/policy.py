@@ -36,6 +36,8 @@ from tools.train.data import collate
 from tools.train.model import ModelConfig, TransFuser
 
 FLAG = "--checkpoint"
+#: The keys of a batch the driving model reads (tools.train.model TransFuser.forward); the rest are labels.
+MODEL_INPUTS = ("rgb", "lidar_bev", "target_point", "speed", "command")
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,20 @@ class Policy:
         self.frame_dt: float = model.cfg.frame_dt  # seconds between the waypoints (and the training frames)
         self.towns = towns  # town names of the training runs (empty when unknown)
         self.sensor_names: list[str] = list(preprocessor.sensor_names)  # what predict() needs in `sensors`
+        self.camera: str = preprocessor.settings.camera  # the rig camera the model sees
         self._model, self._pre = model, preprocessor
 
     def predict(self, sensors: dict[str, np.ndarray], m: Measurements) -> Plan:
         """The plan for one frame: `sensors` by name (at least `sensor_names`), `m` its measurements."""
+        batch = self.batch(sensors, m)
+        with torch.inference_mode():
+            out = self._model(batch)
+        waypoints = out["waypoints"][0].double().numpy()
+        return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
+                    route=out["route"][0].double().numpy())
+
+    def batch(self, sensors: dict[str, np.ndarray], m: Measurements) -> dict[str, torch.Tensor]:
+        """The model's batch of one frame, as `predict` hands it over (MODEL_INPUTS are what the model reads)."""
         frame = {"measurements": m.to_dict(), "sensors": sensors, "boxes": []}
         try:
             sample = self._pre(frame, [])  # no future: the waypoint targets are not needed to drive
@@ -65,12 +77,7 @@ class Policy:
             raise ToolError(f"policy {self.path}: {e}; render the sensors of its rig ({', '.join(self.sensor_names)})"
                             ) from None
         sample = decode_record(encode_record(sample, self._pre.settings.jpeg_quality))
-        batch = collate([{**sample, "rebuilt": 0, "replaced": 0}])  # a batch of one, as training makes it
-        with torch.inference_mode():
-            out = self._model(batch)
-        waypoints = out["waypoints"][0].double().numpy()
-        return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
-                    route=out["route"][0].double().numpy())
+        return collate([{**sample, "rebuilt": 0, "replaced": 0}])  # a batch of one, as training makes it
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -31,8 +31,10 @@ from tools.collect.runner.world import world_for
 from tools.core import atomic, cli
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
+from tools.dataset.leaderboard_scores import DEFAULT_VERSION, VERSIONS, ScoreVersion
 from tools.dataset.manifest import now_iso, read_manifest, tool_version, user_at_host
 from tools.dataset.score import score_root
+from tools.evaluate.bench2drive import write_bench2drive
 
 #: Version of ROOT/evaluation.json.
 EVALUATION_FORMAT = 1
@@ -224,9 +226,16 @@ def drive(p: EvaluationPlan) -> None:
                    repetitions=f.repetitions, max_attempts=f.max_attempts, settings=p.settings, slurm=p.slurm)
 
 
-def summary(p: EvaluationPlan, notes: list[str]) -> str:
-    """ROOT/result.json aggregated over every planned run; the scores as printed."""
-    return score_root(Layout(p.layout.root)).summary(p.what, notes)
+def summary(p: EvaluationPlan, notes: list[str], version: ScoreVersion = VERSIONS[DEFAULT_VERSION],
+            bench2drive: bool = False) -> str:
+    """ROOT/result.json aggregated over every planned run with the leaderboard score `version`; the scores as
+    printed, and Bench2Drive's metrics (ROOT/bench2drive/) with `bench2drive`."""
+    layout = Layout(p.layout.root)
+    agg = score_root(layout, version)
+    text = agg.summary(p.what, notes)
+    if bench2drive:
+        text += "\n" + write_bench2drive(layout, agg).summary()
+    return text
 
 
 # ----------------------------------------------------------------------------- ROOT/evaluation.json

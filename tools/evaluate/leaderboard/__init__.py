@@ -6,6 +6,8 @@ drives it (docs/leaderboard-agent.md):
     sensors   the leaderboard's sensor checks, the rig that renders the agent's sensors, each tick's input_data
     world     the hero actor and carla.World stand-ins CarlaDataProvider hands out
     geo       GNSS: the plan's GPS (the leaderboard's Mercator) and the sensor's (the installed CARLA's projection)
+    policy_inputs  our own trained policy as a leaderboard sensor agent: its sensors, the leaderboard's input as the
+              model's (agent_file/policy_agent.py is the agent file the evaluator loads)
     compat/   stand-ins of the leaderboard's, scenario_runner's and CARLA's `agents` modules an agent imports, put
               first on sys.path when the user's LEADERBOARD_ROOT / SCENARIO_RUNNER_ROOT are not set
 """

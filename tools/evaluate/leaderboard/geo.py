@@ -56,3 +56,46 @@ def gnss(carla_map: Any, x: float, y: float, z: float) -> tuple[float, float, fl
     """(lat, lon, alt) the GNSS sensor of the installed CARLA version reads at CARLA world (x, y, z)."""
     g = carla_map.transform_to_geolocation(carla.Location(x=float(x), y=float(y), z=float(z)))
     return float(g.latitude), float(g.longitude), float(g.altitude)
+
+
+#: CARLA 0.9.16's transverse Mercator scale (LibCarla GeoLocation.cpp).
+TMERC_SCALE = 0.9996
+
+
+def carla_version() -> tuple[int, ...]:
+    """The installed CARLA client's version (what projects the GNSS sensor), 0.9.16 when it does not say."""
+    from importlib import metadata
+
+    try:
+        return tuple(int(p) for p in metadata.version("carla").split(".")[:3])
+    except (metadata.PackageNotFoundError, ValueError):
+        return (0, 9, 16)
+
+
+def reference_from_plan(lat: float, lon: float, x: float, y: float) -> tuple[float, float]:
+    """(lat_0, lon_0) of the map from one point of the plan in GPS (the leaderboard's Mercator) and in the world: the
+    reference is not exposed to a sensor agent, so it is solved for (as LEAD's `find_gps_ref`)."""
+    lat_ref = lat
+    for _ in range(30):  # the scale depends on lat_ref: a fixed point
+        scale = math.cos(math.radians(lat_ref))
+        my = scale * EARTH_RADIUS_EQUA * math.log(math.tan(math.radians(90.0 + lat) / 2.0)) + y
+        lat_ref = 2.0 * math.degrees(math.atan(math.exp(my / (EARTH_RADIUS_EQUA * scale)))) - 90.0
+    lon_ref = lon - math.degrees(x / (EARTH_RADIUS_EQUA * math.cos(math.radians(lat_ref))))
+    return lat_ref, lon_ref
+
+
+def gnss_to_world(lat: float, lon: float, lat_ref: float, lon_ref: float,
+                  version: tuple[int, ...] | None = None) -> tuple[float, float]:
+    """CARLA world (x, y) of a GNSS reading: the inverse of the sensor's projection of CARLA `version` (the
+    installed client's by default)."""
+    if (version or carla_version()) >= (0, 9, 16):
+        phi, dlon = math.radians(lat), math.radians(lon - lon_ref)
+        b = math.cos(phi) * math.sin(dlon)
+        x = TMERC_SCALE * EARTH_RADIUS_EQUA * math.atanh(b)
+        y = TMERC_SCALE * EARTH_RADIUS_EQUA * (math.atan2(math.tan(phi), math.cos(dlon)) - math.radians(lat_ref))
+        return x, y
+    scale = math.cos(math.radians(lat_ref))
+    x = scale * EARTH_RADIUS_EQUA * math.radians(lon - lon_ref)
+    y = scale * EARTH_RADIUS_EQUA * (math.log(math.tan(math.radians(90.0 + lat_ref) / 2.0))
+                                     - math.log(math.tan(math.radians(90.0 + lat) / 2.0)))
+    return x, y
