@@ -13,7 +13,6 @@ import importlib.util
 import json
 import logging
 import math
-import pickle
 import shutil
 import sys
 import tempfile
@@ -243,7 +242,7 @@ def write_agent(tmp_path: Path, name: str, body: str, sensors: str = "[]", entry
     path = tmp_path / "agents" / f"{name}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(f"""\
-        import pickle
+        import json
         import carla
         from leaderboard.autoagents.autonomous_agent import AutonomousAgent, Track
         from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
@@ -261,8 +260,8 @@ def write_agent(tmp_path: Path, name: str, body: str, sensors: str = "[]", entry
                 return {sensors}
 
             def destroy(self):
-                with open({str(path.with_suffix('.destroyed'))!r}, "wb") as f:
-                    pickle.dump(self.seen, f)
+                with open({str(path.with_suffix('.destroyed'))!r}, "w") as f:
+                    json.dump(self.seen, f)
 
             def run_step(self, input_data, timestamp):
         """) + textwrap.indent(textwrap.dedent(body), " " * 8))
@@ -351,15 +350,15 @@ def test_input_data_arrives_as_the_leaderboards_sensor_interface_delivers_it(sho
     agent.write_text(agent.read_text().replace("self.track = Track.SENSORS", "self.track = Track.MAP"))
     record = drive_agent(short_routes, tmp_path, agent, noise=False)  # the track: the agent's own (MAP)
     assert record.status == results.FAILED_AGENT
-    seen = pickle.loads(agent.with_suffix(".destroyed").read_bytes())
+    seen = json.loads(agent.with_suffix(".destroyed").read_text())
     assert [round(t, 6) for t, *_ in seen] == [0.05, 0.1, 0.15, 0.2]
     first, second = seen[0][1], seen[1][1]
     assert set(first) == {"rgb", "lidar", "gps", "imu", "speed", "hd"}
     assert set(second) == {"rgb", "lidar", "gps", "imu", "speed"}  # the map comes once
-    assert first["rgb"][1:4] == ("ndarray", (48, 64, 4), "uint8")
+    assert first["rgb"][1:4] == ["ndarray", [48, 64, 4], "uint8"]
     assert first["lidar"][1] == "ndarray" and first["lidar"][2][1] == 4 and first["lidar"][3] == "float32"
-    assert first["gps"][1:4] == ("ndarray", (3,), "float64")
-    assert first["imu"][1:4] == ("ndarray", (7,), "float64")
+    assert first["gps"][1:4] == ["ndarray", [3], "float64"]
+    assert first["imu"][1:4] == ["ndarray", [7], "float64"]
     assert first["speed"][4] == ["speed"] and first["hd"][4] == ["opendrive"]
     assert {f for f, *_ in first.values()} == {1} and {f for f, *_ in second.values()} == {2}
     assert seen[0][3] <= seen[0][4]  # the base class keeps a downsampled plan
@@ -377,6 +376,24 @@ def test_bin_evaluate_with_an_agent_file_drives_every_route_and_scores_it(short_
     assert len(records) == 2 and all(r["scores"]["score_route"] == 100.0 for r in records), records
     evaluation = json.loads((root / "evaluation.json").read_text())
     assert evaluation["agent"] == "leaderboard" and evaluation["settings"]["agent_file"] == str(EXAMPLE)
+
+
+def test_bin_evaluate_with_the_sensor_noise_off_hands_the_agent_exact_readings_and_says_so(short_routes, tmp_path):
+    """--no-sensor-noise (for checks such as the policy agent's oracle) reaches the agent: the IMU at rest reads
+    gravity and no turn, exactly; the summary and evaluation.json say the noise was off."""
+    body = """\
+        self.seen.append([float(v) for v in input_data["imu"][1]])
+        raise RuntimeError("one reading is enough")
+        """
+    sensors = [{"type": "sensor.other.imu", "id": "imu", "x": 0, "y": 0, "z": 0, "roll": 0, "pitch": 0, "yaw": 0}]
+    agent = write_agent(tmp_path, "imu_probe", body, repr(sensors))
+    root = tmp_path / "eval"
+    proc = run_bin("evaluate", "--agent-file", agent, short_routes, "--root", root, "--vehicles=0",
+                   "--no-sensor-noise", "--max-attempts", "1", check=True)
+    assert f"evaluation of agent file {agent} (the leaderboard's sensor noise off)" in proc.stdout
+    assert json.loads((root / "evaluation.json").read_text())["settings"]["sensor_noise"] is False
+    (imu,) = json.loads(agent.with_suffix(".destroyed").read_text())
+    assert imu[:6] == [0.0, 0.0, 9.81, 0.0, 0.0, 0.0]
 
 
 def test_bin_evaluate_with_a_missing_agent_config_says_so_in_one_line_before_anything_starts(short_routes, tmp_path):

@@ -1,7 +1,7 @@
 """Our own trained policy as a leaderboard 2.0 agent file (tools/evaluate/leaderboard/agent_file/policy_agent.py), and
-its oracle: driven by `bin/evaluate --agent-file ... --agent-config CKPT` it gives the records `bin/evaluate
---checkpoint CKPT` gives on the same routes, because the same inputs reach the model (docs/leaderboard-agent.md says
-where they cannot be the same, and by how much they differ).
+its oracle: driven without the leaderboard's sensor noise it gives the records `--checkpoint CKPT` gives on the same
+route, because the same inputs reach the model (docs/leaderboard-agent.md says where they cannot be the same, and by
+how much they differ; benchmarks/policy_agent_oracle.py measures it through bin/evaluate on the demo's routes).
 
 Real parts: the session's post-trained checkpoint, SUMO, our renderer and drive loop, CARLA's own client (its
 carla.Map, geolocation and carla.VehicleControl). Stand-ins: drivekit's leaderboard and scenario_runner modules
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_bin
 
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import read_routes
@@ -27,7 +26,6 @@ from tools.collect.sim.drive import drive
 from tools.core.errors import ToolError
 from tools.dataset.geometry import Pose, ego_to_world
 from tools.dataset.layout import Layout, RunKey
-from tools.dataset.results import DRIVING_STATUSES
 from tools.evaluate.driver import policy_factory
 from tools.evaluate.leaderboard.host import AgentSettings, agent_factory
 from tools.evaluate.leaderboard.policy_inputs import HalfTurns, PolicyAgentCore, checkpoint_of, read_config
@@ -141,7 +139,8 @@ def test_without_the_leaderboards_noise_the_agent_file_drives_as_the_checkpoint_
     by the amount docs/leaderboard-agent.md reports."""
     drives = capture(monkeypatch)
     step = str(checkpoint.resolve(posttrained))
-    for route_file in route_files(short_routes):
+    # The junction route (9 vehicle collisions both ways); the other is a plain road.
+    for route_file in [p for p in route_files(short_routes) if p.parent.name != "NoScenario"]:
         route = read_routes(route_file)[0]
         town = Town(short_routes / "towns" / f"{route.town}.xodr")
         records = []
@@ -163,41 +162,3 @@ def test_without_the_leaderboards_noise_the_agent_file_drives_as_the_checkpoint_
         for fa, fb in zip(drives[-2][:8], drives[-1][:8], strict=True):
             seen_a, seen_b = np.minimum(fa["lidar_bev"], LIDAR_SCALE), np.minimum(fb["lidar_bev"], LIDAR_SCALE)
             assert np.abs(seen_a - seen_b).mean() < 0.6, fa["tick"]
-
-
-def outcome(record: dict) -> str:
-    """A route's record as compared: status, DS, RC and the count of each infraction."""
-    counts = {k: len(v) for k, v in record["infractions"].items() if v}
-    return (f"{record['status']} DS {record['scores']['score_composed']:.2f} RC {record['scores']['score_route']:.2f}"
-            f" {counts}")
-
-
-def test_the_oracle_bin_evaluate_with_the_agent_file_against_the_checkpoint_on_the_same_routes(
-        posttrained, short_routes, tmp_path):
-    """The issue's number: `bin/evaluate --agent-file policy_agent.py --agent-config CKPT` against `bin/evaluate
-    --checkpoint CKPT` on the same routes, with the leaderboard's sensor noise on (as the command runs it). Both drive
-    every route to an outcome; the records are the same only without the noise (the test above): with it, the
-    unfiltered GNSS (about half a metre) moves the target point and the controllers, and the runs part. Measured
-    here, and said (xfail with the table), not hidden: docs/leaderboard-agent.md."""
-    step = str(checkpoint.resolve(posttrained))
-    roots = {"checkpoint": tmp_path / "ckpt", "agent": tmp_path / "agent"}
-    for name, args in (("checkpoint", ["--checkpoint", step]), ("agent", ["--agent-file", AGENT, "--agent-config",
-                                                                          step])):
-        proc = run_bin("evaluate", *args, short_routes, "--root", roots[name], "--workers", "2", timeout=900)
-        assert proc.returncode == 0, proc.stderr
-    records = {}
-    for name, root in roots.items():
-        data = json.loads(Layout(root).evaluation_result.read_text())["_checkpoint"]["records"]
-        records[name] = {r["route_id"]: r for r in data}
-    assert records["agent"].keys() == records["checkpoint"].keys()
-    rows, differ = [], []
-    for route_id, a in sorted(records["checkpoint"].items()):
-        b = records["agent"][route_id]
-        assert b["status"] in DRIVING_STATUSES, b  # the agent file drove: no crash, no set-up or sensor failure
-        rows.append(f"route {route_id}: checkpoint {outcome(a)}, agent file {outcome(b)}")
-        if outcome(a) != outcome(b):
-            differ.append(route_id)
-    print("\n".join(rows))
-    if differ:
-        pytest.xfail(f"with the leaderboard's noise the records of {len(differ)} of {len(rows)} routes differ: "
-                     + "; ".join(rows))

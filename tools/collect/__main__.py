@@ -383,12 +383,9 @@ def carla_check(routes: str | None = None, rig: str | None = None) -> None:
 
 
 def _setting_switches() -> set[str]:
-    """The collection settings that are switches (--stop-on-infraction, --no-record): CollectSettings' bools."""
-    import dataclasses
+    from tools.collect.base.config import setting_switches  # here, not at the top: --help stays light
 
-    from tools.collect.base.config import CollectSettings
-
-    return {f.name for f in dataclasses.fields(CollectSettings) if isinstance(f.default, bool)}
+    return setting_switches()
 
 
 run.setting_switches = collect.setting_switches = _setting_switches

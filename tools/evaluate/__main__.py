@@ -56,7 +56,9 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         score: the leaderboard score the summary and ROOT/result.json give, 2.0 or 2.1 (as `score --score`).
         bench2drive: also Bench2Drive's metrics, printed and written under ROOT/bench2drive/ (as `score
             --bench2drive`).
-        settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/base/config.py).
+        settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/base/config.py);
+            --no-sensor-noise hands an agent file exact GNSS, IMU and LiDAR readings, for checks (the leaderboard
+            adds its noise: docs/leaderboard-agent.md).
     """
     from tools.dataset.leaderboard_scores import score_version
     from tools.evaluate import run as evaluation
@@ -157,7 +159,8 @@ def route(route: str | None = None, root: str | None = None, repetition: int = 0
         if cfg.agent == "leaderboard" and cfg.agent_file:  # a researcher's own leaderboard 2.0 agent file
             from tools.evaluate.leaderboard.host import AgentSettings, agent_factory
 
-            return agent_factory(AgentSettings(agent_file=cfg.agent_file, agent_config=cfg.agent_config))
+            return agent_factory(AgentSettings(agent_file=cfg.agent_file, agent_config=cfg.agent_config,
+                                                noise=cfg.sensor_noise))
         if cfg.agent != "policy" or not cfg.checkpoint:
             raise ToolError("route: give --agent=policy --checkpoint=RUN_OR_STEP, or --agent=leaderboard "
                             "--agent-file=PATH (the expert's route runs: python -m tools.collect run)")
@@ -168,6 +171,14 @@ def route(route: str | None = None, root: str | None = None, repetition: int = 0
     route_run(route=route, spec=spec, root=root, repetition=repetition, towns=towns, route_id=route_id,
               attempt=attempt, force=force, settings=settings, driver=policy)
 
+
+def _setting_switches() -> set[str]:
+    from tools.collect.base.config import setting_switches  # here, not at the top: --help stays light
+
+    return setting_switches()
+
+
+run.setting_switches = route.setting_switches = _setting_switches
 
 COMMANDS = {"run": run, "score": score, "compare": compare, "route": route}
 

@@ -77,7 +77,8 @@ class EvaluationPlan:
     @property
     def what(self) -> str:
         if self.resolved.agent == "leaderboard":
-            return f"agent file {self.resolved.agent_file}"
+            noise = "" if self.resolved.sensor_noise else " (the leaderboard's sensor noise off)"
+            return f"agent file {self.resolved.agent_file}{noise}"
         return f"checkpoint {self.resolved.checkpoint}" if self.policy else "the expert"
 
 
@@ -272,7 +273,9 @@ def check_same_evaluation(layout: Any, before: dict[str, Any], now: dict[str, An
         elif field == "routes_dir":
             differs = f"evaluated the routes of {before.get('routes_dir')}, this command those of {now['routes_dir']}"
         else:
-            old, new = before.get("settings") or {}, now["settings"]
+            # A setting added since the root was evaluated reads as its default there.
+            new = now["settings"]
+            old = {**CollectSettings().to_dict(), **(before.get("settings") or {})}
             changed = ", ".join(f"--{k}={old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new))
                                 if old.get(k) != new.get(k))
             differs = f"was evaluated with other settings: {changed}"

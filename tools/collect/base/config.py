@@ -54,6 +54,8 @@ class CollectSettings:
     checkpoint: str = ""  # the policy's checkpoint (a step folder or a training run), with --agent=policy
     agent_file: str = ""  # a leaderboard 2.0 agent file (its get_entry_point() class), with --agent=leaderboard
     agent_config: str = ""  # what the agent's setup() is given (the evaluator's --agent-config), with agent_file
+    sensor_noise: bool = True  # the leaderboard's sensor noise for agent_file (GNSS, IMU, the LiDAR's drop-off);
+    # --no-sensor-noise for checks (the policy agent's oracle: docs/leaderboard-agent.md); CARLA always adds it
     record: bool = True  # write frames (evaluation drives without recording)
     stop_on_infraction: bool = False  # end a run at the ego's first infraction, as Failed with it in its record
     # (the referee's in the embedded world, the leaderboard's criteria in CARLA): retried, no time spent driving on
@@ -93,6 +95,8 @@ class CollectSettings:
                 hint = f"; did you mean {', '.join('--' + n for n in near)}?" if near else ""
                 raise ToolError(f"unknown setting --{raw}{hint} (settings: {', '.join(sorted(fields))})")
             kind = type(fields[key].default)
+            if kind is bool and not isinstance(value, bool):  # bool("false") is True: a switch takes no value
+                raise ToolError(f"--{raw}={value!r}: a switch; write --{raw} or --no-{raw}")
             try:
                 values[key] = kind(value) if kind is not bool else bool(value)
             except (TypeError, ValueError):
@@ -115,3 +119,9 @@ class CollectSettings:
             return read_rig_file(self.rig)
         except ValueError as e:
             raise ToolError(f"--rig: {e}") from None
+
+
+def setting_switches() -> set[str]:
+    """The settings that are switches (--stop-on-infraction, --no-record, --no-sensor-noise): CollectSettings' bools,
+    which the commands taking settings as --key=value declare to tools.core.cli (`fn.setting_switches`)."""
+    return {f.name for f in dataclasses.fields(CollectSettings) if isinstance(f.default, bool)}

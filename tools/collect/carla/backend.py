@@ -24,7 +24,7 @@ from tools.dataset.results import RouteRecord
 CARLA_SIM_HZ = 20
 #: Settings the leaderboard's own criteria and scenario_runner's background traffic decide in a CARLA run: a
 #: value other than the default would be silently ignored there, so it is refused.
-CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed")
+CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed", "sensor_noise")
 
 
 class CarlaWorld:
