@@ -1,9 +1,9 @@
 """An evaluation (`python -m tools.evaluate run`), in the order it happens:
 
     check     every flag converted and checked, nothing read but the routes folder (`check`)
-    plan      the policy loaded, ROOT and ROOT/evaluation.json read, every route parsed against its town,
-              SLURM asked about the partition: everything refused here is refused before anything is
-              written (`plan` -> `EvaluationPlan`)
+    plan      the policy loaded, the world's set-up checked (--world=carla: the CARLA install, the agent file),
+              ROOT and ROOT/evaluation.json read, every route parsed against its town, SLURM asked about the
+              partition: everything refused here is refused before anything is written (`plan` -> `EvaluationPlan`)
     start     ROOT becomes an evaluation root: ROOT/evaluation.json written (`start`)
     drive     the route runs through collection's machinery, local workers or SLURM arrays (`drive`)
     summary   ROOT/result.json aggregated and the scores printed (`summary`)
@@ -164,8 +164,10 @@ def plan(flags: Flags) -> EvaluationPlan:
         settings.update(agent="leaderboard", agent_file=str(flags.agent_file),
                         agent_config=str(flags.agent_config or ""))
     resolved = CollectSettings.from_flags(settings)
-    world_for(resolved.world).check_settings(resolved)  # an unknown world, or settings it cannot honour
-    slurm = flags.slurm.settled(world_for(resolved.world).gpus_per_task) if flags.slurm is not None else None
+    world = world_for(resolved.world)  # an unknown world is refused here
+    # Settings it cannot honour, what it needs (a CARLA install; the agent file where this runs): its default towns
+    default_towns = world.check_setup(resolved)
+    slurm = flags.slurm.settled(world.gpus_per_task) if flags.slurm is not None else None
     layout = Layout(resolve_root(flags.root))
     check_root_writable(layout.root)
     read_manifest(layout)  # a root of another format version is refused
@@ -182,7 +184,11 @@ def plan(flags: Flags) -> EvaluationPlan:
     route_files = find_route_files(flags.routes)
     if not route_files:
         raise ToolError(f"ROUTES_DIR {flags.routes}: no route files (*.xml) in it or below it")
-    jobs = plan_jobs(route_files, flags.towns, flags.repetitions)  # every route parsed and checked against its town
+    # every route parsed and checked against its town, and what the world needs of it (CARLA: ids the leaderboard
+    # selects, scenarios scenario_runner implements)
+    jobs = plan_jobs(route_files, flags.towns, flags.repetitions, default_towns)
+    for job in {(j.route_file, j.route.id): j for j in jobs}.values():
+        world.check_route(job.route_file, job.route)
     if slurm is not None:
         scheduler = Scheduler()
         scheduler.require()
