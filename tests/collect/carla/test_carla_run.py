@@ -479,7 +479,8 @@ def researchers_agent(folder: Path, track: str) -> tuple[Path, Path]:
 
 def test_bin_evaluate_world_carla_drives_a_researchers_agent_file_on_its_own_track_standin_server_and_evaluator(
         tmp_path, short_routes, carla_env):
-    """bin/evaluate --world=carla --agent-file --agent-config (relative paths): the evaluator's --agent is the file,
+    """bin/evaluate --world=carla --agent-file --agent-config (relative paths) --servers-per-gpu 1 on GPU 3: the
+    evaluator's --agent is the file,
     its --agent-config the researcher's, both absolute; the agent's folder on its PYTHONPATH. The agent sets its
     track (MAP) in setup() and declares the OpenDRIVE map: our wrapper (--track-of-agent) has the evaluator check its
     sensors on that track, not --track's SENSORS. Nothing of our agent's is written (no agent-NN.json, no frames);
@@ -492,12 +493,15 @@ def test_bin_evaluate_world_carla_drives_a_researchers_agent_file_on_its_own_tra
     shutil.copytree(short_routes / "towns", tmp_path / "routes" / "towns")
     agent, config = researchers_agent(tmp_path, "MAP")
     proc = run_bin("evaluate", "routes", "--root", "eval", "--world=carla", "--agent-file", "agent/research_agent.py",
-                   "--agent-config", "config/agent.json", cwd=tmp_path,
-                   env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")}, timeout=90)
+                   "--agent-config", "config/agent.json", "--servers-per-gpu", "1", cwd=tmp_path,
+                   env={**carla_env, "CUDA_VISIBLE_DEVICES": "3", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")},
+                   timeout=90)
     assert proc.returncode == 0, proc.stderr
+    assert "1 workers on GPUs 3 (1 per GPU)" in proc.stderr, proc.stderr
     layout, key = the_run(tmp_path / "eval")
     assert results.read_status(layout.result_path(key)) == results.PERFECT
     assert layout.result_path(key).read_bytes() == layout.evaluator_checkpoint(key, 1).read_bytes()
+    assert servers(layout)[key][0] == "3"  # the server on the worker's GPU
     noted = json.loads((layout.log_dir(key) / "argv.json").read_text())
     assert (noted["flags"]["agent"], noted["flags"]["agent_config"]) == (str(agent), str(config))
     assert noted["flags"]["track"] == "SENSORS" and noted["flags"]["routes_subset"] == "0"
@@ -516,22 +520,32 @@ def test_bin_evaluate_world_carla_drives_a_researchers_agent_file_on_its_own_tra
     assert f"agent file {agent}" in proc.stdout and "driving score      100.000" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("missing", ["agent-config", "CARLA_ROOT"])
-def test_evaluate_world_carla_without_the_agent_config_or_carla_is_one_line_before_anything_is_written(
-        tmp_path, short_routes, carla_env, missing):
+@pytest.mark.parametrize("case", ["no agent-config", "no CARLA_ROOT", "servers-per-gpu in the embedded world",
+                                  "servers-per-gpu and workers"])
+def test_evaluate_refuses_in_one_line_before_anything_is_written(tmp_path, short_routes, carla_env, case):
+    """A missing --agent-config, no CARLA install (bin/evaluate checks the world's set-up before it writes
+    evaluation.json), --servers-per-gpu where there is no server or with --workers."""
     agent, config = researchers_agent(tmp_path, "SENSORS")
-    env = dict(carla_env)
-    if missing == "agent-config":
+    env, extra = dict(carla_env), ["--world=carla"]
+    if case == "no agent-config":
         config = tmp_path / "config" / "absent.yaml"
         expected = (f"evaluate: --agent-config {config}: no such file or folder; give what the agent's setup() "
                     "reads, or leave it out")
-    else:
+    elif case == "no CARLA_ROOT":
         env["CARLA_ROOT"] = ""
         expected = ("evaluate: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.16 install (the folder "
                     "holding CarlaUE4.sh), or build the CARLA image (make images: containers/carla.sif), which "
                     "bin/collect then runs in")
+    elif case == "servers-per-gpu in the embedded world":
+        extra = ["--servers-per-gpu", "2"]
+        expected = ("evaluate: --servers-per-gpu 2: only with --world=carla (the embedded world renders on the "
+                    "CPU); give --workers N")
+    else:
+        extra += ["--servers-per-gpu", "2", "--workers", "3"]
+        expected = ("evaluate: --workers 3 and --servers-per-gpu 2: give one (with --servers-per-gpu K the workers "
+                    "are the GPUs x K)")
     proc = run_tool(PYTHON, "-m", "tools.evaluate", "run", short_routes, "--root", tmp_path / "eval",
-                    "--world=carla", "--agent-file", agent, "--agent-config", config, env=env)
+                    "--agent-file", agent, "--agent-config", config, *extra, env=env)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [expected], proc.stderr
     assert not (tmp_path / "eval").exists()
