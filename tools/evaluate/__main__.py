@@ -110,7 +110,8 @@ def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False
     if record is None:
         raise ToolError(f"--root {layout.root}: not an evaluation root (no {layout.evaluation.name}); give the "
                         "--root that bin/evaluate wrote")
-    what = f"checkpoint {record.get('checkpoint')}" if record.get("checkpoint") else "the expert"
+    what = (f"agent file {(record.get('settings') or {}).get('agent_file')}" if record.get("agent") == "leaderboard"
+            else f"checkpoint {record.get('checkpoint')}" if record.get("checkpoint") else "the expert")
     agg = score_root(layout, version)
     print(agg.summary(what, unseen_towns_note(record)))
     if bench2drive:

@@ -518,6 +518,8 @@ def test_bin_evaluate_world_carla_drives_a_researchers_agent_file_on_its_own_tra
         "record": False}
     assert json.loads(layout.evaluation.read_text())["settings"]["agent_config"] == str(config)
     assert f"agent file {agent}" in proc.stdout and "driving score      100.000" in proc.stdout, proc.stdout
+    again = run_bin("evaluate", "score", "--root", tmp_path / "eval")  # aggregated again: the same agent named
+    assert again.returncode == 0 and f"agent file {agent}" in again.stdout, again.stdout + again.stderr
 
 
 @pytest.mark.parametrize("case", ["no agent-config", "no CARLA_ROOT", "servers-per-gpu in the embedded world",
