@@ -3,7 +3,14 @@ aec81319): no CARLA server runs here. Placed as LEADERBOARD_ROOT/leaderboard/lea
 test makes, so the collector runs it with its real command line and environment.
 
 Like the real one it parses the same flags with the same argparse definitions in main(), loads the agent file as
-LeaderboardEvaluator.__init__ does (its folder first on sys.path, then get_entry_point()), needs CARLA's `agents`
+LeaderboardEvaluator.__init__ does (its folder first on sys.path, then get_entry_point()); an agent file other than
+ours (a researcher's: bin/evaluate --world=carla --agent-file) it also sets up and drives as _load_and_run_scenario
+does: the class built with (host, port, debug), set_global_plan (a two-point plan here), setup(--agent-config),
+sensors() checked by validate_sensor_configuration(sensors, agent.track, --track) (imported from agent_wrapper as the
+real one imports it, so our wrapper's --track-of-agent reaches it; refused: "Failed - Agent's sensors were invalid",
+entry Rejected, exit 255), the agent called every tick, destroy() at the end; what it saw goes to agent.json in its
+working directory (the config setup() got, the track, the sensors' ids, the ticks). Our own agent is only imported
+(the stand-in has no world for it). It needs CARLA's `agents`
 package on PYTHONPATH (scenario_runner imports it) and SCENARIO_RUNNER_ROOT/srunner, asks the server for its
 version with the real carla client, and writes its checkpoint as StatisticsManager does: first with no records
 (run(): clear_records, save_progress, write_statistics), then the finished record of the one route
@@ -26,9 +33,10 @@ Told what to do by the environment, STANDIN_EVALUATOR:
   crash-server        SIGKILLs the server (pids in STANDIN_PID_FILE), records nothing, waits (as the real one
                       blocked in world.tick until its client timeout)
   hang                records nothing, waits
-STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]}) gives a run's attempts their own modes. It appends
-its pid to STANDIN_EVALUATOR_PIDS when set, and writes the flags it parsed, scenario_runner's seed
-and its first draw to argv.json in its working directory.
+STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]}) gives a run's attempts their own modes (the run and
+the attempt read from --checkpoint, logs/<Scenario>/<run>/leaderboard-NN.json). It appends its pid to
+STANDIN_EVALUATOR_PIDS when set, and writes the flags it parsed, its PYTHONPATH, scenario_runner's seed and its first
+draw to argv.json in its working directory.
 """
 
 from __future__ import annotations
@@ -37,12 +45,15 @@ import argparse
 import importlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
 import time
 import traceback
 
+from leaderboard.autoagents.agent_wrapper import validate_sensor_configuration
+from leaderboard.envs.sensor_interface import SensorConfigurationInvalid
 from leaderboard.scenarios.scenario_manager import ScenarioManager
 from leaderboard.utils.route_indexer import RouteIndexer
 from leaderboard.utils.statistics_manager import PENALTY_NAME_DICT
@@ -72,13 +83,15 @@ class Criterion:
 
 class StandinRoute:
     """The route scenario: ROUTE_TICKS ticks long; with `collide`, the collision criterion's event at
-    COLLISION_TICK."""
+    COLLISION_TICK; `agent` (a researcher's, set up) called every tick as the AgentWrapper calls it."""
 
-    def __init__(self, collide: bool):
-        self.ticks, self.collide = 0, collide
+    def __init__(self, collide: bool, agent=None):
+        self.ticks, self.collide, self.agent = 0, collide, agent
         self.collisions = Criterion()
 
     def tick(self):
+        if self.agent is not None:
+            self.agent()
         self.ticks += 1
         if self.collide and self.ticks == COLLISION_TICK:
             self.collisions.events.append(TrafficEvent(
@@ -132,15 +145,34 @@ def kill_server(port: int) -> None:
         os.kill(int(f.readline()), signal.SIGKILL)
 
 
-def mode_of(agent_config: str) -> str:
+def mode_of(checkpoint: str) -> str:
     """STANDIN_EVALUATOR, or this attempt's mode in STANDIN_MODES ({"<run name>": [mode of attempt 1, 2, ...]},
-    the last one for later attempts) where it names the run."""
-    with open(agent_config) as f:
-        config = json.load(f)
-    modes = json.loads(os.environ.get("STANDIN_MODES", "{}")).get(config["name"])
+    the last one for later attempts) where it names the run (the run's log folder holds --checkpoint,
+    leaderboard-NN.json of attempt NN)."""
+    name = os.path.basename(os.path.dirname(os.path.abspath(checkpoint)))
+    attempt = int(re.fullmatch(r"leaderboard-(\d+)\.json", os.path.basename(checkpoint)).group(1))
+    modes = json.loads(os.environ.get("STANDIN_MODES", "{}")).get(name)
     if modes:
-        return modes[min(config["attempt"], len(modes)) - 1]
+        return modes[min(attempt, len(modes)) - 1]
     return os.environ.get("STANDIN_EVALUATOR", "ok")
+
+
+def set_up_agent(args: argparse.Namespace, module):
+    """A researcher's agent as _load_and_run_scenario sets it up: (agent, None), or (None, why) when its sensors
+    are refused for the track."""
+    import carla
+
+    agent = getattr(module, module.get_entry_point())(args.host, args.port, args.debug)
+    agent.set_global_plan([({"lat": 0.0, "lon": 0.0, "z": 0.0}, None)] * 2, [(carla.Transform(), None)] * 2)
+    agent.setup(args.agent_config)
+    sensors = agent.sensors()
+    try:
+        validate_sensor_configuration(sensors, agent.track, args.track)
+    except SensorConfigurationInvalid as e:
+        print(f"\n\033[91mThe sensor's configuration used is invalid:\n{e}\033[0m\n", flush=True)
+        return None, str(e)
+    agent.seen = {"setup": args.agent_config, "track": agent.track.value, "sensors": [x["id"] for x in sensors]}
+    return agent, None
 
 
 def main() -> None:
@@ -166,7 +198,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    mode = mode_of(args.agent_config)
+    mode = mode_of(args.checkpoint)
     if os.environ.get("STANDIN_EVALUATOR_PIDS"):
         with open(os.environ["STANDIN_EVALUATOR_PIDS"], "a") as f:
             f.write(f"{os.getpid()}\n")
@@ -175,7 +207,7 @@ def run(args: argparse.Namespace) -> None:
     draw = int(CarlaDataProvider.get_random_seed().randint(2 ** 31 - 1))
     with open("argv.json", "w") as f:
         json.dump({"argv": sys.argv[1:], "flags": vars(args), "random_seed": CarlaDataProvider._random_seed,
-                   "first_draw": draw}, f, indent=1)
+                   "first_draw": draw, "pythonpath": os.environ.get("PYTHONPATH", "")}, f, indent=1)
     print(f"stand-in leaderboard evaluator: mode {mode}", flush=True)
 
     import agents  # noqa: F401  CARLA's PythonAPI/carla on PYTHONPATH, as scenario_runner needs it
@@ -191,19 +223,21 @@ def run(args: argparse.Namespace) -> None:
     traffic_manager.listen(8)
     print(f"traffic manager listening on {args.traffic_manager_port}", flush=True)
     sys.path.insert(0, os.path.dirname(args.agent))  # the agent, loaded as LeaderboardEvaluator.__init__ does
+    ours = os.path.basename(args.agent) == "drivekit_agent.py"
     try:
         module = importlib.import_module(os.path.basename(args.agent).split('.')[0])
         print(f"agent entry point {module.get_entry_point()}", flush=True)
     except ModuleNotFoundError as e:  # what only the real leaderboard, scenario_runner and CARLA trees hold
-        if (e.name or "").split(".")[0] not in ("leaderboard", "srunner", "agents"):
+        if not ours or (e.name or "").split(".")[0] not in ("leaderboard", "srunner", "agents"):
             raise
         print(f"stand-in: the agent imports {e.name}, which the stand-in trees lack", flush=True)
     import tools.dataset  # noqa: F401  the folder of our tools package is on PYTHONPATH: the agent imports it
 
-    with open(args.agent_config) as f:
-        agent_config = json.load(f)
-    assert agent_config["route_id"] == args.routes_subset, (agent_config["route_id"], args.routes_subset)
-    assert agent_config["settings"]["world"] == "carla", agent_config["settings"]
+    if ours:
+        with open(args.agent_config) as f:
+            agent_config = json.load(f)
+        assert agent_config["route_id"] == args.routes_subset, (agent_config["route_id"], args.routes_subset)
+        assert agent_config["settings"]["world"] == "carla", agent_config["settings"]
 
     with open(args.checkpoint, 'w') as fd:  # StatisticsManager.clear_records
         fd.truncate(0)
@@ -224,10 +258,20 @@ def run(args: argparse.Namespace) -> None:
             sys.exit(-1)
     if mode in ("crash-server", "hang"):
         time.sleep(600)
-    route = StandinRoute(collide=mode == "infraction")
+    agent = None
+    if not ours:
+        agent, refused = set_up_agent(args, module)
+        if refused:  # FAILURE_MESSAGES["Sensors"]: the entry Rejected, the evaluator stops
+            write(args.checkpoint, results([record(route_name, "Failed - Agent's sensors were invalid")], "Rejected"))
+            sys.exit(-1)
+    route = StandinRoute(collide=mode == "infraction", agent=agent)
     manager = ScenarioManager(args.timeout)
     manager.load_scenario(route, None, config.index, config.repetition_index)
     manager.run_scenario()
+    if agent is not None:
+        agent.destroy()
+        with open("agent.json", "w") as f:
+            json.dump({**agent.seen, "ticks": route.ticks}, f, indent=1)
     rec = record(route_name, os.environ.get("STANDIN_STATUS", "Perfect"), route)
     write(args.checkpoint, results([rec], "Finished", global_record(rec)))
     sys.exit(0)

@@ -133,7 +133,8 @@ def test_the_gpu_and_slurm_variables_survive_cleanenv_stub_apptainer(tmp_path):
 
 @pytest.mark.parametrize(("args", "image"), [
     (["--checkpoint", "RUN"], "train.sif"), (["--checkpoint=RUN"], "train.sif"), (["--agent", "expert"], "carla.sif"),
-    (["--agent-file", "agent.py"], "train.sif")])
+    (["--agent-file", "agent.py"], "train.sif"), (["--agent-file", "agent.py", "--world=carla"], "carla.sif"),
+    (["--world", "carla", "--agent-file=agent.py"], "carla.sif")])
 def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_carla_image_stub_apptainer(
         tmp_path, args, image):
     """The CARLA image has no torch: a checkpoint's evaluation must run in the training image (torch, SUMO and the
@@ -151,11 +152,14 @@ def test_evaluate_runs_a_checkpoint_in_the_torch_image_and_the_expert_in_the_car
     assert tail == [str(images / image), "python", "-m", "tools.evaluate", "run", *args, "routes", "--root", "eval"]
 
 
-@pytest.mark.parametrize(("agent", "image"), [("policy", "train.sif"), ("expert", "carla.sif"),
-                                              ("leaderboard", "train.sif")])
-def test_an_array_task_of_a_policys_wave_runs_in_the_torch_image_stub_apptainer(tmp_path, agent, image):
+@pytest.mark.parametrize(("agent", "world", "image"), [("policy", None, "train.sif"), ("expert", None, "carla.sif"),
+                                                       ("leaderboard", None, "train.sif"),
+                                                       ("leaderboard", "carla", "carla.sif")])
+def test_an_array_task_of_a_policys_wave_runs_in_the_torch_image_stub_apptainer(tmp_path, agent, world, image):
     """A SLURM evaluation of a checkpoint: its array tasks start `python -m tools.evaluate route` children, which need
-    torch: bin/collect-task picks the training image for a wave whose settings name the policy."""
+    torch: bin/collect-task picks the training image for a wave whose settings name the policy; an agent file's wave
+    in CARLA (--world=carla) runs where the CARLA server and the leaderboard are, with the agent file's and its
+    config's folders bound."""
     images = tmp_path / "images"
     images.mkdir()
     for name in ("carla.sif", "train.sif"):
@@ -163,15 +167,50 @@ def test_an_array_task_of_a_policys_wave_runs_in_the_torch_image_stub_apptainer(
     stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
     wave = tmp_path / "root" / "slurm" / "waves" / "wave-0001.json"
     wave.parent.mkdir(parents=True)
+    settings = {"agent": agent, "record": False}
+    if agent == "leaderboard":  # as absolute_flags passes them; the config a folder of its own
+        (tmp_path / "agents" / "mine").mkdir(parents=True)
+        (tmp_path / "configs" / "cfg").mkdir(parents=True)
+        settings.update(agent_file=str(tmp_path / "agents" / "mine" / "agent.py"),
+                        agent_config=str(tmp_path / "configs" / "cfg"), **({"world": world} if world else {}))
     # As tools.collect.runner.waves.Wave.save writes it (atomic.write_json: indented JSON).
-    wave.write_text(json.dumps({"format": 1, "wave": 1, "settings": {"agent": agent, "record": False}, "runs": []},
-                               indent=2) + "\n")
+    wave.write_text(json.dumps({"format": 1, "wave": 1, "settings": settings, "runs": []}, indent=2) + "\n")
     env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}
     proc = run_bin("collect-task", str(wave), "0", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     argv = proc.stdout.splitlines()
     tail = argv[argv.index(str(images / image)):]
     assert tail == [str(images / image), "python", "-m", "tools.collect", "task", str(wave), "0"]
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+    if agent == "leaderboard":
+        assert binds == [str(tmp_path), str(wave.parent), str(tmp_path / "agents" / "mine"),
+                         str(tmp_path / "configs" / "cfg")]
+    else:
+        assert binds == [str(tmp_path), str(wave.parent)]
+
+
+def test_evaluate_in_carla_binds_the_agent_files_and_its_configs_folders_stub_apptainer(tmp_path):
+    """bin/evaluate --world=carla --agent-file --agent-config: the CARLA image, and the folders of the agent file
+    (its modules beside it) and of its config bound. Apptainer cannot run here: a stub records the command line."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "carla.sif").write_bytes(b"")
+    stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
+    (tmp_path / "work").mkdir()
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "agent.py").write_text("")
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.yaml").write_text("")
+    env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images)}
+    args = ["routes", "--root", "eval", "--world=carla", "--agent-file", "../agent/agent.py",
+            f"--agent-config={tmp_path / 'cfg' / 'config.yaml'}"]
+    proc = run_bin("evaluate", *args, env=env, cwd=tmp_path / "work")
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.splitlines()
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"] == [
+        str(tmp_path / "work"), str(tmp_path / "agent"), str(tmp_path / "cfg")]
+    assert argv[argv.index(str(images / "carla.sif")):] == [str(images / "carla.sif"), "python", "-m", "tools.evaluate",
+                                                            "run", *args]
 
 
 def test_a_path_whose_nearest_existing_folder_is_slash_is_not_bound_and_the_wrapper_runs_stub_apptainer(tmp_path):

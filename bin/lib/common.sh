@@ -44,6 +44,10 @@ handle_help() {
   done
 }
 
+# Paths a wrapper names for the container beyond its arguments (bin/collect-task: the agent file and
+# config its wave's settings name); bound as container_binds binds an argument.
+EXTRA_BIND_PATHS=()
+
 # Directories the container must see: the working directory, and every path named in the arguments
 # (as ARG or --flag=ARG); a path that does not exist yet is covered by its nearest existing parent.
 container_binds() {
@@ -69,7 +73,7 @@ run_python() {
   shift
   local -a cmd
   if [[ -f "$image" ]] && command -v apptainer >/dev/null 2>&1; then
-    container_binds "$@"
+    container_binds "$@" "${EXTRA_BIND_PATHS[@]}"
     cmd=(apptainer exec --cleanenv --nv --pwd "$PWD" --env PYTHONUNBUFFERED=1)
     local bind var
     local -a slurm_vars

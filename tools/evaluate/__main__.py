@@ -19,9 +19,10 @@ from tools.core.errors import ToolError
 
 @slurm_flags
 def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None, agent: str | None = None,
-        agent_file: str | None = None, agent_config: str | None = None, towns: str | None = None, workers: int = 1,
-        repetitions: int | None = None, seeds: int | None = None, max_attempts: int = 3, score: str = "2.0",
-        bench2drive: bool = False, slurm: SlurmOptions | None = None, **settings) -> None:
+        agent_file: str | None = None, agent_config: str | None = None, towns: str | None = None,
+        workers: int | None = None, repetitions: int | None = None, seeds: int | None = None, max_attempts: int = 3,
+        score: str = "2.0", bench2drive: bool = False, servers_per_gpu: int | None = None,
+        slurm: SlurmOptions | None = None, **settings) -> None:
     """Drive every route file under ROUTES_DIR K times with a trained policy (--checkpoint), a leaderboard 2.0
     agent file of your own (--agent-file PATH [--agent-config PATH]) or the expert (--agent expert), without
     recording frames, then aggregate the leaderboard 2.0 scores into
@@ -37,6 +38,11 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
     partial; `python -m tools.evaluate score --root ROOT` (bin/evaluate score --root ROOT) aggregates again
     once they ended.
 
+    --world=carla drives each route run in a CARLA server of its own under the real leaderboard 2.0 evaluator
+    (CARLA_ROOT, LEADERBOARD_ROOT, SCENARIO_RUNNER_ROOT, or the CARLA image: checked before anything is written),
+    with the expert or an agent file: its --agent is the file, its --agent-config yours as given, the track the
+    agent's own; --servers-per-gpu, crashed runs retried and SLURM arrays as for collection (docs/carla.md).
+
     Args:
         routes_dir: folder searched recursively for route files (*.xml; hidden files and towns/ skipped).
         root: the evaluation root to write (required): a new folder, or the one to resume.
@@ -48,7 +54,7 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
             policy as an agent file (tools/evaluate/leaderboard/agent_file/policy_agent.py) takes a checkpoint
             folder, or a JSON file {"checkpoint": PATH} (docs/leaderboard-agent.md).
         towns: folder of OpenDRIVE towns (default: the nearest towns/ folder above each route file).
-        workers: parallel worker processes (local evaluation).
+        workers: parallel worker processes (local evaluation; default 1).
         repetitions: runs of each route (K), each in its own world: its seed derives from (route, K, --seed).
         seeds: the same as --repetitions (K world seeds per route); the summary gives means with 95% intervals
             over routes x seeds, and per route over its seeds.
@@ -56,6 +62,8 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
         score: the leaderboard score the summary and ROOT/result.json give, 2.0 or 2.1 (as `score --score`).
         bench2drive: also Bench2Drive's metrics, printed and written under ROOT/bench2drive/ (as `score
             --bench2drive`).
+        servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16), as bin/collect's: K x the GPUs
+            workers locally, --gpus x K runs at once in each SLURM task.
         settings: collection settings passed to every run, e.g. --vehicles=40 (tools/collect/base/config.py);
             --no-sensor-noise hands an agent file exact GNSS, IMU and LiDAR readings, for checks (the leaderboard
             adds its noise: docs/leaderboard-agent.md).
@@ -67,7 +75,7 @@ def run(routes_dir: str, root: str | None = None, checkpoint: str | None = None,
     if not isinstance(bench2drive, bool):
         raise ToolError(f"--bench2drive {bench2drive}: a switch; give --bench2drive alone")
     flags = evaluation.check(routes_dir, root, checkpoint, agent, towns, workers, repetitions, seeds, max_attempts,
-                             slurm, settings, agent_file, agent_config)
+                             slurm, settings, agent_file, agent_config, servers_per_gpu)
     plan = evaluation.plan(flags)  # everything refused before anything is written
     notes = evaluation.start(plan)
     evaluation.drive(plan)
@@ -104,7 +112,8 @@ def score(root: str | None = None, score: str = "2.0", bench2drive: bool = False
     if record is None:
         raise ToolError(f"--root {layout.root}: not an evaluation root (no {layout.evaluation.name}); give the "
                         "--root that bin/evaluate wrote")
-    what = f"checkpoint {record.get('checkpoint')}" if record.get("checkpoint") else "the expert"
+    what = (f"agent file {(record.get('settings') or {}).get('agent_file')}" if record.get("agent") == "leaderboard"
+            else f"checkpoint {record.get('checkpoint')}" if record.get("checkpoint") else "the expert")
     agg = score_root(layout, version)
     print(agg.summary(what, unseen_towns_note(record)))
     if bench2drive:
@@ -134,10 +143,11 @@ def route(route: str | None = None, root: str | None = None, repetition: int = 0
           route_id: str | None = None, attempt: int | None = None, force: bool = False, spec: str | None = None,
           **settings) -> None:
     """Drive one route once with a trained policy (--agent=policy --checkpoint=DIR) or a leaderboard 2.0 agent file
-    (--agent=leaderboard --agent-file=PATH [--agent-config=PATH]) in the embedded world and
-    write its result under ROOT: the child command `run` starts for each route run (local workers and SLURM
-    tasks), as `python -m tools.collect run` is the expert's. The same attempt as collection's (claim, result
-    file, crash handling: tools.collect.runner.attempt), with the policy (tools.evaluate.driver) at the wheel.
+    (--agent=leaderboard --agent-file=PATH [--agent-config=PATH]) in the embedded world (the agent file also with
+    --world=carla, under the real leaderboard evaluator) and write its result under ROOT: the child command `run`
+    starts for each route run (local workers and SLURM tasks), as `python -m tools.collect run` is the expert's. The
+    same attempt as collection's (claim, result file, crash handling: tools.collect.runner.attempt), with the policy
+    (tools.evaluate.driver) at the wheel.
 
     Args:
         route: a leaderboard 2.0 route XML file.

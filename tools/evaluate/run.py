@@ -1,9 +1,9 @@
 """An evaluation (`python -m tools.evaluate run`), in the order it happens:
 
     check     every flag converted and checked, nothing read but the routes folder (`check`)
-    plan      the policy loaded, ROOT and ROOT/evaluation.json read, every route parsed against its town,
-              SLURM asked about the partition: everything refused here is refused before anything is
-              written (`plan` -> `EvaluationPlan`)
+    plan      the policy loaded, the world's set-up checked (--world=carla: the CARLA install, the agent file),
+              ROOT and ROOT/evaluation.json read, every route parsed against its town, SLURM asked about the
+              partition: everything refused here is refused before anything is written (`plan` -> `EvaluationPlan`)
     start     ROOT becomes an evaluation root: ROOT/evaluation.json written (`start`)
     drive     the route runs through collection's machinery, local workers or SLURM arrays (`drive`)
     summary   ROOT/result.json aggregated and the scores printed (`summary`)
@@ -58,6 +58,7 @@ class Flags:
     max_attempts: int
     slurm: SlurmOptions | None
     settings: dict[str, Any]
+    servers_per_gpu: int | None = None  # CARLA servers at once per GPU (--world=carla), as collect's
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ class EvaluationPlan:
 
 def check(routes_dir: Any, root: Any, checkpoint: Any, agent: Any, towns: Any, workers: Any, repetitions: Any,
           seeds: Any, max_attempts: Any, slurm: SlurmOptions | None, settings: dict[str, Any],
-          agent_file: Any = None, agent_config: Any = None) -> Flags:
-    """Every flag of `run` converted and checked; ToolError naming the flag otherwise."""
+          agent_file: Any = None, agent_config: Any = None, servers_per_gpu: Any = None) -> Flags:
+    """Every flag of `run` converted and checked; ToolError naming the flag otherwise. `workers` None: 1."""
     if root is None or isinstance(root, bool) or str(root) == "":
         raise ToolError("--root missing: give the folder this evaluation writes (a new one, or the one to resume)")
     if routes_dir is None or isinstance(routes_dir, bool) or str(routes_dir) == "":
@@ -111,10 +112,17 @@ def check(routes_dir: Any, root: Any, checkpoint: Any, agent: Any, towns: Any, w
         raise ToolError("--record: an evaluation never records frames; to record, collect: bin/collect")
     if agent == "leaderboard" and file is None:
         raise ToolError("--agent leaderboard needs --agent-file PATH (a leaderboard 2.0 agent file)")
+    if servers_per_gpu is not None:
+        servers_per_gpu = cli.integer(servers_per_gpu, "servers-per-gpu", 1, 16)
+        if workers is not None:
+            raise ToolError(f"--workers {workers} and --servers-per-gpu {servers_per_gpu}: give one (with "
+                            "--servers-per-gpu K the workers are the GPUs x K)")
     return Flags(routes=routes, root=cli.text(root, "root"), checkpoint=checkpoint, agent=agent, agent_file=file,
                  agent_config=config, towns=towns,
-                 workers=cli.integer(workers, "workers", 1), repetitions=seeds_or_repetitions(seeds, repetitions),
-                 max_attempts=cli.integer(max_attempts, "max-attempts", 1), slurm=slurm, settings=settings)
+                 workers=1 if workers is None else cli.integer(workers, "workers", 1),
+                 repetitions=seeds_or_repetitions(seeds, repetitions),
+                 max_attempts=cli.integer(max_attempts, "max-attempts", 1), slurm=slurm, settings=settings,
+                 servers_per_gpu=servers_per_gpu)
 
 
 def agent_files(agent_file: Any, agent_config: Any, checkpoint: str | None, agent: str | None
@@ -165,8 +173,13 @@ def plan(flags: Flags) -> EvaluationPlan:
         settings.update(agent="leaderboard", agent_file=str(flags.agent_file),
                         agent_config=str(flags.agent_config or ""))
     resolved = CollectSettings.from_flags(settings)
-    world_for(resolved.world).check_settings(resolved)  # an unknown world, or settings it cannot honour
-    slurm = flags.slurm.settled(world_for(resolved.world).gpus_per_task) if flags.slurm is not None else None
+    world = world_for(resolved.world)  # an unknown world is refused here
+    # Settings it cannot honour, what it needs (a CARLA install; the agent file where this runs): its default towns
+    default_towns = world.check_setup(resolved)
+    if flags.servers_per_gpu is not None and not world.servers_on_gpus:
+        raise ToolError(f"--servers-per-gpu {flags.servers_per_gpu}: only with --world=carla (the embedded world "
+                        "renders on the CPU); give --workers N")
+    slurm = flags.slurm.settled(world.gpus_per_task, flags.servers_per_gpu) if flags.slurm is not None else None
     layout = Layout(resolve_root(flags.root))
     check_root_writable(layout.root)
     read_manifest(layout)  # a root of another format version is refused
@@ -183,7 +196,11 @@ def plan(flags: Flags) -> EvaluationPlan:
     route_files = find_route_files(flags.routes)
     if not route_files:
         raise ToolError(f"ROUTES_DIR {flags.routes}: no route files (*.xml) in it or below it")
-    jobs = plan_jobs(route_files, flags.towns, flags.repetitions)  # every route parsed and checked against its town
+    # every route parsed and checked against its town, and what the world needs of it (CARLA: ids the leaderboard
+    # selects, scenarios scenario_runner implements)
+    jobs = plan_jobs(route_files, flags.towns, flags.repetitions, default_towns)
+    for job in {(j.route_file, j.route.id): j for j in jobs}.values():
+        world.check_route(job.route_file, job.route)
     if slurm is not None:
         scheduler = Scheduler()
         scheduler.require()
@@ -224,7 +241,8 @@ def drive(p: EvaluationPlan) -> None:
     """Every route run, through collection's machinery (local workers, or SLURM arrays watched by a monitor)."""
     f = p.flags
     collect_routes(routes_dir=str(f.routes), root=str(p.layout.root), towns=f.towns, workers=f.workers,
-                   repetitions=f.repetitions, max_attempts=f.max_attempts, settings=p.settings, slurm=p.slurm)
+                   repetitions=f.repetitions, max_attempts=f.max_attempts, settings=p.settings, slurm=p.slurm,
+                   servers_per_gpu=f.servers_per_gpu)
 
 
 def summary(p: EvaluationPlan, notes: list[str], version: ScoreVersion = VERSIONS[DEFAULT_VERSION],

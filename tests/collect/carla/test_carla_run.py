@@ -7,6 +7,7 @@ them says so in its name."""
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -428,6 +429,193 @@ def test_slurm_array_tasks_drive_carla_routes_standin_server_and_evaluator(slurm
     assert "1 route runs crashed, then finished on a later attempt" in summary
 
 
+# ----------------------------------------------------------------------------- a researcher's agent file
+
+
+AGENT = """\
+\"\"\"A researcher's leaderboard 2.0 agent file (a test's): its track from its config, a module of its folder.\"\"\"
+import json
+
+import carla
+from leaderboard.autoagents.autonomous_agent import AutonomousAgent, Track
+
+import agent_helper  # beside this file: the agent's folder is importable
+
+
+def get_entry_point():
+    return "ResearchAgent"
+
+
+class ResearchAgent(AutonomousAgent):
+    def setup(self, path_to_conf_file):
+        with open(path_to_conf_file) as f:
+            self.track = Track[json.load(f)["track"]]
+        print(f"research agent: setup({path_to_conf_file}), track {self.track.value}", flush=True)
+
+    def sensors(self):
+        found = [{"type": "sensor.speedometer", "reading_frequency": 20, "id": "speed"}]
+        if self.track == Track.MAP:
+            found.append({"type": "sensor.opendrive_map", "reading_frequency": 1e-6, "id": "OpenDRIVE"})
+        return found
+
+    def run_step(self, input_data, timestamp):
+        return carla.VehicleControl(throttle=agent_helper.THROTTLE)
+
+    def destroy(self):
+        print("research agent: destroy", flush=True)
+"""
+
+
+def researchers_agent(folder: Path, track: str) -> tuple[Path, Path]:
+    """An agent file in FOLDER/agent (with a module of its own beside it) and its config in FOLDER/config: the
+    track its setup() sets (the OpenDRIVE map among its sensors on MAP)."""
+    (folder / "agent").mkdir(parents=True)
+    (folder / "agent" / "research_agent.py").write_text(AGENT)
+    (folder / "agent" / "agent_helper.py").write_text("THROTTLE = 0.5\n")
+    (folder / "config").mkdir()
+    (folder / "config" / "agent.json").write_text(json.dumps({"track": track}))
+    return folder / "agent" / "research_agent.py", folder / "config" / "agent.json"
+
+
+def test_bin_evaluate_world_carla_drives_a_researchers_agent_file_on_its_own_track_standin_server_and_evaluator(
+        tmp_path, short_routes, carla_env):
+    """bin/evaluate --world=carla --agent-file --agent-config (relative paths) --servers-per-gpu 1 on GPU 3: the
+    evaluator's --agent is the file,
+    its --agent-config the researcher's, both absolute; the agent's folder on its PYTHONPATH. The agent sets its
+    track (MAP) in setup() and declares the OpenDRIVE map: our wrapper (--track-of-agent) has the evaluator check its
+    sensors on that track, not --track's SENSORS. Nothing of our agent's is written (no agent-NN.json, no frames);
+    the evaluator's result is the run's, and scored."""
+    from tools.collect.carla.evaluator import OWN_TRACK
+
+    route = route_file(short_routes)
+    (tmp_path / "routes" / route.parent.name).mkdir(parents=True)
+    shutil.copy(route, tmp_path / "routes" / route.parent.name / route.name)
+    shutil.copytree(short_routes / "towns", tmp_path / "routes" / "towns")
+    agent, config = researchers_agent(tmp_path, "MAP")
+    proc = run_bin("evaluate", "routes", "--root", "eval", "--world=carla", "--agent-file", "agent/research_agent.py",
+                   "--agent-config", "config/agent.json", "--servers-per-gpu", "1", cwd=tmp_path,
+                   env={**carla_env, "CUDA_VISIBLE_DEVICES": "3", "DRIVEKIT_IMAGES": str(tmp_path / "no-images")},
+                   timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 workers on GPUs 3 (1 per GPU)" in proc.stderr, proc.stderr
+    layout, key = the_run(tmp_path / "eval")
+    assert results.read_status(layout.result_path(key)) == results.PERFECT
+    assert layout.result_path(key).read_bytes() == layout.evaluator_checkpoint(key, 1).read_bytes()
+    assert servers(layout)[key][0] == "3"  # the server on the worker's GPU
+    noted = json.loads((layout.log_dir(key) / "argv.json").read_text())
+    assert (noted["flags"]["agent"], noted["flags"]["agent_config"]) == (str(agent), str(config))
+    assert noted["flags"]["track"] == "SENSORS" and noted["flags"]["routes_subset"] == "0"
+    assert str(agent.parent) in noted["pythonpath"].split(os.pathsep)
+    seen = json.loads((layout.log_dir(key) / "agent.json").read_text())
+    assert seen == {"setup": str(config), "track": "MAP", "sensors": ["speed", "OpenDRIVE"], "ticks": 40}
+    log = layout.attempt_log(key, 1).read_text()
+    assert f"{OWN_TRACK}: MAP (the evaluator was given --track=SENSORS)" in log
+    assert f"research agent: setup({config}), track MAP" in log and "research agent: destroy" in log
+    assert not layout.agent_config(key, 1).exists() and not layout.frames_dir(key).exists()
+    settings = json.loads(layout.run_spec(key).read_text())["settings"]
+    assert {k: settings[k] for k in ("world", "agent", "agent_file", "agent_config", "record")} == {
+        "world": "carla", "agent": "leaderboard", "agent_file": str(agent), "agent_config": str(config),
+        "record": False}
+    assert json.loads(layout.evaluation.read_text())["settings"]["agent_config"] == str(config)
+    assert f"agent file {agent}" in proc.stdout and "driving score      100.000" in proc.stdout, proc.stdout
+    again = run_bin("evaluate", "score", "--root", tmp_path / "eval")  # aggregated again: the same agent named
+    assert again.returncode == 0 and f"agent file {agent}" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("case", ["no agent-config", "no CARLA_ROOT", "servers-per-gpu in the embedded world",
+                                  "servers-per-gpu and workers"])
+def test_evaluate_refuses_in_one_line_before_anything_is_written(tmp_path, short_routes, carla_env, case):
+    """A missing --agent-config, no CARLA install (bin/evaluate checks the world's set-up before it writes
+    evaluation.json), --servers-per-gpu where there is no server or with --workers."""
+    agent, config = researchers_agent(tmp_path, "SENSORS")
+    env, extra = dict(carla_env), ["--world=carla"]
+    if case == "no agent-config":
+        config = tmp_path / "config" / "absent.yaml"
+        expected = (f"evaluate: --agent-config {config}: no such file or folder; give what the agent's setup() "
+                    "reads, or leave it out")
+    elif case == "no CARLA_ROOT":
+        env["CARLA_ROOT"] = ""
+        expected = ("evaluate: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.16 install (the folder "
+                    "holding CarlaUE4.sh), or build the CARLA image (make images: containers/carla.sif), which "
+                    "bin/collect then runs in")
+    elif case == "servers-per-gpu in the embedded world":
+        extra = ["--servers-per-gpu", "2"]
+        expected = ("evaluate: --servers-per-gpu 2: only with --world=carla (the embedded world renders on the "
+                    "CPU); give --workers N")
+    else:
+        extra += ["--servers-per-gpu", "2", "--workers", "3"]
+        expected = ("evaluate: --workers 3 and --servers-per-gpu 2: give one (with --servers-per-gpu K the workers "
+                    "are the GPUs x K)")
+    proc = run_tool(PYTHON, "-m", "tools.evaluate", "run", short_routes, "--root", tmp_path / "eval",
+                    "--agent-file", agent, "--agent-config", config, *extra, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [expected], proc.stderr
+    assert not (tmp_path / "eval").exists()
+
+
+def test_a_slurm_task_drives_a_researchers_agent_file_standin_server_and_evaluator(tmp_path, short_routes,
+                                                                                    carla_env):
+    """An array task of a --world=carla evaluation of an agent file, run by hand as bin/collect-task (what
+    slurm/collect.sbatch runs; no cluster needed): its route run's child drives the agent file under the evaluator
+    with the researcher's config, on the agent's track (SENSORS here)."""
+    from tools.collect.base.routes import find_route_files
+    from tools.collect.runner.jobs import plan
+    from tools.collect.runner.waves import WAVE_NAME, Wave, run_key_of, waves_dir
+
+    routes = copy_routes(short_routes, tmp_path / "routes")
+    agent, config = researchers_agent(tmp_path, "SENSORS")
+    layout = Layout(tmp_path / "root")
+    runs = [{"key": str(j.key), "route": str(j.route_file), "route_id": j.route.id, "repetition": j.repetition,
+             "towns": str(j.towns)} for j in plan(find_route_files(routes), None, 1)]
+    settings = {"world": "carla", "agent": "leaderboard", "agent_file": str(agent), "agent_config": str(config),
+                "record": False}
+    wave = Wave(waves_dir(layout) / WAVE_NAME.format(wave=1), 1, runs[:1], runs_per_task=1, max_attempts=1,
+                settings=settings, throttle=1)
+    wave.path.parent.mkdir(parents=True)
+    wave.save()
+    proc = run_bin("collect-task", wave.path, "0", env={**carla_env, "DRIVEKIT_IMAGES": str(tmp_path / "no-images")},
+                   timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "task 0: 1 finished" in proc.stderr, proc.stderr
+    key = run_key_of(runs[0])
+    assert results.read_status(layout.result_path(key)) == results.PERFECT
+    seen = json.loads((layout.log_dir(key) / "agent.json").read_text())
+    assert seen == {"setup": str(config), "track": "SENSORS", "sensors": ["speed"], "ticks": 40}
+    worker = next(line for line in layout.attempt_log(key, 1).read_text().splitlines() if line.startswith("$ "))
+    assert " -m tools.evaluate route --spec " in worker  # a leaderboard agent's route run command
+
+
+def test_the_evaluators_command_line_and_environment_for_a_researchers_agent_file():
+    """Their file as --agent, their config as given (nothing of ours), our wrapper's --track-of-agent; the agent's
+    folder on PYTHONPATH after ours (the wrapper is ours: a `tools` package of theirs must not shadow it)."""
+    from tools.collect.carla.evaluator import agents_own_track
+
+    layout, key = Layout(Path("/scratch/ds")), RunKey("Accident", "town_0003_route3_rep0")
+    settings = CollectSettings(world="carla", agent="leaderboard", agent_file="/home/me/lb/agent.py",
+                               agent_config="/home/me/lb/config.yaml", record=False)
+    agent_file, config, theirs = carla_run.agent_of(settings)
+    assert (agent_file, config, theirs) == (Path("/home/me/lb/agent.py"), "/home/me/lb/config.yaml", True)
+    argv = carla_run.evaluator_command(
+        "/opt/drivekit/venv/bin/python", SETUP, Path("/routes/Accident/town_0003.xml"), "3",
+        layout.evaluator_checkpoint(key, 2), layout.evaluator_live(key, 2), agent_file, config,
+        Ports(2000, 2001, 2002, 8000), 1234, 0, agents_track=theirs)
+    ours = golden_value("carla-evaluator-argv.json")
+    assert argv[:6] == ours[:5] + ["--track-of-agent"]
+    assert argv[6:] == [a.replace("/opt/drivekit/agent/drivekit_agent.py", "/home/me/lb/agent.py").replace(
+        str(layout.agent_config(key, 2)), "/home/me/lb/config.yaml") for a in ours[6:]]
+    assert carla_run.agent_of(CollectSettings(world="carla", agent="leaderboard", agent_file="/a.py"))[1] == ""
+    env = carla_run.evaluator_env({"PYTHONPATH": "/site/extra"}, SETUP, tools_home=Path("/opt/drivekit/src"),
+                                  agent_dir=agent_file.parent)
+    assert env["PYTHONPATH"] == ("/workspace/PythonAPI/carla:/opt/scenario_runner:/opt/leaderboard:/opt/drivekit/src:"
+                                 "/home/me/lb:/site/extra")
+    # the wrapper checks the sensors on the agent's own track, every other rule of it standing
+    track = enum.Enum("Track", {"SENSORS": "SENSORS", "MAP": "MAP"})  # the leaderboard's autonomous_agent.Track
+    selected = []
+    validate = agents_own_track(lambda sensors, agent_track, given: selected.append((agent_track, given)))
+    validate([], track.MAP, "SENSORS")
+    assert selected == [(track.MAP, "MAP")]
+
+
 # ----------------------------------------------------------------------------- checks before anything starts
 
 
@@ -508,7 +696,9 @@ def test_a_carla_install_of_another_version_is_one_line_before_its_server_starts
 
 @pytest.mark.parametrize("flags, message", [
     ({"sim_hz": 10}, "--sim-hz=10: --world=carla runs at 20 Hz, the leaderboard evaluator's fixed rate"),
-    ({"agent": "policy", "checkpoint": "run"}, "--agent=policy: --world=carla drives with the expert only"),
+    ({"agent": "policy", "checkpoint": "run"}, "--agent=policy: --world=carla drives the expert or a leaderboard "
+                                               "agent file; evaluate a checkpoint in CARLA as the agent file "
+                                               "tools/evaluate/leaderboard/agent_file/policy_agent.py"),
     ({"vehicles": 5}, "--vehicles=5: with --world=carla the leaderboard evaluator decides this"),
 ])
 def test_settings_a_carla_run_cannot_honour_are_refused(flags, message):
@@ -547,7 +737,11 @@ def golden(name: str, value) -> None:
     path = GOLDEN / name
     if os.environ.get("DRIVEKIT_UPDATE_GOLDEN") == "1":
         path.write_text(json.dumps(value, indent=1) + "\n")
-    assert value == json.loads(path.read_text())
+    assert value == golden_value(name)
+
+
+def golden_value(name: str):
+    return json.loads((GOLDEN / name).read_text())
 
 
 SETUP = carla_run.CarlaSetup(Path("/workspace"), Path("/opt/leaderboard"), Path("/opt/scenario_runner"))

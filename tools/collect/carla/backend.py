@@ -1,10 +1,12 @@
 """A CARLA server under the leaderboard 2.0 evaluator as the runner sees it (tools.collect.runner.world.World): the
 install, leaderboard and scenario_runner checked before anything is claimed (tools.collect.carla.run.check_setup),
-the rig against the leaderboard's limits, the towns of the install, one server per route run on a GPU (no zygote:
-the server loads the town), the evaluator's checkpoint published as the run's result."""
+the rig against the leaderboard's limits (or a researcher's agent file, --agent=leaderboard, and its config), the
+towns of the install, one server per route run on a GPU (no zygote: the server loads the town), the evaluator's
+checkpoint published as the run's result."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,17 @@ CARLA_SIM_HZ = 20
 CARLA_DECIDES = ("vehicles", "blocked_after", "max_deviation", "timeout_base", "timeout_speed", "sensor_noise")
 
 
+def check_agent_files(settings: CollectSettings) -> None:
+    """A researcher's agent file (--agent-file) and its --agent-config, when given, exist: one line naming the flag
+    (bin/evaluate checks them before anything is written; a SLURM task checks them again on its node)."""
+    if not Path(settings.agent_file).is_file():
+        raise ToolError(f"--agent-file {settings.agent_file}: no such file here ({os.uname().nodename}); give a "
+                        "leaderboard 2.0 agent file on storage every node running route runs sees")
+    if settings.agent_config and not Path(settings.agent_config).exists():
+        raise ToolError(f"--agent-config {settings.agent_config}: no such file or folder here "
+                        f"({os.uname().nodename}); give it on storage every node running route runs sees")
+
+
 class CarlaWorld:
     name = "carla"
     forks_from_town = False  # each run's server loads the town
@@ -42,9 +55,11 @@ class CarlaWorld:
         if settings.sim_hz != CARLA_SIM_HZ:
             raise ToolError(f"--sim-hz={settings.sim_hz}: --world=carla runs at {CARLA_SIM_HZ} Hz, the leaderboard "
                             f"evaluator's fixed rate; leave --sim-hz out (record less often with --record-every)")
-        if settings.agent != "expert":
-            raise ToolError(f"--agent={settings.agent}: --world=carla drives with the expert only so far; evaluate a "
-                            "policy in the embedded world (leave --world out)")
+        if settings.agent == "policy":
+            raise ToolError("--agent=policy: --world=carla drives the expert or a leaderboard agent file; evaluate "
+                            "a checkpoint in CARLA as the agent file "
+                            "tools/evaluate/leaderboard/agent_file/policy_agent.py (--agent-file that --agent-config "
+                            "CHECKPOINT), or in the embedded world (leave --world out)")
         defaults = CollectSettings()
         for name in CARLA_DECIDES:
             if getattr(settings, name) != getattr(defaults, name):
@@ -53,12 +68,16 @@ class CarlaWorld:
                                 "traffic); leave it out")
 
     def check_setup(self, settings: CollectSettings) -> Path:
-        """The settings (check_settings); the CARLA install, leaderboard, scenario_runner and client; the rig (sensors
-        the leaderboard would refuse end every attempt: refused here). Returns the install's towns
+        """The settings (check_settings); the CARLA install, leaderboard, scenario_runner and client; our agent's rig
+        (sensors the leaderboard would refuse end every attempt: refused here), or a researcher's agent file and its
+        config, which must be where this process runs (a SLURM task's node). Returns the install's towns
         (carla_run.install_towns)."""
         self.check_settings(settings)
         self.setup = carla_run.check_setup()
-        check_rig(settings.load_rig())
+        if settings.agent == "leaderboard":  # the agent declares its own sensors; the leaderboard checks them
+            check_agent_files(settings)
+        else:
+            check_rig(settings.load_rig())
         return carla_run.install_towns(self.setup)
 
     def check_route(self, route_file: Path, route: Route) -> None:
@@ -69,7 +88,8 @@ class CarlaWorld:
 
     def drive(self, layout: Layout, spec: RunSpec, attempt: int, town: Town | None,
               make_driver: Callable[..., Any]) -> tuple[Path | RouteRecord, str]:
-        # The leaderboard evaluator runs our agent (tools.collect.carla.agent), the expert: make_driver is not used
+        # The leaderboard evaluator runs the agent, ours (tools.collect.carla.agent: the expert) or a researcher's
+        # agent file (settings.agent_file): make_driver is not used
         if self.setup is None:
             self.setup = carla_run.check_setup()
         return carla_run.drive(layout, spec.key, spec.route_file.absolute(), spec.route, spec.settings,

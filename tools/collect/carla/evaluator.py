@@ -1,10 +1,11 @@
 """The CARLA leaderboard evaluator, run by tools.collect.carla.run with what it has no flag for.
 
-    python -m tools.collect.carla.evaluator --seed=N --repetition=K [--stop-on-infraction] EVALUATOR [FLAGS...]
+    python -m tools.collect.carla.evaluator --seed=N --repetition=K [--stop-on-infraction] [--track-of-agent]
+        EVALUATOR [FLAGS...]
 
 EVALUATOR (LEADERBOARD_ROOT/leaderboard/leaderboard_evaluator.py) runs as its own script, unchanged: as
 `__main__`, its folder first on sys.path and FLAGS as its argv, as `python EVALUATOR FLAGS...` runs it. Before it
-starts, three things of scenario_runner's and the leaderboard's are set (read from leaderboard aec81319 and
+starts, these things of scenario_runner's and the leaderboard's are set (read from leaderboard aec81319 and
 scenario_runner v0.9.16):
 
 - `--seed`: scenario_runner's random source. CarlaDataProvider draws the scenarios' and the background
@@ -21,6 +22,13 @@ scenario_runner v0.9.16):
   scenario and records the route unfinished, `Failed`, with the infraction among its infractions. An
   infraction the leaderboard records only when the route ends (the last minimum-speed checkpoint) cannot
   stop it.
+- `--track-of-agent` (a researcher's agent file: bin/evaluate --world=carla --agent-file): the track is the agent's
+  own. The evaluator checks the sensors against its --track and refuses an agent whose `track` (set in setup(),
+  SENSORS by default) is another ("You are submitting to the wrong track", `Failed - Agent's sensors were
+  invalid`, entry Rejected): leaderboard_evaluator.py `_load_and_run_scenario`, agent_wrapper.py
+  `validate_sensor_configuration`. Which track an agent file is on is known only after its setup(), so its
+  validate_sensor_configuration is given the agent's own track as the selected one, as if --track named it (the
+  embedded world does the same: tools.evaluate.leaderboard.host); every other rule of the track stands.
 
 The leaderboard and scenario_runner are imported inside the functions: they exist only on the evaluator's
 PYTHONPATH (tools.collect.carla.run.evaluator_env), never in the collector's.
@@ -39,6 +47,8 @@ import numpy as np
 
 #: What the evaluator's log says when a route is stopped at its first infraction.
 STOPPED = "drivekit: --stop-on-infraction: the route ends at the first infraction"
+#: What the evaluator's log says of an agent file's track (--track-of-agent).
+OWN_TRACK = "drivekit: the track is the agent's own"
 
 
 def seed_scenario_runner(seed: int) -> None:
@@ -89,12 +99,25 @@ def stopping_manager(manager: type, infractions: dict) -> type:
     return StopOnInfraction
 
 
+def agents_own_track(validate: Any) -> Any:
+    """agent_wrapper.validate_sensor_configuration(sensors, agent_track, selected_track), the selected track the
+    agent's own (`agent_track`'s value): every rule of that track checked, never "the wrong track"."""
+
+    def validate_on_agents_track(sensors, agent_track, selected_track):
+        track = getattr(agent_track, "value", agent_track)
+        print(f"{OWN_TRACK}: {track} (the evaluator was given --track={selected_track})", flush=True)
+        return validate(sensors, agent_track, track)
+
+    return validate_on_agents_track
+
+
 def main(argv: list[str] | None = None) -> Any:
     parser = argparse.ArgumentParser(prog="python -m tools.collect.carla.evaluator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--repetition", type=int, required=True)
     parser.add_argument("--stop-on-infraction", action="store_true")
+    parser.add_argument("--track-of-agent", action="store_true")
     parser.add_argument("evaluator", type=Path)
     parser.add_argument("flags", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -108,6 +131,10 @@ def main(argv: list[str] | None = None) -> Any:
         from leaderboard.utils.statistics_manager import PENALTY_NAME_DICT
 
         scenario_manager.ScenarioManager = stopping_manager(scenario_manager.ScenarioManager, PENALTY_NAME_DICT)
+    if args.track_of_agent:
+        from leaderboard.autoagents import agent_wrapper
+
+        agent_wrapper.validate_sensor_configuration = agents_own_track(agent_wrapper.validate_sensor_configuration)
     evaluator = str(args.evaluator)
     sys.argv = [evaluator, *args.flags]
     sys.path[0] = str(args.evaluator.parent)  # as `python EVALUATOR` has it

@@ -1,5 +1,6 @@
 """The CARLA attempt of one route run (`--world=carla`): a CARLA server of our own, the CARLA leaderboard 2.0
-evaluator driving the route with our agent (tools.collect.carla.agent), its result published as the run's.
+evaluator driving the route with our agent (tools.collect.carla.agent, the expert) or a researcher's leaderboard agent
+file (--agent=leaderboard: `bin/evaluate --world=carla --agent-file`), its result published as the run's.
 
 tools.collect.runner.attempt.run_route calls `check_setup` and `check_route` before it claims the run, then `drive`
 in place of the embedded world's drive; the claim, the lock, discard_run, logging and the result file stay there. One
@@ -8,7 +9,8 @@ attempt:
   1. the server's and the Traffic Manager's ports reserved for the whole attempt; the server (CarlaUE4.sh) on
      the worker's GPU in its own process group, its output appended to the attempt's log, polled until it answers
      (tools.collect.carla.server.start_server); the route's town must be one of its maps
-  2. the agent's config (logs/.../agent-NN.json), then leaderboard/leaderboard_evaluator.py (run by
+  2. our agent's config (logs/.../agent-NN.json; a researcher's agent file gets its own --agent-config as given:
+     --agent=leaderboard, tools.evaluate's --agent-file), then leaderboard/leaderboard_evaluator.py (run by
      tools.collect.carla.evaluator: scenario_runner seeded per repetition, the record named after it, and
      --stop-on-infraction) in its own process group, output appended to the attempt's log. Its --checkpoint
      is logs/.../leaderboard-NN.json, never ROOT/results/: the evaluator writes that file early, with no
@@ -251,16 +253,18 @@ def crash_grace(env: Mapping[str, str] | None = None) -> float:
 
 
 def evaluator_command(python: str, setup: CarlaSetup, route_file: Path, route_id: str, checkpoint: Path,
-                      live: Path, agent_file: Path, agent_config: Path, ports: Ports, seed: int, repetition: int,
-                      stop_on_infraction: bool = False, host: str = HOST,
+                      live: Path, agent_file: Path, agent_config: Path | str, ports: Ports, seed: int, repetition: int,
+                      stop_on_infraction: bool = False, agents_track: bool = False, host: str = HOST,
                       timeout: float = EVALUATOR_TIMEOUT_S) -> list[str]:
     """The command of one route, one repetition: leaderboard_evaluator.py with its flags, run by our wrapper
     (tools.collect.carla.evaluator) with what it has no flag for: scenario_runner's seed, the repetition's
-    number in the record's name, and --stop-on-infraction. Never --resume: its argparse type is bool, so any
-    value given, "False" included, turns it on."""
+    number in the record's name, --stop-on-infraction, and with `agents_track` (a researcher's agent file) the
+    track the agent's own (its `track` after setup(), as if --track named it). Never --resume: its argparse type
+    is bool, so any value given, "False" included, turns it on. `agent_config` "" is the evaluator's default."""
     return [
         python, "-m", EVALUATOR_WRAPPER, f"--seed={seed}", f"--repetition={repetition}",
-        *(["--stop-on-infraction"] if stop_on_infraction else []), str(setup.evaluator),
+        *(["--stop-on-infraction"] if stop_on_infraction else []),
+        *(["--track-of-agent"] if agents_track else []), str(setup.evaluator),
         f"--routes={route_file}", f"--routes-subset={route_id}", "--repetitions=1", f"--track={TRACK}",
         f"--checkpoint={checkpoint}", f"--debug-checkpoint={live}",
         f"--agent={agent_file}", f"--agent-config={agent_config}",
@@ -269,13 +273,18 @@ def evaluator_command(python: str, setup: CarlaSetup, route_file: Path, route_id
     ]
 
 
-def evaluator_env(base: Mapping[str, str], setup: CarlaSetup, tools_home: Path = TOOLS_HOME) -> dict[str, str]:
+def evaluator_env(base: Mapping[str, str], setup: CarlaSetup, tools_home: Path = TOOLS_HOME,
+                  agent_dir: Path | None = None) -> dict[str, str]:
     """The evaluator's environment: `base` plus PYTHONPATH with CARLA's PythonAPI/carla (its `agents`
-    package), scenario_runner, the leaderboard and the folder of our `tools` package (the agent file imports
-    it), in that order before any PYTHONPATH of `base`; the three roots (scenario_runner and the leaderboard
-    find scenario files through SCENARIO_RUNNER_ROOT); unbuffered output. The run's lock stays with us."""
+    package), scenario_runner, the leaderboard, the folder of our `tools` package (our agent file imports it;
+    the wrapper is ours) and `agent_dir`, a researcher's agent file's folder (the evaluator puts it first on
+    sys.path when it loads the file; on PYTHONPATH, processes the agent starts import from it too), in that order
+    before any PYTHONPATH of `base`; the three roots (scenario_runner and the leaderboard find scenario files
+    through SCENARIO_RUNNER_ROOT); unbuffered output. The run's lock stays with us."""
     env = {k: v for k, v in base.items() if k != claims.LOCK_FD_ENV}
     paths = [str(setup.python_api), str(setup.scenario_runner_root), str(setup.leaderboard_root), str(tools_home)]
+    if agent_dir is not None:
+        paths.append(str(agent_dir))
     if base.get("PYTHONPATH"):
         paths.append(base["PYTHONPATH"])
     env.update(PYTHONPATH=os.pathsep.join(paths), CARLA_ROOT=str(setup.carla_root),
@@ -285,6 +294,15 @@ def evaluator_env(base: Mapping[str, str], setup: CarlaSetup, tools_home: Path =
 
 
 # ----------------------------------------------------------------------------- one attempt
+
+
+def agent_of(settings: CollectSettings) -> tuple[Path, str, bool]:
+    """Who the evaluator runs (its --agent and --agent-config): a researcher's leaderboard agent file and its
+    configuration as given (--agent=leaderboard: settings.agent_file and agent_config, absolute paths; "" is the
+    evaluator's default), else our agent (AGENT_FILE, its config written per attempt: ""). And whether it is theirs."""
+    if settings.agent == "leaderboard":
+        return Path(settings.agent_file), settings.agent_config, True
+    return AGENT_FILE, "", False
 
 
 def _sigterm(signum, frame) -> None:
@@ -310,20 +328,23 @@ def drive(layout: Layout, key: RunKey, route_file: Path, route: Route, settings:
         server = start_server(setup.carla_root, gpu, attempt_log, host=HOST)
         ports = server.ports
         check_town(route_file, route, HOST, ports.rpc)
-        config = layout.agent_config(key, attempt)
-        AgentConfig(root=str(layout.root), scenario=key.scenario, name=key.name, route_file=str(route_file),
-                    route_id=route.id, repetition=repetition, seed=seed, attempt=attempt,
-                    settings=settings.to_dict()).write(config)
+        agent_file, config, theirs = agent_of(settings)  # config: Path | str
+        if not theirs:  # our agent: what it drives and where it writes, in its config
+            config = layout.agent_config(key, attempt)
+            AgentConfig(root=str(layout.root), scenario=key.scenario, name=key.name, route_file=str(route_file),
+                        route_id=route.id, repetition=repetition, seed=seed, attempt=attempt,
+                        settings=settings.to_dict()).write(config)
         checkpoint.unlink(missing_ok=True)
         argv = evaluator_command(sys.executable, setup, route_file, route.id, checkpoint,
-                                 layout.evaluator_live(key, attempt), AGENT_FILE, config, ports, seed, repetition,
-                                 settings.stop_on_infraction)
+                                 layout.evaluator_live(key, attempt), agent_file, config, ports, seed, repetition,
+                                 settings.stop_on_infraction, agents_track=theirs)
         log.info("%s: CARLA server ready on GPU %s, ports %d (RPC), %d, %d, Traffic Manager %d; leaderboard "
                  "evaluator: %s", key, gpu, ports.rpc, ports.streaming, ports.secondary, ports.traffic_manager,
                  " ".join(argv))
         for handler in logging.getLogger().handlers:
             handler.flush()
-        evaluator = start_group(argv, attempt_log, env=evaluator_env(os.environ, setup), cwd=layout.log_dir(key))
+        env = evaluator_env(os.environ, setup, agent_dir=agent_file.parent if theirs else None)
+        evaluator = start_group(argv, attempt_log, env=env, cwd=layout.log_dir(key))
         why = _watch(layout, key, server, evaluator, grace)
     except SystemExit as e:
         log.error("%s: ended by a signal (exit %s): the CARLA server and the evaluator are ended, no result "

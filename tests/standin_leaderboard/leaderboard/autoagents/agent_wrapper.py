@@ -1,6 +1,7 @@
 """Stand-in of leaderboard/autoagents/agent_wrapper.py (leaderboard aec81319): its limits and
-validate_sensor_configuration's rules (the track, unique ids, allowed types, at most 3 m from the hero's origin,
-at most so many sensors of a type), written here from their description."""
+validate_sensor_configuration's rules (the track, unique ids, no OpenDRIVE map on the SENSORS track, allowed types,
+at most 3 m from the hero's origin where a sensor has a place, at most so many sensors of a type), written here from
+their description."""
 
 import math
 
@@ -20,9 +21,12 @@ def validate_sensor_configuration(sensors, agent_track, selected_track):
         if sensor["id"] in ids:
             raise SensorConfigurationInvalid(f"Duplicated sensor tag [{sensor['id']}]")
         ids.add(sensor["id"])
+        if agent_track == Track.SENSORS and sensor["type"].startswith("sensor.opendrive_map"):
+            raise SensorConfigurationInvalid(f"Illegal sensor 'sensor.opendrive_map' used for Track [{agent_track}]!")
         if sensor["type"] not in SENSORS_LIMITS:
             raise SensorConfigurationInvalid(f"Illegal sensor '{sensor['type']}'")
-        if math.sqrt(sensor["x"] ** 2 + sensor["y"] ** 2 + sensor["z"] ** 2) > MAX_ALLOWED_RADIUS_SENSOR:
+        if all(k in sensor for k in "xyz") and \
+                math.sqrt(sensor["x"] ** 2 + sensor["y"] ** 2 + sensor["z"] ** 2) > MAX_ALLOWED_RADIUS_SENSOR:
             raise SensorConfigurationInvalid(f"Illegal sensor extrinsics used for sensor '{sensor['id']}'")
         counts[sensor["type"]] = counts.get(sensor["type"], 0) + 1
     for kind, n in counts.items():
