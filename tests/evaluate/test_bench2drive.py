@@ -1,13 +1,17 @@
-"""Bench2Drive's metrics (success rate, the five abilities, efficiency; smoothness said not computable) and the
-leaderboard 2.1 score beside 2.0, over evaluation roots of real result files written by results.write_result into a
-real Layout with a real manifest, as an evaluation writes them; run.json written by hand with the dense route's
-junction flags. Nothing is driven here."""
+"""Bench2Drive's metrics (success rate, the five abilities, efficiency and smoothness) and the leaderboard 2.1 score
+beside 2.0, over evaluation roots of real result files written by results.write_result into a real Layout with a real
+manifest, as an evaluation writes them; run.json and metric_info.json written by hand (the dense route's junction
+flags; the ego's kinematics). Smoothness against hand-computed cases, scipy's filter and, where this machine has
+Bench2Drive's source, its own script. Nothing is driven here."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import PYTHON, run_bin, run_tool, tree
 
@@ -17,6 +21,7 @@ from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.leaderboard_scores import VERSIONS, penalty_21, score_version
 from tools.dataset.manifest import update_manifest
+from tools.dataset.metric_info import KEYS, MetricInfoTrack, read_metric_info
 from tools.dataset.results import (
     COMPLETED,
     FAILED,
@@ -28,7 +33,14 @@ from tools.dataset.results import (
     write_result,
 )
 from tools.dataset.score import aggregate, score_root
-from tools.evaluate.bench2drive import ABILITIES, bench2drive_metrics, junction_fraction, write_bench2drive
+from tools.evaluate.bench2drive import (
+    ABILITIES,
+    bench2drive_metrics,
+    junction_fraction,
+    run_smoothness,
+    savgol_filter,
+    write_bench2drive,
+)
 from tools.evaluate.run import EVALUATION_FORMAT
 
 SLOW = "Average speed is {}% of the surrounding traffic's one"
@@ -117,14 +129,18 @@ def test_each_ability_is_its_runs_successes_and_traffic_signs_credits_a_clean_pa
     assert metrics.junction_credit == 1 and metrics.no_junction == 0
 
 
-def test_efficiency_is_the_mean_over_runs_of_their_min_speed_percentages_and_smoothness_is_said_not_computed(bench):
+def test_efficiency_is_the_mean_over_runs_of_their_min_speed_percentages_and_smoothness_needs_metric_info(bench):
+    """Records without Bench2Drive's checkpoints (as the CARLA leaderboard writes them): their messages' percentages,
+    said not comparable; no metric_info.json anywhere: smoothness not computed, and said why."""
     metrics = bench2drive_metrics(bench, aggregate(bench))
     assert metrics.merged["driving efficiency"] == pytest.approx((80.0 + (50.0 + 40.0) / 2) / 2)
     assert metrics.merged["driving smoothness"] is None
-    assert "per-frame measurements" in metrics.merged["not computed"]["driving smoothness"]
+    assert "no run has a metric_info.json" in metrics.merged["not computed"]["driving smoothness"]
+    assert "driving efficiency" not in metrics.merged["not computed"]
     summary = metrics.summary()
     assert "success rate        37.500 %  (3 of 8" in summary and "Traffic Signs       33.333 %  (1 of 3)" in summary
-    assert "efficiency          62.500 %" in summary and "smoothness        not computed" in summary
+    assert "driving efficiency   62.500 %" in summary and "2 of them with the upstream leaderboard's" in summary
+    assert "driving smoothness  not computed" in summary
 
 
 def test_without_a_min_speed_checkpoint_efficiency_is_not_computed_and_an_ability_without_runs_has_no_figure(
@@ -135,7 +151,8 @@ def test_without_a_min_speed_checkpoint_efficiency_is_not_computed_and_an_abilit
     assert metrics.merged["driving efficiency"] is None
     assert "no run recorded a minimum-speed checkpoint" in metrics.merged["not computed"]["driving efficiency"]
     assert metrics.ability["Merging"] is None and metrics.ability["mean"] == 1.0  # over the one ability with runs
-    assert "Merging                n/a" in metrics.summary() and "efficiency        not computed" in metrics.summary()
+    assert "Merging                n/a" in metrics.summary()
+    assert "driving efficiency  not computed" in metrics.summary()
 
 
 def test_merged_records_are_bench2drives_shape_sorted_by_route_id_without_index(bench):
@@ -169,9 +186,10 @@ def test_the_21_penalty_adds_infractions_up_and_multiplies_the_off_lane_share(tm
     run = aggregate(layout, VERSIONS["2.1"]).runs[0]
     assert run.record["scores"] == {"score_route": 80.0, "score_penalty": round(penalty, 6),
                                     "score_composed": round(80.0 * penalty, 6)}
-    # 2.0 is the record's own: 0.6 x 0.6 x 0.7 (our writer judges neither min speed nor off-lane in the penalty).
-    assert aggregate(layout).runs[0].record["scores"] == {"score_route": 80.0, "score_penalty": 0.252,
-                                                          "score_composed": 20.16}
+    # 2.0 is the record's own, which our writer computes as the leaderboard 2.0 does: 0.6 x 0.6 x 0.7, the min-speed
+    # event's 1 - 0.3 x (1 - 0.6) and the off-lane share's 1 - 0.1 (rounded to 4 digits, as our records are).
+    assert aggregate(layout).runs[0].record["scores"] == {"score_route": 80.0, "score_penalty": 0.1996,
+                                                          "score_composed": 15.9667}
     for kind, value in (("collisions_pedestrian", 1.0), ("collisions_layout", 0.6), ("stop_infraction", 0.25),
                         ("scenario_timeouts", 0.4), ("yield_emergency_vehicle_infractions", 0.4)):
         assert penalty_21({kind: ["x"]}) == pytest.approx(1 / (1 + value))
@@ -219,3 +237,146 @@ def test_an_unknown_score_and_a_root_that_is_not_an_evaluation_root_are_one_line
     assert list(plain.iterdir()) == []
     with pytest.raises(ToolError, match="--score 2.2"):
         score_version("2.2")
+
+
+# ----------------------------------------------------------------------------------- efficiency and smoothness
+
+#: Bench2Drive's source where this machine keeps it (a bare clone); the comparisons with its script skip elsewhere.
+BENCH2DRIVE_GIT = Path("/work/.mirror/Thinklab-SJTU+Bench2Drive/repo")
+BENCH2DRIVE_COMMIT = "7ec25d1c9f75"
+
+
+def bench2drive_script(tmp_path: Path):
+    """Bench2Drive's tools/efficiency_smoothness_benchmark.py at release 0.0.4, imported as it is (it needs scipy)."""
+    pytest.importorskip("scipy.signal")
+    if not BENCH2DRIVE_GIT.is_dir():
+        pytest.skip(f"no copy of Bench2Drive's source at {BENCH2DRIVE_GIT}")
+    source = subprocess.run(["git", f"--git-dir={BENCH2DRIVE_GIT}", "show",
+                             f"{BENCH2DRIVE_COMMIT}:tools/efficiency_smoothness_benchmark.py"],
+                            capture_output=True, text=True, check=True).stdout
+    path = tmp_path / "efficiency_smoothness_benchmark.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("efficiency_smoothness_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def synthetic_info(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """n ticks of kinematics noisy enough that some 20-tick windows are comfortable and some not."""
+    yaw = np.cumsum(rng.normal(0.0, 0.3, n))
+    c, s = np.cos(np.radians(yaw)), np.sin(np.radians(yaw))
+    scale = rng.choice([0.05, 0.3, 1.5])
+    return {"acceleration": np.c_[rng.normal(0.0, scale, (n, 2)), np.zeros(n)],
+            "angular_velocity": np.c_[np.zeros((n, 2)), rng.normal(0.0, scale, n)],
+            "forward_vector": np.c_[c, s, np.zeros(n)], "right_vector": np.c_[-s, c, np.zeros(n)],
+            "location": rng.normal(size=(n, 3)), "rotation": np.c_[np.zeros((n, 2)), yaw]}
+
+
+def test_our_savitzky_golay_filter_is_scipys_with_its_interp_edges():
+    signal = pytest.importorskip("scipy.signal")
+    rng = np.random.default_rng(0)
+    for n in range(3, 30):  # windows of 3 to 7, the even ones only as long as the values (as theirs get them)
+        y = rng.normal(0.0, 5.0, n)
+        window = min(7, n)
+        for deriv, delta in ((0, 1.0), (1, 0.1)):
+            ours = savgol_filter(y, window, 2, deriv, delta)
+            theirs = signal.savgol_filter(y, window_length=window, polyorder=2, deriv=deriv, delta=delta)
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9)
+    with pytest.raises(ValueError):
+        savgol_filter(np.zeros(2), 2, 2)
+
+
+def test_smoothness_by_hand_windows_of_20_ticks_against_the_bounds():
+    """A yaw rate of 0.9 deg/s passes their 0.95 bound, 1.0 fails (their degrees against nuPlan's radians); a
+    longitudinal acceleration that rises 0.40 m/s^2 a tick has a jerk of 4.0 at their 0.1 s spacing, within 4.13,
+    one that rises 0.45, 4.5: uncomfortable; the ticks after the last whole window count for nothing."""
+    def info(n: int, yaw_rate: float = 0.0, lon: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        acc = np.zeros((n, 3))
+        if lon is not None:
+            acc[:, 0] = lon
+        return {"acceleration": acc, "angular_velocity": np.c_[np.zeros((n, 2)), np.full(n, yaw_rate)],
+                "forward_vector": np.tile([1.0, 0.0, 0.0], (n, 1)), "right_vector": np.tile([0.0, 1.0, 0.0], (n, 1)),
+                "location": np.zeros((n, 3)), "rotation": np.zeros((n, 3))}
+
+    assert run_smoothness(info(45, 0.0)) == 1.0
+    windows = {k: np.concatenate([a, b, c]) for k, a, b, c in zip(
+        KEYS, info(20, 0.9).values(), info(20, 1.0).values(), info(5, 5.0).values(), strict=True)}
+    assert run_smoothness(windows) == 0.5  # 0.9 deg/s: comfortable; 1.0: not; the last 5 ticks: no window
+    assert run_smoothness(info(5, lon=0.40 * np.arange(5))) == 1.0  # one window of 5 ticks, filter window 5
+    assert run_smoothness(info(5, lon=0.45 * np.arange(5))) == 0.0
+    assert run_smoothness(info(2)) is None  # theirs raise: too short for the filter
+
+
+def test_smoothness_is_bench2drives_own_script_on_synthetic_runs(tmp_path):
+    script = bench2drive_script(tmp_path)
+    rng = np.random.default_rng(1)
+    ours, theirs = [], []
+    for n in [3, 4, 6, 7, 19, 20, 21, 40, 59, 133, *rng.integers(3, 300, 30).tolist()]:
+        info = synthetic_info(rng, int(n))
+        ours.append(run_smoothness(info))
+        theirs.append(script.seg_compute_comfort_metric(**info))
+    assert ours == theirs
+    assert 0.1 < np.mean(theirs) < 0.9  # the runs exercise both sides of the bounds
+
+
+def test_the_metric_info_track_is_carlas_conventions_and_bench2drives_keys(tmp_path):
+    """Facing south (CARLA's yaw 90, y down), speeding up by 0.02 m/s a tick and turning 1 degree a tick (20 deg/s at
+    20 Hz): acceleration along +y, angular velocity in deg/s, right vector -x (west), in the file's tick order."""
+    track = MetricInfoTrack(0.05)
+    for i in range(3):
+        track.add(10.0, 5.0 + i, 90.0 + i, 0.02 * i)
+    path = tmp_path / "metric_info.json"
+    track.write(path)
+    data = json.loads(path.read_text())
+    assert list(data) == ["0", "1", "2"] and list(data["1"]) == list(KEYS)
+    assert data["0"]["acceleration"] == [0.0, 0.0, 0.0] and data["0"]["angular_velocity"] == [0.0, 0.0, 0.0]
+    assert data["0"]["forward_vector"] == [0.0, 1.0, 0.0] and data["0"]["right_vector"] == [-1.0, 0.0, 0.0]
+    assert data["1"]["acceleration"] == pytest.approx([-0.006981, 0.399939, 0.0], abs=1e-6)  # v = 0.02 at 91 deg
+    assert data["2"]["angular_velocity"] == pytest.approx([0.0, 0.0, 20.0])
+    assert data["2"]["location"] == [10.0, 7.0, 0.0] and data["2"]["rotation"] == [0.0, 0.0, 92.0]
+    assert read_metric_info(path)["angular_velocity"].shape == (3, 3)
+
+
+def test_bench2drives_checkpoints_give_the_efficiency_the_merged_records_and_a_driving_score_without_min_speed(
+        tmp_path):
+    """A run whose record holds the leaderboard's slow checkpoint (60%: its 2.0 DS 88) and Bench2Drive's 20 in its meta:
+    efficiency the mean of Bench2Drive's up to 1000%; merged.json carries them as their fork records them, with the
+    run's score unpenalised (DS 100), under 2.0 and 2.1 alike."""
+    layout = make_root(tmp_path / "eval", [OVERTAKE_OK])
+    rec = record(1000, COMPLETED, min_speed_infractions=[SLOW.format(60.0)])
+    rec.bench2drive_min_speed = [50.0, 150.0, 100, 1200.0]
+    write_result(layout, OVERTAKE_OK, rec)
+    assert aggregate(layout).runs[0].record["scores"]["score_composed"] == 88.0  # 1 - 0.3 x 0.4
+    for version in ("2.0", "2.1"):
+        metrics = write_bench2drive(layout, score_root(layout, score_version(version)))
+        merged = json.loads(layout.bench2drive_merged.read_text())
+        (merged_record,) = merged["_checkpoint"]["records"]
+        assert merged_record["infractions"]["min_speed_infractions"] == [
+            SLOW.format("50.0"), SLOW.format("150.0"), SLOW.format(100), SLOW.format("1200.0")]
+        assert merged_record["num_infractions"] == 4 and merged_record["scores"]["score_composed"] == 100.0
+        assert merged["driving score"] == 100.0 and merged["success rate"] == 1.0
+        assert merged["driving efficiency"] == pytest.approx(100.0)  # (50 + 150 + 100) / 3
+        assert "efficiency" in metrics.summary() and "upstream" not in metrics.summary()
+
+
+def test_bench2drives_script_reads_our_merged_json_and_run_folders_to_our_figures(tmp_path):
+    """merged.json with -m ROOT/data: efficiency_smoothness_benchmark.py finds every run's metric_info.json by its
+    save_name and computes the efficiency and smoothness we write."""
+    script = bench2drive_script(tmp_path)
+    layout = make_root(tmp_path / "eval", [OVERTAKE_OK, MERGE_SLOW, INVADING_OK])
+    rng = np.random.default_rng(2)
+    for i, key in enumerate((OVERTAKE_OK, MERGE_SLOW, INVADING_OK)):
+        rec = record(1000 + i, COMPLETED)
+        rec.bench2drive_min_speed = rng.uniform(20.0, 400.0, 19).round(2).tolist() + [100]
+        write_result(layout, key, rec)
+        track = MetricInfoTrack(0.05)
+        for tick in range(int(rng.integers(30, 120))):
+            track.add(0.0, 0.0, float(rng.normal(0.0, 0.5 + i)) * tick, 8.0 + float(rng.normal(0.0, 0.05 * (i + 1))))
+        track.write(layout.metric_info(key))
+    merged = write_bench2drive(layout, score_root(layout)).merged
+    all_data, efficiencies = script.read_from_json(str(layout.bench2drive_merged), str(layout.root / "data"))
+    smoothness = [script.seg_compute_comfort_metric(**run) for run in all_data]
+    assert merged["driving efficiency"] == pytest.approx(sum(efficiencies) / len(efficiencies))
+    assert merged["driving smoothness"] == pytest.approx(sum(smoothness) / len(smoothness))
+    assert "not computed" not in merged

@@ -153,15 +153,18 @@ def test_seeds_drive_each_route_in_distinct_worlds_and_the_summary_gives_interva
                                                                                                 tmp_path):
     """--seeds 2 on the 2 short routes: 4 runs, two seeds per route, each run's seed its own (run.json) and its
     world another (its picture differs); the summary's 95% intervals are those of the runs' scores, per route
-    over its seeds, and it names every run's picture: an animated WebP, one frame per half simulated second."""
+    over its seeds, and it names every run's picture: an animated WebP, one frame per half simulated second.
+    With --bench2drive every run leaves its metric_info.json (a tick each 0.05 s simulated) and Bench2Drive's
+    min-speed checkpoints, and the summary gives both the driving efficiency and the driving smoothness."""
     from PIL import Image
 
     from tools.collect.base.film import RunFilm
+    from tools.dataset.metric_info import read_metric_info
     from tools.dataset.score import format_interval, mean_interval
 
     root = tmp_path / "eval"
     proc = run_bin("evaluate", "--agent", "expert", short_routes, "--root", root, "--seeds", "2", "--workers", "2",
-                   timeout=600)
+                   "--bench2drive", timeout=600)
     assert proc.returncode == 0, proc.stderr
     layout = Layout(root)
     keys = list(layout.iter_runs())
@@ -187,9 +190,19 @@ def test_seeds_drive_each_route_in_distinct_worlds_and_the_summary_gives_interva
         with Image.open(film) as im:
             assert im.format == "WEBP" and im.is_animated
             # a frame on each grid point of the run's simulated time; the run's very last tick ends the drive loop
-            # before it films, so a duration on the grid (25.0 s) has its last point only when an earlier tick did
+            # before it films, so a duration on the grid (25.0 s) has its last point only when an earlier tick did;
+            # and one at each infraction judged during the drive (the expert's: minimum-speed checkpoints)
             grid = int(r["meta"]["duration_game"] / RunFilm(film, None).every_s + 1e-6) + 1
-            assert grid - 1 <= im.n_frames <= grid
+            assert grid - 1 <= im.n_frames <= grid + r["num_infractions"]
+        ticks = len(read_metric_info(layout.metric_info(k))["acceleration"])
+        assert ticks == round(r["meta"]["duration_game"] / 0.05)
+        own = json.loads(layout.result_path(k).read_text())["_checkpoint"]["records"][0]
+        assert 15 <= len(own["meta"]["bench2drive_min_speed"]) <= 20
+    merged = json.loads(layout.bench2drive_merged.read_text())
+    assert merged["driving efficiency"] > 0 and 0 <= merged["driving smoothness"] <= 1
+    assert f"driving efficiency {merged['driving efficiency']:8.3f} %" in proc.stdout
+    assert f"driving smoothness {100 * merged['driving smoothness']:8.3f} %" in proc.stdout
+    assert "not computed" not in proc.stdout
 
 
 def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_expert_does():

@@ -8,6 +8,8 @@
           run.json                               settings of the run (seed, town, rig, attempt)
           heartbeat.json                         host, pid and time, rewritten while the run is alive
           frames/<index:05d>.msgpack             one file per recorded frame (tools.dataset.frames)
+          metric_info.json                       an evaluated run's ego kinematics at every tick, Bench2Drive's file
+                                                 (tools.dataset.metric_info; evaluation roots only)
       results/<Scenario>/<run>.json              leaderboard 2.0 result; its existence ends a run
       results/<Scenario>/<run>.webp              an evaluated run's picture (animated; tools.collect.base.film)
       logs/<Scenario>/<run>/attempt-<NN>.log     one log per attempt; their count is the attempt count
@@ -87,6 +89,8 @@ ROOT_FOLDERS = frozenset({DATA, RESULTS, LOGS, BUCKETS, CACHE, REPORTS, PY123D, 
 
 RUN_SETTINGS = "run.json"
 RUN_MEASUREMENTS = "measurements.msgpack"
+#: The name Bench2Drive's agents give it (SAVE_PATH/<save_name>/metric_info.json).
+METRIC_INFO = "metric_info.json"
 HEARTBEAT = "heartbeat.json"
 FRAMES = "frames"
 FRAME_NAME = "{index:05d}.msgpack"
@@ -367,6 +371,12 @@ class Layout:
     def run_measurements(self, key: RunKey) -> Path:
         """data/<Scenario>/<run>/measurements.msgpack: every frame's measurements in one file (frames.py)."""
         return self.run_dir(key) / RUN_MEASUREMENTS
+
+    def metric_info(self, key: RunKey) -> Path:
+        """data/<Scenario>/<run>/metric_info.json: an evaluated run's ego kinematics at every tick, as Bench2Drive's
+        agents write it (tools.dataset.metric_info). Bench2Drive's efficiency_smoothness_benchmark.py finds it as
+        <metric_dir>/<save_name>/metric_info.json with metric_dir ROOT/data and save_name "<Scenario>/<run>"."""
+        return self.run_dir(key) / METRIC_INFO
 
     def heartbeat(self, key: RunKey) -> Path:
         return self.run_dir(key) / HEARTBEAT

@@ -36,6 +36,16 @@ from tools.core.errors import ToolError
 ROUND_DIGITS_SCORE = 6
 DEFAULT_VERSION = "2.0"
 
+#: Leaderboard 2.0's PENALTY_VALUE_DICT, by record key: factors that multiply (min speed and off-lane: their own).
+PENALTY_VALUES_20 = {
+    "collisions_pedestrian": 0.5,
+    "collisions_vehicle": 0.6,
+    "collisions_layout": 0.65,
+    "red_light": 0.7,
+    "stop_infraction": 0.8,
+    "scenario_timeouts": 0.7,
+    "yield_emergency_vehicle_infractions": 0.7,
+}
 #: Leaderboard 2.1's PENALTY_VALUE_DICT, by record key (min speed is scaled by its percentage).
 PENALTY_VALUES_21 = {
     "collisions_pedestrian": 1.0,
@@ -49,6 +59,12 @@ PENALTY_VALUES_21 = {
 }
 MIN_SPEED = "min_speed_infractions"
 OUTSIDE_LANES = "outside_route_lanes"
+#: Leaderboard 2.0's PENALTY_PERC_DICT entry of a min-speed event: [0.7, 'decreases'], the factor
+#: 1 - (1 - 0.7) x (1 - percentage / 100) per event.
+MIN_SPEED_PENALTY_20 = 0.7
+#: The wording of a min-speed event (scenario_runner's MinimumSpeedRouteTest, `set_message`), `percent` its value as
+#: the criterion formats it (a float rounded to 2 digits, or the integer 100 when there was nothing to compare).
+MIN_SPEED_MESSAGE = "Average speed is {percent}% of the surrounding traffic's one"
 
 _MIN_SPEED_PERCENT = re.compile(r"is (-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)%")
 _OUTSIDE_PERCENT = re.compile(r"\((-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)% of the completed route\)")
@@ -98,6 +114,15 @@ def min_speed_percent(message: Any) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def min_speed_factor_20(message: Any) -> float:
+    """Leaderboard 2.0's penalty factor of one min-speed event: 1 - (1 - 0.7) x (1 - percentage / 100), 1 at 100% or
+    above (the leaderboard records no such event; Bench2Drive's fork records them unpenalised), 0.7 for a message
+    that names no percentage."""
+    percent = min_speed_percent(message)
+    shortfall = 1.0 if percent is None else max(1 - percent / 100, 0.0)
+    return 1 - (1 - MIN_SPEED_PENALTY_20) * shortfall
+
+
 def outside_lanes_percent(message: Any) -> float | None:
     """The percentage of the completed route an off-lane message names ("(12.5% of the completed route)")."""
     m = _OUTSIDE_PERCENT.search(str(message))
@@ -111,6 +136,21 @@ def infraction_value_21(kind: str, message: Any) -> float:
         percent = min_speed_percent(message)
         return value if percent is None else value * max(1 - percent / 100, 0.0)
     return value
+
+
+def penalty_20(infractions: Mapping[str, Sequence[Any]]) -> float:
+    """Leaderboard 2.0's score_penalty of one run (unrounded): the product of PENALTY_VALUES_20 per event, of each
+    min-speed event's factor (min_speed_factor_20) and of each off-lane event's 1 - percentage / 100."""
+    penalty = 1.0
+    for kind, messages in infractions.items():
+        for message in messages or ():
+            if kind == MIN_SPEED:
+                penalty *= min_speed_factor_20(message)
+            elif kind == OUTSIDE_LANES:
+                penalty *= max(1 - (outside_lanes_percent(message) or 0.0) / 100, 0.0)
+            else:
+                penalty *= PENALTY_VALUES_20.get(kind, 1.0)
+    return penalty
 
 
 def penalty_21(infractions: Mapping[str, Sequence[Any]]) -> float:

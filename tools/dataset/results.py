@@ -19,6 +19,7 @@ from typing import Any
 from tools.core import atomic, files, locks
 from tools.dataset import heartbeats
 from tools.dataset.layout import RESULTS, Layout, RunKey
+from tools.dataset.leaderboard_scores import penalty_20
 
 # Leaderboard 2.0 record statuses.
 STARTED = "Started"
@@ -57,18 +58,6 @@ INFRACTION_KEYS = (
     "route_timeout",
 )
 
-# Leaderboard 2.0 infraction penalties (multiplicative), used for score_penalty.
-_PENALTY = {
-    "collisions_pedestrian": 0.5,
-    "collisions_vehicle": 0.6,
-    "collisions_layout": 0.65,
-    "red_light": 0.7,
-    "stop_infraction": 0.8,
-    "scenario_timeouts": 0.7,
-    "yield_emergency_vehicle_infractions": 0.7,
-}
-
-
 class RunState(enum.StrEnum):
     PENDING = "pending"  # nothing on disk yet
     RUNNING = "running"  # a live process is writing it (fresh heartbeat)
@@ -100,12 +89,13 @@ class RouteRecord:
     #: What became of each of the route's scenario blocks (tools.collect.sim.scenarios.Scenarios.states), in
     #: meta.scenarios: a run whose scenario never ran says so.
     scenarios: dict[str, str] = field(default_factory=dict)
+    #: Bench2Drive's minimum-speed checkpoints (its fork of MinimumSpeedRouteTest: 20 along the route, every one kept,
+    #: percent), in meta.bench2drive_min_speed when the referee judged them (the embedded world); None: not judged.
+    bench2drive_min_speed: list[float] | None = None
 
     def to_result(self, index: int = 0) -> dict[str, Any]:
         """The whole leaderboard 2.0 checkpoint JSON for this one route run."""
-        penalty = 1.0
-        for key, items in self.infractions.items():
-            penalty *= _PENALTY.get(key, 1.0) ** len(items)
+        penalty = penalty_20(self.infractions)  # leaderboard 2.0's: the factors multiply
         completion = round(self.route_completion, 4)
         scores = {
             "score_route": completion,
@@ -126,6 +116,8 @@ class RouteRecord:
                 "scenarios": dict(self.scenarios),
             },
         }
+        if self.bench2drive_min_speed is not None:
+            record["meta"]["bench2drive_min_speed"] = list(self.bench2drive_min_speed)
         crashed = self.status in CRASH_STATUSES
         return {
             "_checkpoint": {

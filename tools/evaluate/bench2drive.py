@@ -19,25 +19,41 @@ and its leaderboard fork's leaderboard/utils/statistics_manager.py. Our own code
   (length + 1). A Traffic_Signs run whose route has no junction or no run.json gets no such credit (theirs raise
   an error); the summary counts them. An ability without a run has no figure (theirs divide by zero), and `mean`
   is then over the abilities that have runs; the summary says so.
-- **Efficiency** (efficiency_smoothness_benchmark.py): per run with min-speed infractions, the mean of the
-  percentages their messages name ("Average speed is X% of the surrounding traffic's one": the ego's speed over
-  the background traffic's), values above 1000% left out; then the mean over those runs. Bench2Drive's fork
-  records a min-speed event at every checkpoint whatever its value (statistics_manager.py marks the penalty
-  'unused'); the upstream leaderboard 2.0 records only checkpoints under 100%, and the embedded world judges no
-  minimum speed at all: without a min-speed message in any run, efficiency is not computed, and the summary says why.
-- **Smoothness** is not computed: theirs is a per-tick comfort test (Savitzky-Golay filtered longitudinal and
-  lateral acceleration, jerk, yaw rate and yaw acceleration against nuPlan's bounds, over 20-tick windows at 10 Hz)
-  of each run's metric_info.json (acceleration and angular-velocity vectors, forward and right vectors, location,
-  rotation per tick), which their agents write. An evaluation run records no per-frame measurements
-  (`record=false`), so there is nothing to compute it from; the summary and merged.json say so.
+- **Driving score** as Bench2Drive's fork scores a run: its leaderboard marks the min-speed penalty 'unused'
+  (statistics_manager.py), so a run with min-speed events has the `--score` version's penalty recomputed from its
+  other infractions (tools.dataset.leaderboard_scores); a run without one keeps its own scores.
+- **Efficiency** (efficiency_smoothness_benchmark.py): per run, the mean of its min-speed checkpoints' percentages (the
+  ego's mean speed over the background traffic's), values above 1000% left out; then the mean over the runs that have
+  some. Bench2Drive's fork of MinimumSpeedRouteTest (its route_scenario.py: `checkpoints=20`) records every checkpoint;
+  our referee judges that one too and keeps it in the record's meta (`bench2drive_min_speed`,
+  tools.collect.base.referee), which is what we average. A record without it (a CARLA run: the upstream leaderboard 2.0,
+  4 checkpoints, only those under 100% recorded) gives its min-speed messages instead: the mean of the slow
+  checkpoints, not comparable with Bench2Drive's figures (the summary counts such runs).
+- **Smoothness** (efficiency_smoothness_benchmark.py, `seg_compute_comfort_metric`): each run's metric_info.json (the
+  ego's acceleration, angular velocity, forward and right vectors at every tick: tools.dataset.metric_info) cut into
+  complete windows of 20 ticks (a run of at most 20 ticks is one window); a window is comfortable when, after a
+  Savitzky-Golay filter (window 7 or the window's length if shorter, order 2, scipy's `interp` edges), the longitudinal
+  and lateral accelerations (the 2D acceleration on the forward and right vectors), the magnitude and longitudinal
+  jerks (the filter's first derivative of the filtered accelerations, spacing 0.1 s), the yaw rate (the z angular
+  velocity, phase-unwrapped by 2 pi) and their yaw "acceleration" stay strictly within nuPlan's bounds. As their script
+  does: the spacing is 0.1 s while the ticks are 0.05 s apart (their agents store every 20 Hz tick, as we do), so the
+  jerks are half the physical ones; the angular velocity is CARLA's degrees per second against bounds in radians per
+  second (0.95 and 1.93), so any turn faster than 0.95 deg/s is uncomfortable; the yaw acceleration is the filtered
+  yaw rate itself (no derivative). A run's smoothness is its share of comfortable windows; the figure, a fraction as
+  theirs prints it, the mean over the runs with a metric_info.json of at least 3 ticks (theirs raise on a missing
+  file or a shorter one; the summary counts the runs left out). The Savitzky-Golay filter is our numpy one
+  (`savgol_filter`: scipy is no dependency of ours), the least-squares polynomial of each window as scipy's.
 
 Written: ROOT/bench2drive/merged.json, the keys and shape merge_route_json.py writes (`_checkpoint.records` without
 `index`, sorted by route_id descending; `driving score`, `success rate`, `eval num`), each record's route_id in the
 leaderboard's form `RouteScenario_<id>_rep<K>` (ability_benchmark.py matches `route_id.split('_')[1]` against the
-route XML's ids) with `scenario_name`, `town_name` and `save_name` as Bench2Drive's records carry them; plus our
-keys `score_version`, `driving efficiency`, `driving smoothness` and `not computed`. ROOT/bench2drive/
-merged_ability.json: what ability_benchmark.py writes for it (the five abilities as fractions, `mean`, `crashed`:
-the runs counted as failures because they crashed or have no result yet, which theirs leave out instead).
+route XML's ids) with `scenario_name`, `town_name` and `save_name` ("<Scenario>/<run>": with `-m ROOT/data`
+efficiency_smoothness_benchmark.py finds each run's metric_info.json) as Bench2Drive's records carry them, and as
+their fork would have recorded them: `min_speed_infractions` Bench2Drive's checkpoints where the run has them, `scores`
+without the min-speed penalty; plus `driving efficiency` (percent), `driving smoothness` (a fraction), our
+`score_version`, and `not computed` (why, for a figure that is null; absent when both are computed).
+ROOT/bench2drive/merged_ability.json: what ability_benchmark.py writes for it (the five abilities as fractions, `mean`,
+`crashed`: the runs counted as failures because they crashed or have no result yet, which theirs leave out instead).
 """
 
 from __future__ import annotations
@@ -47,8 +63,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tools.core import atomic, files
 from tools.dataset.layout import Layout
+from tools.dataset.leaderboard_scores import (
+    MIN_SPEED,
+    MIN_SPEED_MESSAGE,
+    ROUND_DIGITS_SCORE,
+    penalty_20,
+    penalty_21,
+)
+from tools.dataset.metric_info import read_metric_info
 from tools.dataset.results import SUCCESS_STATUSES
 from tools.dataset.score import Aggregate, RunScore
 
@@ -90,11 +116,23 @@ _PERCENT = re.compile(r"\b\d+\.?\d*%")
 #: How Bench2Drive's leaderboard names a run's record (leaderboard/utils/route_parser.py: RouteScenario_<id>).
 ROUTE_ID = "RouteScenario_{route_id}"
 
-SMOOTHNESS_NOT_COMPUTED = ("Bench2Drive computes it from each run's per-tick metric_info.json (acceleration and "
-                           "angular velocity vectors, forward and right vectors); an evaluation run records no "
-                           "per-frame measurements")
-EFFICIENCY_NOT_COMPUTED = ("no run recorded a minimum-speed checkpoint (the embedded world judges no minimum speed; "
-                           "runs under the CARLA leaderboard record them)")
+#: efficiency_smoothness_benchmark.py's comfort bounds (nuPlan's): longitudinal acceleration (m/s^2), lateral
+#: acceleration, magnitude jerk and longitudinal jerk (m/s^3), yaw acceleration (rad/s^2) and yaw rate (rad/s).
+MIN_LON_ACCEL, MAX_LON_ACCEL = -4.05, 2.40
+MAX_ABS_LAT_ACCEL = 4.89
+MAX_ABS_MAG_JERK = 8.37
+MAX_ABS_LON_JERK = 4.13
+MAX_ABS_YAW_ACCEL = 1.93
+MAX_ABS_YAW_RATE = 0.95
+#: Its Savitzky-Golay filter: window (at most), polynomial order, and the spacing of the derivative (its
+#: `time_interval`, seconds; the ticks it reads are 0.05 s apart).
+SAVGOL_WINDOW, SAVGOL_ORDER, JERK_SPACING_S = 7, 2, 0.1
+#: Ticks per comfort window (its `per_step`).
+COMFORT_WINDOW_TICKS = 20
+
+SMOOTHNESS_NOT_COMPUTED = ("no run has a metric_info.json of at least 3 ticks (an evaluation in the embedded world "
+                           "writes one per run: ROOT/data/<Scenario>/<run>/metric_info.json)")
+EFFICIENCY_NOT_COMPUTED = "no run recorded a minimum-speed checkpoint"
 
 
 def is_success(record: dict[str, Any]) -> bool:
@@ -133,6 +171,113 @@ def run_efficiency(messages: list[Any]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def bench2drive_scores(record: dict[str, Any], version_name: str) -> dict[str, float]:
+    """A record's scores as Bench2Drive's fork gives them: its penalty recomputed from its infractions without the
+    min-speed events (leaderboard_scores.penalty_20, or penalty_21 for 2.1). A record without a min-speed event: its
+    scores as they are."""
+    scores = record["scores"]
+    if not record["infractions"].get(MIN_SPEED):
+        return dict(scores)
+    others = {k: v for k, v in record["infractions"].items() if k != MIN_SPEED}
+    penalty = penalty_21(others) if version_name == "2.1" else penalty_20(others)
+    route = scores["score_route"]
+    return {"score_route": route, "score_penalty": round(penalty, ROUND_DIGITS_SCORE),
+            "score_composed": round(max(route * penalty, 0.0), ROUND_DIGITS_SCORE)}
+
+
+# ----------------------------------------------------------------------------------------------------------- smoothness
+def _savgol_matrix(window: int, order: int, deriv: int, delta: float, at: np.ndarray) -> np.ndarray:
+    """(len(at), window): row i gives, from a window's `window` values, the `deriv`-th derivative (per `delta` of
+    spacing) at position at[i] (0 .. window - 1) of their least-squares polynomial of degree `order`."""
+    centre = (window - 1) / 2
+    t = np.arange(window, dtype=np.float64) - centre  # centred: a well-conditioned fit
+    fit = np.linalg.pinv(t[:, None] ** np.arange(order + 1))  # (order + 1, window): values -> coefficients
+    powers = np.arange(order + 1)
+    x = np.asarray(at, dtype=np.float64)[:, None] - centre
+    scale = np.ones(order + 1)
+    for k in range(deriv):  # d^deriv/dx^deriv of x^p is p (p - 1) ... (p - deriv + 1) x^(p - deriv)
+        scale *= powers - k
+    rows = scale * x ** np.maximum(powers - deriv, 0) * (powers >= deriv)
+    return rows @ fit / delta ** deriv
+
+
+def savgol_filter(y: np.ndarray, window: int, order: int, deriv: int = 0, delta: float = 1.0) -> np.ndarray:
+    """scipy.signal.savgol_filter(y, window, order, deriv, delta) with its default mode 'interp', for a 1-D `y`:
+    each value replaced by the least-squares polynomial of degree `order` through the `window` values centred on it
+    (or its derivative); the first and last window // 2 values by the polynomial through the first and last `window`
+    values. An even `window` only as long as `y` (all of it one polynomial), as efficiency_smoothness_benchmark.py
+    can give it."""
+    y = np.asarray(y, dtype=np.float64)
+    n, half = len(y), window // 2
+    if not order < window <= n:
+        raise ValueError(f"savgol_filter: need order < window <= len(y), got {order}, {window}, {n}")
+    if window % 2 == 0 and window != n:
+        raise ValueError(f"savgol_filter: an even window ({window}) only as long as the values ({n})")
+    out = np.empty(n)
+    if n - 2 * half > 0:
+        centre = _savgol_matrix(window, order, deriv, delta, np.array([half]))[0]
+        out[half:n - half] = np.lib.stride_tricks.sliding_window_view(y, window) @ centre
+    ends = _savgol_matrix(window, order, deriv, delta, np.arange(window))
+    out[:half] = ends[:half] @ y[:window]
+    out[n - half:] = ends[window - half:] @ y[n - window:]
+    return out
+
+
+def _phase_unwrap(values: np.ndarray) -> np.ndarray:
+    """efficiency_smoothness_benchmark.py's `_phase_unwrap`: consecutive values brought within pi of each other by
+    whole turns of 2 pi (applied, as theirs, to the angular velocity in degrees per second)."""
+    turns = np.zeros_like(values)
+    turns[1:] = np.cumsum(np.round(np.diff(values) / (2 * np.pi)))
+    return values - 2 * np.pi * turns
+
+
+def _within(values: np.ndarray, low: float, high: float) -> bool:
+    return bool(np.all((values > low) & (values < high)))
+
+
+def window_comfortable(info: dict[str, np.ndarray]) -> bool:
+    """One window's comfort (efficiency_smoothness_benchmark.py's `compute_comfort_metric`): the filtered
+    longitudinal and lateral accelerations, magnitude and longitudinal jerks, yaw rate and yaw "acceleration" all
+    strictly within their bounds. `info`: tools.dataset.metric_info.read_metric_info's arrays (at least 3 ticks)."""
+    window = min(SAVGOL_WINDOW, len(info["acceleration"]))
+
+    def smooth(y: np.ndarray, deriv: int = 0) -> np.ndarray:
+        return savgol_filter(y, window, SAVGOL_ORDER, deriv, JERK_SPACING_S if deriv else 1.0)
+
+    acc = info["acceleration"][:, :2]
+    lon = smooth(np.einsum("ij,ij->i", acc, info["forward_vector"][:, :2]))
+    lat = smooth(np.einsum("ij,ij->i", acc, info["right_vector"][:, :2]))
+    magnitude = smooth(np.hypot(acc[:, 0], acc[:, 1]))
+    yaw_rate = smooth(_phase_unwrap(info["angular_velocity"][:, 2]))  # theirs: also their yaw "acceleration"
+    return (_within(lon, MIN_LON_ACCEL, MAX_LON_ACCEL) and _within(lat, -MAX_ABS_LAT_ACCEL, MAX_ABS_LAT_ACCEL)
+            and _within(smooth(magnitude, 1), -MAX_ABS_MAG_JERK, MAX_ABS_MAG_JERK)
+            and _within(smooth(lon, 1), -MAX_ABS_LON_JERK, MAX_ABS_LON_JERK)
+            and _within(yaw_rate, -MAX_ABS_YAW_ACCEL, MAX_ABS_YAW_ACCEL)
+            and _within(yaw_rate, -MAX_ABS_YAW_RATE, MAX_ABS_YAW_RATE))
+
+
+def run_smoothness(info: dict[str, np.ndarray]) -> float | None:
+    """A run's smoothness (`seg_compute_comfort_metric`): its share of comfortable complete windows of
+    COMFORT_WINDOW_TICKS ticks; a run of at most that many ticks is one window (1.0 or 0.0). None under 3 ticks
+    (theirs raise)."""
+    n = len(info["angular_velocity"])
+    if n < SAVGOL_ORDER + 1:
+        return None
+    if n <= COMFORT_WINDOW_TICKS:
+        return 1.0 if window_comfortable(info) else 0.0
+    windows = [{k: v[i:i + COMFORT_WINDOW_TICKS] for k, v in info.items()}
+               for i in range(0, n - COMFORT_WINDOW_TICKS + 1, COMFORT_WINDOW_TICKS)]
+    return sum(window_comfortable(w) for w in windows) / len(windows)
+
+
+def _run_smoothness(layout: Layout, run: RunScore) -> float | None:
+    try:
+        info = read_metric_info(layout.metric_info(run.key))
+    except (OSError, ValueError):
+        return None
+    return run_smoothness(info)
+
+
 @dataclass(frozen=True)
 class Bench2DriveMetrics:
     """Bench2Drive's metrics of an evaluation root, and what was written."""
@@ -144,6 +289,8 @@ class Bench2DriveMetrics:
     junction_credit: int  # failed Traffic_Signs runs counted for passing their first junction
     no_junction: int  # failed, scored Traffic_Signs runs whose route had no junction (or no run.json): no credit
     efficiency_runs: int  # runs with min-speed percentages
+    efficiency_upstream: int  # of those, runs whose percentages are the upstream leaderboard's slow checkpoints only
+    smoothness_runs: int  # runs with a metric_info.json of at least 3 ticks
     layout: Layout
 
     @property
@@ -153,8 +300,8 @@ class Bench2DriveMetrics:
     def summary(self) -> str:
         n = self.merged["eval num"]
         successes = round(self.success_rate * n)
-        lines = [f"Bench2Drive metrics over all {n} route runs (leaderboard {self.agg.version.name} scores; crashed "
-                 "and missing runs count as failures)",
+        lines = [f"Bench2Drive metrics over all {n} route runs (leaderboard {self.agg.version.name} scores, min speed "
+                 "unpenalised as Bench2Drive's; crashed and missing runs count as failures)",
                  f"  driving score     {self.merged['driving score']:8.3f}",
                  f"  success rate      {100 * self.success_rate:8.3f} %  ({successes} of {n}: Perfect or Completed, "
                  "no infraction but min speed)"]
@@ -170,18 +317,56 @@ class Bench2DriveMetrics:
             lines.append(f"  Traffic Signs: {self.junction_credit} failed runs counted for passing their first "
                          f"junction clean; {self.no_junction} failed runs' routes had no junction (no such credit)")
         eff = self.merged["driving efficiency"]
-        lines.append(f"  efficiency        {eff:8.3f} %  (mean over the {self.efficiency_runs} runs with min-speed "
-                     "checkpoints; upstream leaderboard 2.0 records only those under 100%, Bench2Drive's every one)"
-                     if eff is not None else
-                     f"  efficiency        not computed: {self.merged['not computed']['driving efficiency']}")
-        lines.append(f"  smoothness        not computed: {self.merged['not computed']['driving smoothness']}")
+        if eff is None:
+            lines.append(f"  driving efficiency  not computed: {self.merged['not computed']['driving efficiency']}")
+        else:
+            line = (f"  driving efficiency {eff:8.3f} %  (the ego's speed over the traffic's at the min-speed "
+                    f"checkpoints, mean over {self.efficiency_runs} runs)")
+            if self.efficiency_upstream:
+                line += (f"; {self.efficiency_upstream} of them with the upstream leaderboard's checkpoints under 100% "
+                         "only, not comparable")
+            lines.append(line)
+        smooth = self.merged["driving smoothness"]
+        if smooth is None:
+            lines.append(f"  driving smoothness  not computed: {self.merged['not computed']['driving smoothness']}")
+        else:
+            lines.append(f"  driving smoothness {100 * smooth:8.3f} %  (1 s windows within nuPlan's comfort bounds, "
+                         f"mean over {self.smoothness_runs} runs with a metric_info.json"
+                         + (f"; {n - self.smoothness_runs} runs without one left out)" if self.smoothness_runs < n
+                            else ")"))
         lines.append(f"bench2drive: {self.layout.bench2drive_merged} and {self.layout.bench2drive_ability.name}")
         return "\n".join(lines)
 
 
-def _merged_record(layout: Layout, run: RunScore) -> dict[str, Any]:
+def _result_meta(layout: Layout, run: RunScore) -> dict[str, Any]:
+    """The meta of the run's own result record (the aggregate keeps only its lengths and durations)."""
+    if run.counted != "scored":
+        return {}
+    try:
+        meta = files.read_json(layout.result_path(run.key))["_checkpoint"]["records"][0]["meta"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _bench2drive_checkpoints(meta: dict[str, Any]) -> list[float] | None:
+    """meta.bench2drive_min_speed: the percentages of Bench2Drive's checkpoints, None when absent or not numbers."""
+    values = meta.get("bench2drive_min_speed")
+    if not isinstance(values, list) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               for v in values):
+        return None
+    return values
+
+
+def _merged_record(layout: Layout, run: RunScore, version_name: str, checkpoints: list[float] | None
+                   ) -> dict[str, Any]:
     record = {k: v for k, v in run.record.items() if k != "index"}
     record["route_id"] = ROUTE_ID.format(route_id=record["route_id"])
+    record["scores"] = bench2drive_scores(run.record, version_name)
+    if checkpoints is not None:  # as Bench2Drive's fork records them: every checkpoint
+        record["infractions"] = {**record["infractions"],
+                                 MIN_SPEED: [MIN_SPEED_MESSAGE.format(percent=v) for v in checkpoints]}
+        record["num_infractions"] = sum(len(v) for v in record["infractions"].values())
     run_json = _run_json(layout, run)
     record.update(scenario_name=run.key.scenario, town_name=str(run_json.get("town", "")), save_name=str(run.key))
     return record
@@ -199,8 +384,8 @@ def bench2drive_metrics(layout: Layout, agg: Aggregate) -> Bench2DriveMetrics:
     """Bench2Drive's metrics of the runs of `agg` (an aggregate of `layout`), nothing written."""
     n = len(agg.runs)
     counts = {name: [0, 0] for name in ABILITIES}
-    junction_credit = no_junction = 0
-    efficiencies = []
+    junction_credit = no_junction = upstream = 0
+    efficiencies, smoothness, records = [], [], []
     for run in agg.runs:
         record = run.record
         success = is_success(record)
@@ -216,32 +401,43 @@ def bench2drive_metrics(layout: Layout, agg: Aggregate) -> Bench2DriveMetrics:
                   and not record["infractions"]["red_light"]):
                 counts[TRAFFIC_SIGNS][0] += 1
                 junction_credit += 1
-        eff = run_efficiency(record["infractions"].get("min_speed_infractions") or [])
+        checkpoints = _bench2drive_checkpoints(_result_meta(layout, run))
+        merged = _merged_record(layout, run, agg.version.name, checkpoints)
+        records.append(merged)
+        eff = run_efficiency(merged["infractions"].get(MIN_SPEED) or [])
         if eff is not None:
             efficiencies.append(eff)
+            upstream += checkpoints is None
+        smooth = _run_smoothness(layout, run)
+        if smooth is not None:
+            smoothness.append(smooth)
 
     figures = {name: (ok / total if total else None) for name, (ok, total) in counts.items()}
     present = [v for v in figures.values() if v is not None]
     ability = {**figures, "mean": sum(present) / len(present) if present else None,
                "crashed": [[r.key.scenario, ROUTE_ID.format(route_id=r.record["route_id"])]
                            for r in agg.runs if r.counted != "scored"]}
-    records = sorted((_merged_record(layout, r) for r in agg.runs), key=lambda d: d["route_id"], reverse=True)
+    records.sort(key=lambda d: d["route_id"], reverse=True)
     efficiency = sum(efficiencies) / len(efficiencies) if efficiencies else None
-    not_computed = {"driving smoothness": SMOOTHNESS_NOT_COMPUTED}
+    smooth_figure = sum(smoothness) / len(smoothness) if smoothness else None
+    not_computed = {}
     if efficiency is None:
         not_computed["driving efficiency"] = EFFICIENCY_NOT_COMPUTED
+    if smooth_figure is None:
+        not_computed["driving smoothness"] = SMOOTHNESS_NOT_COMPUTED
     merged = {
         "_checkpoint": {"records": records},
-        "driving score": sum(r.record["scores"]["score_composed"] for r in agg.runs) / n,
+        "driving score": sum(r["scores"]["score_composed"] for r in records) / n,
         "success rate": sum(is_success(r.record) for r in agg.runs) / n,
         "eval num": n,
         "score_version": agg.version.name,
         "driving efficiency": efficiency,
-        "driving smoothness": None,
-        "not computed": not_computed,
+        "driving smoothness": smooth_figure,
     }
+    if not_computed:
+        merged["not computed"] = not_computed
     return Bench2DriveMetrics(agg, merged, ability, {k: (ok, total) for k, (ok, total) in counts.items()},
-                              junction_credit, no_junction, len(efficiencies), layout)
+                              junction_credit, no_junction, len(efficiencies), upstream, len(smoothness), layout)
 
 
 def write_bench2drive(layout: Layout, agg: Aggregate) -> Bench2DriveMetrics:

@@ -1,6 +1,16 @@
 """The referee of a route run, in either world: route progress and infractions, as the leaderboard's criteria
 judge them. In the embedded world it judges the run (its statuses and infractions are the run's record); under
-the CARLA leaderboard the evaluator judges, and the referee only tracks the ego's place on the route."""
+the CARLA leaderboard the evaluator judges, and the referee only tracks the ego's place on the route.
+
+The minimum speed (scenario_runner's MinimumSpeedRouteTest, atomic_criteria.py, v0.9.15 and v0.9.16 alike; read
+there, our own code): the route is cut into equal lengths at checkpoints; over each, the ego's mean speed is compared
+with the mean, over the same ticks, of the background traffic's mean speed (`MinSpeedCheckpoints`). The leaderboard
+2.0 builds it with 4 checkpoints and records an event (`min_speed_infractions`, with the percentage in its message)
+for each checkpoint under 100%; Bench2Drive's fork builds it with 20 and records every checkpoint, which its
+efficiency metric averages. The referee judges both: the leaderboard's into the record's infractions, Bench2Drive's
+into the record's meta (`bench2drive_min_speed`). The background traffic is the world's to say (the embedded world:
+tools.collect.sim.world.StepEvents.traffic_speed).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,7 @@ import numpy as np
 
 from tools.collect.base.config import CollectSettings
 from tools.dataset import results
+from tools.dataset.leaderboard_scores import MIN_SPEED, MIN_SPEED_MESSAGE
 from tools.expert.route import DenseRoute
 
 #: The referee looks for the ego's place on the route this far beyond the last one, metres.
@@ -16,6 +27,61 @@ PROGRESS_WINDOW_M = 30.0
 STOP_AREA_M = 8.0
 #: The ego whose place on the route is this close to its end has completed it, metres.
 ARRIVAL_TOLERANCE_M = 2.0
+#: The leaderboard 2.0's minimum-speed checkpoints (leaderboard/scenarios/route_scenario.py, `checkpoints=4`): an
+#: event for each one under 100%.
+MIN_SPEED_CHECKPOINTS = 4
+#: Bench2Drive's (its fork's route_scenario.py, `checkpoints=20`): every one recorded.
+BENCH2DRIVE_MIN_SPEED_CHECKPOINTS = 20
+#: MinimumSpeedRouteTest.terminate: the last checkpoint is judged when the route ends with the ego past this share of
+#: it ("routes end at around 99%").
+MIN_SPEED_LAST_FRACTION = 0.95
+
+
+class MinSpeedCheckpoints:
+    """scenario_runner's MinimumSpeedRouteTest: the route's length cut into `checkpoints` equal parts. Every tick
+    (`update`) with background traffic adds the ego's speed and the traffic's mean speed; when the ego's place on the
+    route is more than one part beyond the last checkpoint, that checkpoint is judged (before this tick's speeds
+    count): the ego's mean speed over the traffic's mean, percent, rounded to 2 digits; 100 when no tick had traffic
+    (or the traffic stood still throughout). `finish` judges the last one when the ego is past
+    MIN_SPEED_LAST_FRACTION of the route. The values, in order: `values`."""
+
+    def __init__(self, length: float, checkpoints: int):
+        self.length = float(length)
+        self.part = self.length / checkpoints
+        self.last_s = 0.0  # route distance of the last checkpoint
+        self.ego = self.traffic = 0.0  # sums of speeds since then
+        self.ticks = 0  # ticks since then with background traffic
+        self.values: list[float] = []
+
+    def update(self, s: float, ego_speed: float, traffic_speed: float | None) -> float | None:
+        """One tick: the ego at route distance `s` with `ego_speed`; `traffic_speed` the background traffic's mean
+        speed (None: no background vehicle). The value of the checkpoint judged now, else None."""
+        judged = None
+        if s - self.last_s > self.part:
+            judged = self._judge()
+            self.last_s = s
+        if traffic_speed is not None:
+            self.ego += ego_speed
+            self.traffic += traffic_speed
+            self.ticks += 1
+        return judged
+
+    def finish(self, s: float) -> float | None:
+        """The route ended with the ego at route distance `s`: the last checkpoint's value when it is past
+        MIN_SPEED_LAST_FRACTION of the route, else None."""
+        if self.length > 0 and s / self.length > MIN_SPEED_LAST_FRACTION:
+            return self._judge()
+        return None
+
+    def _judge(self) -> float:
+        if self.ticks and self.traffic:
+            value: float = round(self.ego / self.traffic * 100, 2)  # (sum / ticks) / (sum / ticks)
+        else:
+            value = 100  # the criterion's integer 100, as its message writes it
+        self.values.append(value)
+        self.ego = self.traffic = 0.0
+        self.ticks = 0
+        return value
 
 
 class Referee:
@@ -35,6 +101,8 @@ class Referee:
         self.status: str | None = None  # set when the run must end with a failure
         self.stopped: str | None = None  # the infraction that ended the run (settings.stop_on_infraction)
         self.budget = settings.timeout_base + route.length / settings.timeout_speed
+        self.min_speed = MinSpeedCheckpoints(route.length, MIN_SPEED_CHECKPOINTS)
+        self.min_speed_bench2drive = MinSpeedCheckpoints(route.length, BENCH2DRIVE_MIN_SPEED_CHECKPOINTS)
 
     @property
     def completion(self) -> float:
@@ -49,11 +117,12 @@ class Referee:
     def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
         """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents). With
         settings.stop_on_infraction the first infraction ends the run: `Failed` (unless the same tick ended it
-        otherwise), the infraction in the record, `stopped` naming it."""
+        otherwise), the infraction in the record, `stopped` naming it; a minimum-speed checkpoint does not end it (a
+        run with one is still Completed: usable data, and a success for Bench2Drive)."""
         before = {k: len(v) for k, v in self.infractions.items()}
         self._judge(t, xy, speed, events)
         if self.settings.stop_on_infraction and self.stopped is None:
-            new = [(k, v[before[k]]) for k, v in self.infractions.items() if len(v) > before[k]]
+            new = [(k, v[before[k]]) for k, v in self.infractions.items() if len(v) > before[k] and k != MIN_SPEED]
             if new:
                 self.stopped = f"{new[0][0]}: {new[0][1]}"
                 self.status = self.status or results.FAILED
@@ -70,6 +139,9 @@ class Referee:
             self.infractions["red_light"].append(
                 f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
         self._judge_stop(speed, xy)
+        s, traffic = float(self.route.s[self.index]), getattr(events, "traffic_speed", None)
+        self._record_min_speed(self.min_speed.update(s, speed, traffic))
+        self.min_speed_bench2drive.update(s, speed, traffic)
         if speed > 0.1:
             self.still_since = None
         elif self.still_since is None:
@@ -95,6 +167,19 @@ class Referee:
                     f"Agent ran a stop sign at (x={xy[0]:.1f}, y={xy[1]:.1f})")
             self._next_stop += 1
             self._stood = False
+
+    def _record_min_speed(self, value: float | None) -> None:
+        """The leaderboard's event for a checkpoint under 100% (MinimumSpeedRouteTest._set_traffic_event)."""
+        if value is not None and value < 100:
+            self.infractions[MIN_SPEED].append(MIN_SPEED_MESSAGE.format(percent=value))
+
+    def finish(self) -> None:
+        """The route ended (MinimumSpeedRouteTest.terminate): the last minimum-speed checkpoints, judged when the ego
+        got past MIN_SPEED_LAST_FRACTION of the route. Called once, after the last tick (and after an arrived run's
+        place was set to the route's end)."""
+        s = float(self.route.s[self.index])
+        self._record_min_speed(self.min_speed.finish(s))
+        self.min_speed_bench2drive.finish(s)
 
     @property
     def arrived(self) -> bool:

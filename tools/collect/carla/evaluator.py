@@ -19,9 +19,9 @@ scenario_runner v0.9.16):
 - `--stop-on-infraction`: the route ends after the tick in which the leaderboard's own criteria record the
   first infraction (an event of a type its StatisticsManager lists in the record: PENALTY_NAME_DICT). The
   ScenarioManager's loop is stopped as a SIGINT stops it (`_running` false): the evaluator then stops the
-  scenario and records the route unfinished, `Failed`, with the infraction among its infractions. An
-  infraction the leaderboard records only when the route ends (the last minimum-speed checkpoint) cannot
-  stop it.
+  scenario and records the route unfinished, `Failed`, with the infraction among its infractions. A
+  minimum-speed checkpoint stops nothing (`stopping_infractions`: a run with one is still Completed, usable
+  data; the embedded world's referee alike).
 - `--track-of-agent` (a researcher's agent file: bin/evaluate --world=carla --agent-file): the track is the agent's
   own. The evaluator checks the sensors against its --track and refuses an agent whose `track` (set in setup(),
   SENSORS by default) is another ("You are submitting to the wrong track", `Failed - Agent's sensors were
@@ -84,6 +84,12 @@ def first_infraction(criteria: list, infractions: dict) -> tuple[str, str] | Non
     return None
 
 
+def stopping_infractions(infractions: dict) -> dict:
+    """The event types of the record (`infractions`: PENALTY_NAME_DICT) that --stop-on-infraction stops at: all but
+    the minimum speed (a run with a slow checkpoint is still Completed; the embedded world's referee alike)."""
+    return {kind: key for kind, key in infractions.items() if key != "min_speed_infractions"}
+
+
 def stopping_manager(manager: type, infractions: dict) -> type:
     """The leaderboard's ScenarioManager, ending the route after the tick of its first infraction."""
 
@@ -130,7 +136,8 @@ def main(argv: list[str] | None = None) -> Any:
         from leaderboard.scenarios import scenario_manager
         from leaderboard.utils.statistics_manager import PENALTY_NAME_DICT
 
-        scenario_manager.ScenarioManager = stopping_manager(scenario_manager.ScenarioManager, PENALTY_NAME_DICT)
+        scenario_manager.ScenarioManager = stopping_manager(scenario_manager.ScenarioManager,
+                                                            stopping_infractions(PENALTY_NAME_DICT))
     if args.track_of_agent:
         from leaderboard.autoagents import agent_wrapper
 

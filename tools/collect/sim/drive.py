@@ -25,6 +25,7 @@ from tools.collect.sim.scenarios import Scenarios
 from tools.collect.sim.world import SumoWorld
 from tools.dataset import results
 from tools.dataset.layout import Layout, RunKey
+from tools.dataset.metric_info import MetricInfoTrack
 from tools.expert.drivers import Driver, DriverFailed
 from tools.expert.planner import RoutePlanner
 from tools.expert.route import DenseRoute, stop_signs
@@ -101,12 +102,17 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     parts: dict[str, float] = {}
     # An evaluation's picture of the run: the policy's camera and BEV (or, for the expert, a top view) and plan.
     film = RunFilm(layout.film_path(key), rig if renderer is not None else None) if layout.is_evaluation else None
+    # An evaluation's ego kinematics at every tick, for Bench2Drive's smoothness (tools.dataset.metric_info).
+    metric = MetricInfoTrack(1.0 / settings.sim_hz) if layout.is_evaluation else None
     # Imports and the town (unless kept by the worker), planning, the driver, the scene and renderer, SUMO's start:
     # everything since the process began until the first tick.
     setup_s = time.time() - begun
     try:
         while referee.status is None and not referee.arrived:
             s_ego = float(dense.s[referee.index])
+            if metric is not None:  # the state the driver is about to see, as a leaderboard agent's run_step reads it
+                ego = world.ego_box()
+                metric.add(ego.x, ego.y, ego.yaw, ego.speed)
             scenarios.update(world, s_ego)
             clock.lap("scenarios")
             snap = sensors = None
@@ -155,10 +161,14 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     last_stages = dict(clock.seconds, frames=n_frames)
     if referee.arrived and referee.status is None:
         referee.index = len(dense.s) - 1
+    referee.finish()
+    if metric is not None:
+        metric.write(layout.metric_info(key))
     record = results.RouteRecord(route_id=route.id, status=referee.final_status(), infractions=referee.infractions,
                                  route_completion=referee.completion, route_length=dense.length,
                                  duration_game=world.time, duration_system=time.time() - started,
-                                 scenarios=scenarios.states())
+                                 scenarios=scenarios.states(),
+                                 bench2drive_min_speed=list(referee.min_speed_bench2drive.values))
     if referee.stopped:
         log.info("%s: --stop-on-infraction: the run ends at its first infraction, %s", key, referee.stopped)
     log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up; "

@@ -44,6 +44,14 @@ START_CLEAR_M = 30.0
 _COLLISION_KIND = {"vehicle": "vehicle", "pedestrian": "pedestrian", "cyclist": "pedestrian", "obstacle": "layout"}
 #: In an oncoming lane the ego drives in (passing), SUMO's traffic stops this far ahead of it, metres.
 SHADOW_AHEAD_M = 15.0
+#: The minimum-speed criterion's "surrounding traffic" (tools.collect.base.referee.MinSpeedCheckpoints): the
+#: background vehicles (not the scenarios' actors) whose front bumpers are within this distance of the ego's centre,
+#: metres. In CARLA the criterion averages every vehicle of the leaderboard's background activity, which lives only
+#: near the hero (scenario_runner's BackgroundBehavior: two vehicles ahead and two behind in each route lane within
+#: 45 m plus 1.7 m per m/s of the ego's speed, oncoming sources 80 m ahead, the sources of the route's next junction
+#: 40 m up its entries within 30 m plus 1.5 m per m/s of it); SUMO's traffic covers the whole town, so its vehicles
+#: count within the farthest of those reaches.
+TRAFFIC_SPEED_RADIUS_M = 80.0
 
 
 def _opposite(angle_a: float, angle_b: float) -> bool:
@@ -69,6 +77,9 @@ class StepEvents:
     #: cyclists) or "layout" (props), as the leaderboard's collision infractions are split.
     collisions: list[tuple[int, str]] = field(default_factory=list)
     ran_red_light: str | None = None  # "<tls>:<link>" crossed on red
+    #: The mean speed of the background vehicles within TRAFFIC_SPEED_RADIUS_M of the ego after the tick, m/s; None
+    #: when there is none (the minimum-speed criterion skips such a tick).
+    traffic_speed: float | None = None
 
 
 class _Near:
@@ -82,6 +93,16 @@ class _Near:
         self.fronts: list[tuple[float, float]] = [found[v][_tc.VAR_POSITION] for v in vids]  # SUMO's frame
         self._found = found
         self._town = town
+
+    def mean_speed(self, x: float, y: float, radius: float, prefix: str) -> float | None:
+        """The mean speed of the vehicles whose ids start with `prefix` and whose fronts are within `radius` of (x, y)
+        (SUMO's frame), m/s; None when there is none."""
+        total, count, reach = 0.0, 0, radius * radius
+        for vid, (fx, fy) in zip(self.vids, self.fronts, strict=True):
+            if vid.startswith(prefix) and (fx - x) ** 2 + (fy - y) ** 2 < reach:
+                total += self._found[vid][_tc.VAR_SPEED]
+                count += 1
+        return total / count if count else None
 
     @cached_property
     def rows(self) -> np.ndarray:
@@ -264,6 +285,8 @@ class SumoWorld:
             for i in np.flatnonzero(hit):
                 self._collide(ev, near[i].id, near[i].cls)
         ev.ran_red_light = self.signals.judge(self.ego.yaw, before, self._front())
+        # The background vehicles ("bg<n>": not the scenarios' actors, blocks or the ego's shadow) near the ego.
+        ev.traffic_speed = vehicles.mean_speed(sx, sy, TRAFFIC_SPEED_RADIUS_M, "bg")
         return ev
 
     def _collide(self, ev: StepEvents, aid: int, cls: int) -> None:
