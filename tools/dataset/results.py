@@ -92,6 +92,9 @@ class RouteRecord:
     #: Bench2Drive's minimum-speed checkpoints (its fork of MinimumSpeedRouteTest: 20 along the route, every one kept,
     #: percent), in meta.bench2drive_min_speed when the referee judged them (the embedded world); None: not judged.
     bench2drive_min_speed: list[float] | None = None
+    #: The leaderboard 2.0's 4 minimum-speed checkpoints (percent), in meta.min_speed when the referee judged them
+    #: (the embedded world, where they are no infraction: tools.collect.base.referee); None: not judged.
+    min_speed: list[float] | None = None
 
     def to_result(self, index: int = 0) -> dict[str, Any]:
         """The whole leaderboard 2.0 checkpoint JSON for this one route run."""
@@ -118,6 +121,8 @@ class RouteRecord:
         }
         if self.bench2drive_min_speed is not None:
             record["meta"]["bench2drive_min_speed"] = list(self.bench2drive_min_speed)
+        if self.min_speed is not None:
+            record["meta"]["min_speed"] = list(self.min_speed)
         crashed = self.status in CRASH_STATUSES
         return {
             "_checkpoint": {

@@ -5,11 +5,12 @@ the CARLA leaderboard the evaluator judges, and the referee only tracks the ego'
 The minimum speed (scenario_runner's MinimumSpeedRouteTest, atomic_criteria.py, v0.9.15 and v0.9.16 alike; read
 there, our own code): the route is cut into equal lengths at checkpoints; over each, the ego's mean speed is compared
 with the mean, over the same ticks, of the background traffic's mean speed (`MinSpeedCheckpoints`). The leaderboard
-2.0 builds it with 4 checkpoints and records an event (`min_speed_infractions`, with the percentage in its message)
-for each checkpoint under 100%; Bench2Drive's fork builds it with 20 and records every checkpoint, which its
-efficiency metric averages. The referee judges both: the leaderboard's into the record's infractions, Bench2Drive's
-into the record's meta (`bench2drive_min_speed`). The background traffic is the world's to say (the embedded world:
-tools.collect.sim.world.StepEvents.traffic_speed).
+2.0 builds it with 4 checkpoints (an event under 100%, a penalty); Bench2Drive's fork with 20, every one kept, which
+its efficiency metric averages. The referee judges both into the record's meta (`min_speed`, `bench2drive_min_speed`)
+and puts no event among the infractions: the embedded world's traffic is already moving when the ego starts from
+standstill (in CARLA the background activity starts standing too), so its first checkpoint would be harsher than
+CARLA's, and the driving score leaves the minimum speed out, as Bench2Drive's does (docs/evaluation.md). The
+background traffic is the world's to say (the embedded world: tools.collect.sim.world.StepEvents.traffic_speed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 
 from tools.collect.base.config import CollectSettings
 from tools.dataset import results
-from tools.dataset.leaderboard_scores import MIN_SPEED, MIN_SPEED_MESSAGE
 from tools.expert.route import DenseRoute
 
 #: The referee looks for the ego's place on the route this far beyond the last one, metres.
@@ -27,8 +27,8 @@ PROGRESS_WINDOW_M = 30.0
 STOP_AREA_M = 8.0
 #: The ego whose place on the route is this close to its end has completed it, metres.
 ARRIVAL_TOLERANCE_M = 2.0
-#: The leaderboard 2.0's minimum-speed checkpoints (leaderboard/scenarios/route_scenario.py, `checkpoints=4`): an
-#: event for each one under 100%.
+#: The leaderboard 2.0's minimum-speed checkpoints (leaderboard/scenarios/route_scenario.py, `checkpoints=4`; in
+#: CARLA an event for each one under 100%).
 MIN_SPEED_CHECKPOINTS = 4
 #: Bench2Drive's (its fork's route_scenario.py, `checkpoints=20`): every one recorded.
 BENCH2DRIVE_MIN_SPEED_CHECKPOINTS = 20
@@ -117,12 +117,11 @@ class Referee:
     def update(self, t: float, xy: np.ndarray, speed: float, events) -> None:
         """Judge one tick: the ego at `xy` with `speed`, and what the world saw happen (world.StepEvents). With
         settings.stop_on_infraction the first infraction ends the run: `Failed` (unless the same tick ended it
-        otherwise), the infraction in the record, `stopped` naming it; a minimum-speed checkpoint does not end it (a
-        run with one is still Completed: usable data, and a success for Bench2Drive)."""
+        otherwise), the infraction in the record, `stopped` naming it."""
         before = {k: len(v) for k, v in self.infractions.items()}
         self._judge(t, xy, speed, events)
         if self.settings.stop_on_infraction and self.stopped is None:
-            new = [(k, v[before[k]]) for k, v in self.infractions.items() if len(v) > before[k] and k != MIN_SPEED]
+            new = [(k, v[before[k]]) for k, v in self.infractions.items() if len(v) > before[k]]
             if new:
                 self.stopped = f"{new[0][0]}: {new[0][1]}"
                 self.status = self.status or results.FAILED
@@ -140,7 +139,7 @@ class Referee:
                 f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
         self._judge_stop(speed, xy)
         s, traffic = float(self.route.s[self.index]), getattr(events, "traffic_speed", None)
-        self._record_min_speed(self.min_speed.update(s, speed, traffic))
+        self.min_speed.update(s, speed, traffic)
         self.min_speed_bench2drive.update(s, speed, traffic)
         if speed > 0.1:
             self.still_since = None
@@ -168,17 +167,12 @@ class Referee:
             self._next_stop += 1
             self._stood = False
 
-    def _record_min_speed(self, value: float | None) -> None:
-        """The leaderboard's event for a checkpoint under 100% (MinimumSpeedRouteTest._set_traffic_event)."""
-        if value is not None and value < 100:
-            self.infractions[MIN_SPEED].append(MIN_SPEED_MESSAGE.format(percent=value))
-
     def finish(self) -> None:
         """The route ended (MinimumSpeedRouteTest.terminate): the last minimum-speed checkpoints, judged when the ego
         got past MIN_SPEED_LAST_FRACTION of the route. Called once, after the last tick (and after an arrived run's
         place was set to the route's end)."""
         s = float(self.route.s[self.index])
-        self._record_min_speed(self.min_speed.finish(s))
+        self.min_speed.finish(s)
         self.min_speed_bench2drive.finish(s)
 
     @property

@@ -168,7 +168,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
                                  route_completion=referee.completion, route_length=dense.length,
                                  duration_game=world.time, duration_system=time.time() - started,
                                  scenarios=scenarios.states(),
-                                 bench2drive_min_speed=list(referee.min_speed_bench2drive.values))
+                                 bench2drive_min_speed=list(referee.min_speed_bench2drive.values),
+                                 min_speed=list(referee.min_speed.values))
     if referee.stopped:
         log.info("%s: --stop-on-infraction: the run ends at its first infraction, %s", key, referee.stopped)
     log.info("%s: %s, %d frames, %.0f%% of %.0f m in %.1f s simulated (%.1f s wall, %.1f s of it set-up; "
