@@ -356,3 +356,26 @@ def test_demo_with_two_seeds_and_a_real_town_trains_and_scores_each_seed_on_each
         expert = [r for t in towns for r in records("expert", t)]
         assert len(expert) == len(towns) and "expert DS" in line
     assert (demo / "eval-routes" / "Town01" / "towns" / "Town01.xodr").is_file()
+
+
+def test_evaluate_with_an_agent_file_in_the_torch_image_passes_and_binds_the_users_leaderboard_stub_apptainer(
+        tmp_path):
+    """--cleanenv would drop LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT, and the agent would import drivekit's
+    stand-ins instead of the user's leaderboard without a word: passed and bound. Apptainer cannot run here: a stub."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "train.sif").write_bytes(b"")
+    stub(tmp_path / "path" / "apptainer", 'for a in "$@"; do echo "$a"; done\n')
+    for name in ("leaderboard", "scenario_runner"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+    env = {"PATH": f"{tmp_path / 'path'}:{os.environ['PATH']}", "DRIVEKIT_IMAGES": str(images),
+           "LEADERBOARD_ROOT": str(tmp_path / "src" / "leaderboard"),
+           "SCENARIO_RUNNER_ROOT": str(tmp_path / "src" / "scenario_runner")}
+    proc = run_bin("evaluate", "--agent-file", "agent.py", "routes", "--root", "eval", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.splitlines()
+    envs = {argv[i + 1] for i, a in enumerate(argv) if a == "--env"}
+    assert {f"LEADERBOARD_ROOT={tmp_path / 'src' / 'leaderboard'}",
+            f"SCENARIO_RUNNER_ROOT={tmp_path / 'src' / 'scenario_runner'}"} <= envs
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+    assert str(tmp_path / "src" / "leaderboard") in binds and str(tmp_path / "src" / "scenario_runner") in binds

@@ -47,6 +47,9 @@ handle_help() {
 # Paths a wrapper names for the container beyond its arguments (bin/collect-task: the agent file and
 # config its wave's settings name); bound as container_binds binds an argument.
 EXTRA_BIND_PATHS=()
+# Variables of the caller's environment a wrapper passes into the container when set (apptainer runs with
+# --cleanenv): bin/evaluate's LEADERBOARD_ROOT and SCENARIO_RUNNER_ROOT for an agent file in the embedded world.
+EXTRA_ENV_VARS=()
 
 # Directories the container must see: the working directory, and every path named in the arguments
 # (as ARG or --flag=ARG); a path that does not exist yet is covered by its nearest existing parent.
@@ -79,7 +82,7 @@ run_python() {
     local -a slurm_vars
     for bind in "${BINDS[@]}"; do cmd+=(--bind "$bind"); done
     mapfile -t slurm_vars < <(compgen -e SLURM_ || true)
-    for var in DATA_ROOT CUDA_VISIBLE_DEVICES "${slurm_vars[@]}"; do
+    for var in DATA_ROOT CUDA_VISIBLE_DEVICES "${slurm_vars[@]}" "${EXTRA_ENV_VARS[@]}"; do
       if [[ -n "${!var:-}" ]]; then cmd+=(--env "$var=${!var}"); fi
     done
     cmd+=("$image" python -m "$@")
