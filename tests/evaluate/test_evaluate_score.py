@@ -266,8 +266,8 @@ def test_score_aggregates_an_evaluation_root_again_and_prints_the_table(evaluate
         "total"] == 6
 
 
-def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_failed_one(tmp_path, short_routes):
-    """The resume of `bin/evaluate`: runs that drove to an outcome are final; nothing is started again."""
+def driven_root(tmp_path: Path, short_routes: Path, statuses: tuple[str, ...], **record) -> tuple[Layout, list]:
+    """An evaluation root of the short routes in which every run already has a result, of these statuses."""
     from tools.collect.base.routes import find_route_files
     from tools.collect.runner.jobs import plan
 
@@ -275,8 +275,14 @@ def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_fail
     layout = make_root(tmp_path / "out", keys)
     evaluation = json.loads(layout.evaluation.read_text())
     layout.evaluation.write_text(json.dumps({**evaluation, "routes_dir": str(short_routes)}))
-    for key, status in zip(keys, (PERFECT, FAILED_BLOCKED), strict=True):
-        write_result(layout, key, RouteRecord(key.name[:-5], status, route_completion=60.0, route_length=200.0))
+    for key, status in zip(keys, statuses, strict=True):
+        write_result(layout, key, RouteRecord(key.name[:-5], status, route_length=200.0, **record))
+    return layout, keys
+
+
+def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_failed_one(tmp_path, short_routes):
+    """The resume of `bin/evaluate`: runs that drove to an outcome are final; nothing is started again."""
+    layout, keys = driven_root(tmp_path, short_routes, (PERFECT, FAILED_BLOCKED), route_completion=60.0)
     proc = run_bin("evaluate", "--agent", "expert", short_routes, "--root", layout.root)
     assert proc.returncode == 0, proc.stderr
     assert "2 skipped as already finished" in proc.stderr
@@ -288,16 +294,8 @@ def test_a_rerun_drives_nothing_when_every_run_has_a_driving_outcome_even_a_fail
 
 def test_run_takes_score_and_bench2drive_as_score_does_and_its_summary_names_the_version(tmp_path, short_routes):
     """`run --score 2.1 --bench2drive` (a resumed root: every run already has its outcome, nothing is driven)."""
-    from tools.collect.base.routes import find_route_files
-    from tools.collect.runner.jobs import plan
-
-    keys = [job.key for job in plan(find_route_files(short_routes), None, 1)]
-    layout = make_root(tmp_path / "out", keys)
-    evaluation = json.loads(layout.evaluation.read_text())
-    layout.evaluation.write_text(json.dumps({**evaluation, "routes_dir": str(short_routes)}))
-    for key, status in zip(keys, (PERFECT, COMPLETED), strict=True):
-        write_result(layout, key, RouteRecord(key.name[:-5], status, route_completion=100.0, route_length=200.0,
-                                              infractions=infractions(collisions_vehicle=2)))
+    layout, _ = driven_root(tmp_path, short_routes, (PERFECT, COMPLETED), route_completion=100.0,
+                            infractions=infractions(collisions_vehicle=2))
     proc = run_bin("evaluate", "--agent", "expert", short_routes, "--root", layout.root, "--score", "2.1",
                    "--bench2drive")
     assert proc.returncode == 0, proc.stderr
