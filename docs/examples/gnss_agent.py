@@ -13,6 +13,7 @@ here in a few lines each:
 - the compass: radians clockwise from north (CARLA's -y); CARLA's yaw is compass - 90 degrees.
 """
 
+import functools
 import math
 from importlib import metadata
 
@@ -27,6 +28,7 @@ def get_entry_point():
     return "GnssAgent"
 
 
+@functools.cache  # read once: importlib.metadata takes milliseconds, and the agent converts every tick
 def carla_version():
     try:
         return tuple(int(p) for p in metadata.version("carla").split(".")[:3])

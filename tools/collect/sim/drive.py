@@ -119,7 +119,10 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
             if (recorder.due or every_tick) and renderer is not None:  # a frame tick: the state, scenario, sensors
                 snap = dataclasses.replace(world.snapshot(), scenario=scenarios.active(world, s_ego))
                 clock.lap("snapshot")
-                sensors = renderer.render(snap, parts)
+                # The BEV on frame ticks, and for the picture: an agent file's other ticks need none (a millisecond
+                # or more a tick at its cameras' rate)
+                bev = not every_tick or recorder.due or (film is not None and film.due(world.time))
+                sensors = renderer.render(snap, parts, bev=bev)
                 clock.add(parts)
             # A policy sees the frame's sensors and measurements (its inputs) before it decides.
             sees = snap is not None and driver.needs_sensors

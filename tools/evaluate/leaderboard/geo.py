@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -62,8 +63,10 @@ def gnss(carla_map: Any, x: float, y: float, z: float) -> tuple[float, float, fl
 TMERC_SCALE = 0.9996
 
 
+@functools.cache
 def carla_version() -> tuple[int, ...]:
-    """The installed CARLA client's version (what projects the GNSS sensor), 0.9.16 when it does not say."""
+    """The installed CARLA client's version (what projects the GNSS sensor), 0.9.16 when it does not say; read
+    once (importlib.metadata takes milliseconds, every tick)."""
     from importlib import metadata
 
     try:
