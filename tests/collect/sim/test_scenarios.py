@@ -18,11 +18,14 @@ from tools.collect.base.scenario_types import (
     CATALOGUE,
     EXTENT_M,
     JUNCTION,
+    JUNCTION_SIDES,
     NAME_ONLY,
     OBSTACLE,
     PASS_ROOM_M,
     PLACEABLE,
     catalogue_markdown,
+    check_params,
+    junction_side,
 )
 from tools.collect.base.town import Town
 from tools.dataset import semantics as sem
@@ -194,6 +197,48 @@ def test_the_red_light_runner_is_a_sumo_vehicle_of_the_scenario(driven):
     boxes = [b for _, f in running for b in read_boxes(f) if b.id in actors]
     assert len(actors) == 1 and boxes and max(b.speed for b in boxes) > 8.0
     assert all(b.cls == sem.CAR for b in boxes)
+
+
+def test_each_type_takes_the_directions_its_class_accepts():
+    for kind in ("OppositeVehicleRunningRedLight", "OppositeVehicleTakingPriority"):
+        assert all(check_params({"direction": {"value": d}}, kind) is None for d in JUNCTION_SIDES)
+        assert "must be ref or left or opposite or right" in check_params({"direction": {"value": "up"}}, kind)
+    for kind in ("Accident", "ParkedObstacleTwoWays", "DynamicObjectCrossing", "StaticCutIn", "ParkingExit"):
+        assert "must be left or right" in check_params({"direction": {"value": "opposite"}}, kind)
+    assert check_params({"direction": {"value": "opposite"}}, "ParkingCutIn") is None  # anything but left: right
+    assert check_params({"direction": {"value": "up"}}, "HazardAtSideLane") is None  # its class reads none
+    # scenario_helper.filter_junction_wp_direction's bands of the entry's yaw minus the ego's
+    assert [junction_side(d) for d in (0, 29, 31, 135, 136, 225, 226, 330, 331, -90, -179)] == [
+        "ref", "ref", "left", "left", "opposite", "opposite", "right", "right", "ref", "right", "opposite"]
+
+
+def test_a_bench2drive_route_with_a_red_light_runner_from_the_opposite_side_is_read_and_driven(driven, tmp_path,
+                                                                                              town_xodr):
+    """Bench2Drive's route 2082 names `direction="opposite"` (accepted by scenario_runner's class): its shape here,
+    on the test grid, with the waypoints and trigger of the driven red-light route."""
+    (source,) = (driven.root.parent / "routes" / "OppositeVehicleRunningRedLight").glob("*.xml")
+    (route,) = read_routes(source)
+    x, y, z, yaw = route.scenarios[0]["trigger"]
+    positions = "".join(f'<position x="{p[0]:.1f}" y="{p[1]:.1f}" z="{p[2]:.1f}" />' for p in route.waypoints)
+    weather = ('<weather cloudiness="5.0" fog_density="60.0" precipitation="0.0" route_percentage="{}" '
+               'sun_altitude_angle="-90.0" wetness="0.0" wind_intensity="10.0" />')
+    (tmp_path / "towns").mkdir()
+    (tmp_path / "towns" / "town.xodr").symlink_to(town_xodr)
+    path = tmp_path / "2082.xml"
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?>\n<routes><route id="2082" town="town"><waypoints>'
+                    f'{positions}</waypoints><scenarios><scenario name="OppositeVehicleRunningRedLight_1" '
+                    f'type="OppositeVehicleRunningRedLight"><trigger_point x="{x:.1f}" y="{y:.1f}" yaw="{yaw:.1f}" '
+                    f'z="{z:.1f}" /><direction value="opposite" /></scenario></scenarios><weathers>'
+                    f'{weather.format(0)}{weather.format(100)}</weathers></route></routes>\n')
+    assert read_routes(path)[0].scenarios[0]["params"] == {"direction": {"value": "opposite"}}
+    run_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(path), "--root", str(tmp_path / "root"),
+             "--record=false", check=True)
+    (result,) = (tmp_path / "root" / "results").rglob("*.json")
+    record = json.loads(result.read_text())["_checkpoint"]["records"][0]
+    assert record["status"] in SUCCESS_STATUSES and not any(record["infractions"].values()), record
+    assert record["meta"]["scenarios"] == {"OppositeVehicleRunningRedLight_1": "done"}
+    log = "".join(p.read_text() for p in (tmp_path / "root" / "logs").rglob("attempt-*.log"))
+    assert "its adversary enters the junction from the opposite" in log
 
 
 def test_scenario_frames_go_to_the_scenario_buckets(driven, tmp_path):

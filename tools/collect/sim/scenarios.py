@@ -58,6 +58,7 @@ from tools.collect.base.scenario_types import (
     ScenarioType,
     direction,
     interval,
+    junction_side,
     value,
 )
 from tools.dataset import semantics as sem
@@ -431,7 +432,8 @@ class Scenarios:
             raise ValueError("the route's junction is not one of the map")
         junction = wp.get_junction()
         ego_yaw = float(r.yaw[max(i0 - 1, 0)])
-        if name.startswith("OppositeVehicle"):
+        adversary = name.startswith("OppositeVehicle")
+        if adversary:
             sides = [value(p, "direction", "right", str)]
         elif "LeftTurn" in name:
             sides = ["opposite"]
@@ -442,7 +444,11 @@ class Scenarios:
         by_side: dict[str, list] = {}
         for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
             rel = wrap_degrees(entry.transform.rotation.yaw - ego_yaw)
-            side = "opposite" if abs(rel) > 135 else "left" if 45 < rel < 135 else "right" if -135 < rel < -45 else ""
+            if adversary:  # the sides as the class filters the junction's entries (its `direction`)
+                side = junction_side(rel)
+            else:
+                side = ("opposite" if abs(rel) > 135 else "left" if 45 < rel < 135 else "right" if -135 < rel < -45
+                        else "")
             turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
             by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
         # The side the type names (an adversary's other side where the junction has none, a T-junction), and
@@ -466,6 +472,8 @@ class Scenarios:
             edges, lane, pos = found
             a.flows.append(Flow(edges, lane, pos, speed, (1e6, 1e6), until=world.time + 1.0, rules=False,
                                 next_time=world.time))
+            log.info("scenario %s: its adversary enters the junction from the %s, %s, on SUMO edge %s",
+                     a.block["name"], side, "turning" if ranked[0][0] else "straight through", edges[0])
             return
         flow_speed = value(p, "flow_speed", 20.0)
         gaps = interval(p, "source_dist_interval", (25.0, 50.0))
