@@ -22,19 +22,23 @@ from tools.collect.base.scenario_types import (
     NAME_ONLY,
     OBSTACLE,
     PASS_ROOM_M,
+    PEDESTRIAN,
     PLACEABLE,
     catalogue_markdown,
     check_params,
     junction_side,
 )
 from tools.collect.base.town import Town
+from tools.collect.sim.scenarios import LEAVE_SPACE_M, Active, Scenarios
 from tools.dataset import semantics as sem
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import SUCCESS_STATUSES
+from tools.expert.lanes import lane_at
 from tools.expert.planner import RoutePlanner
-from tools.expert.route import turn_option
+from tools.expert.route import DenseRoute, turn_option
+from tools.expert.state import Box
 
 #: Every scenario type of the leaderboard 2.0 route files (data/routes_training.xml, routes_devtest.xml) and
 #: scenario_runner's route scenarios at CARLA 0.9.16.
@@ -210,6 +214,68 @@ def test_each_type_takes_the_directions_its_class_accepts():
     # scenario_helper.filter_junction_wp_direction's bands of the entry's yaw minus the ego's
     assert [junction_side(d) for d in (0, 29, 31, 135, 136, 225, 226, 330, 331, -90, -179)] == [
         "ref", "ref", "left", "left", "opposite", "opposite", "right", "right", "ref", "right", "opposite"]
+
+
+class _PlacingWorld:
+    """What Scenarios asks of a world when a scenario starts: boxes placed (add_static), the actors near the ego,
+    background vehicles taken out (take_out)."""
+
+    def __init__(self, ego: Box, actors: list[Box] = ()):
+        self.time, self.ego, self.placed, self.taken = 0.0, ego, {}, set()
+        self.others = list(actors)
+
+    def ego_box(self) -> Box:
+        return self.ego
+
+    def actors(self) -> list[Box]:
+        return self.others + list(self.placed.values())
+
+    def add_static(self, cls, x, y, yaw, length, width, height, block=False) -> int:
+        aid = 100 + len(self.placed)
+        self.placed[aid] = Box(aid, cls, x, y, height / 2, yaw, length, width, height)
+        return aid
+
+    def take_out(self, ids: set[int]) -> int:
+        self.taken |= ids
+        return len(ids)
+
+    def box_ids(self, vids: list[str]) -> list[int]:
+        return []
+
+
+def test_a_scenario_leaves_the_egos_lane_ahead_free_of_background_vehicles_as_the_leaderboard_does():
+    """LeaveSpaceInFront: the vehicles in the ego's lane between it and 20 m past an obstacle are taken out (one
+    queued behind an accident was an obstacle the ego could not pass); beside, behind, oncoming, beyond: kept."""
+    xs = np.arange(0.0, 201.0, 1.0)
+    route = DenseRoute(np.column_stack([xs, np.zeros_like(xs)]), np.zeros_like(xs), np.zeros(len(xs), dtype=int),
+                       xs.copy(), np.zeros(len(xs), dtype=bool))
+    car = lambda i, x, y, yaw=0.0: Box(i, sem.CAR, x, y, 0.75, yaw, 4.6, 1.9, 1.5, 5.0)  # noqa: E731
+    world = _PlacingWorld(car(0, 20.0, 0.0), [car(1, 45.0, 0.4), car(2, 45.0, 3.5), car(3, 10.0, 0.0),
+                                              car(4, 60.0, 0.2, 180.0), car(5, 130.0, 0.0), car(6, 110.0, -0.5, 8.0)])
+    scenarios = Scenarios([], route, None, seed=0)
+    scenarios._leave_space(Active({"name": "Accident_1"}, CATALOGUE["Accident"], 40.0, site_s=100.0), world, 20.0,
+                           100.0 + LEAVE_SPACE_M["Accident"])
+    assert world.taken == {1, 6}
+    assert set(LEAVE_SPACE_M) <= {n for n, t in CATALOGUE.items() if t.kind in (OBSTACLE, PEDESTRIAN)}
+
+
+def test_the_parked_car_of_parking_crossing_pedestrian_stands_a_lane_width_beside_the_egos_lane(tmp_path, town_xodr):
+    """As scenario_runner parks it (the lane's width to the side of its centre): at the kerb it reached 0.3 m into
+    the ego's lane, an obstacle the expert stopped behind for good (Bench2Drive route 18252)."""
+    (path,) = generate_routes(str(town_xodr), count=1, out=str(tmp_path), seed=3, scenarios="ParkingCrossingPedestrian")
+    (route,) = read_routes(path)
+    town = Town(town_xodr)
+    dense = RoutePlanner(town.carla_map).trace(route.waypoints)
+    scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed=0)
+    (a,) = scenarios.items
+    x, y = dense.xy[0]
+    world = _PlacingWorld(Box(0, sem.CAR, float(x), float(y), 0.75, float(dense.yaw[0]), 4.9, 2.1, 1.5))
+    scenarios._start(a, world, 0.0)
+    (car,) = [b for b in world.placed.values() if b.cls == sem.CAR]
+    k = int(np.hypot(dense.xy[:, 0] - car.x, dense.xy[:, 1] - car.y).argmin())
+    width = lane_at(town.carla_map, float(dense.xy[k, 0]), float(dense.xy[k, 1])).lane_width
+    lateral = math.hypot(car.x - dense.xy[k, 0], car.y - dense.xy[k, 1])
+    assert lateral == pytest.approx(width, abs=0.3) and lateral - car.width / 2 > width / 2
 
 
 def test_a_bench2drive_route_with_a_red_light_runner_from_the_opposite_side_is_read_and_driven(driven, tmp_path,

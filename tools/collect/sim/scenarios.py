@@ -68,6 +68,21 @@ from tools.expert.route import DenseRoute
 
 log = logging.getLogger("collect.scenarios")
 
+#: The types whose scenario_runner class leaves the ego's lane free ahead of it when it starts (route mode:
+#: `LeaveSpaceInFront`, the background activity teleporting the vehicles in the ego's lane ahead of it forward; for
+#: ConstructionObstacle `RemoveRoadLane` of the ego's lane), and how far beyond the site, metres (the classes'
+#: total distance: the obstacle's distance and extent plus 20 m; the crossing's distance plus 10 m or 15 m). Here
+#: the background vehicles in the ego's lane between it and there are taken out (and replaced elsewhere): SUMO's
+#: drivers never pass through the oncoming lane, and one queued behind the obstacle was an obstacle the ego could not
+#: pass (Bench2Drive AccidentTwoWays 25845: blocked; HazardAtSideLaneTwoWays 3436: a pass of the queue met the
+#: oncoming traffic head on).
+LEAVE_SPACE_M = {"Accident": 20.0, "AccidentTwoWays": 20.0, "ParkedObstacle": 20.0, "ParkedObstacleTwoWays": 20.0,
+                 "ConstructionObstacle": 20.0, "ConstructionObstacleTwoWays": 20.0, "HazardAtSideLane": 20.0,
+                 "HazardAtSideLaneTwoWays": 20.0, "VehicleOpensDoorTwoWays": 20.0, "DynamicObjectCrossing": 10.0,
+                 "ParkingCrossingPedestrian": 15.0}
+#: A vehicle whose centre is this close to the route's centreline (and heading its way) is in the ego's lane, metres.
+LANE_HALF_M = 1.75
+
 
 # ----------------------------------------------------------------------------- actors
 
@@ -240,8 +255,31 @@ class Scenarios:
                 self._pedestrian(a, name, p, world)
         except ValueError as e:
             raise _NoSite(str(e)) from None
+        if name in LEAVE_SPACE_M:
+            self._leave_space(a, world, s_ego, a.site_s + LEAVE_SPACE_M[name])
         log.info("scenario %s (%s) started at route %.0f m: site at %.0f m, %d actors, %d SUMO flows",
                  a.block["name"], name, s_ego, a.site_s, len(a.actor_ids(world)), len(a.flows))
+
+    def _leave_space(self, a: Active, world, s_ego: float, until: float) -> None:
+        """Take out the background vehicles in the ego's lane ahead of it up to route s `until` (LEAVE_SPACE_M)."""
+        r = self.route
+        ego = world.ego_box()
+        span = np.flatnonzero((r.s >= s_ego) & (r.s <= until))
+        boxes = [b for b in world.actors() if b.id != ego.id]
+        if len(span) < 2 or not boxes:
+            return
+        xy, yaw = r.xy[span], r.yaw[span]
+        pos = np.array([[b.x, b.y, b.yaw] for b in boxes])
+        d = np.hypot(pos[:, None, 0] - xy[None, :, 0], pos[:, None, 1] - xy[None, :, 1])
+        k = d.argmin(axis=1)
+        in_lane = (d[np.arange(len(boxes)), k] < LANE_HALF_M) & (np.abs(wrap_degrees(pos[:, 2] - yaw[k])) < 45.0)
+        ahead = r.s[span][k] > s_ego
+        ids = {boxes[i].id for i in np.flatnonzero(in_lane & ahead)}
+        if ids:
+            n = world.take_out(ids)
+            if n:
+                log.info("scenario %s: %d background vehicles taken out of the ego's lane ahead, up to route %.0f m",
+                         a.block["name"], n, until)
 
     # ------------------------------------------------------------------ geometry on the route
     def _point(self, s: float) -> tuple[float, float, float]:
@@ -518,9 +556,12 @@ class Scenarios:
             mid = world.add_static(WALKER[3], *start, yaw_walk, *WALKER[:3])
             a.movers.append(Mover(mid, WALKER, path, speed + 0.1 * k, yaw_still=yaw_walk))
         width = self._lane(x, y).lane_width
-        if blocker is not None:  # between the ego and the walker: a prop beyond the kerb, a car parked at it
+        if blocker is not None:  # between the ego and the walker: a prop beyond the kerb, a parked car
             bl, bw, bh, bc = blocker
-            lateral = out + bw / 2 + 0.1 if bc == sem.STATIC else max(out - bw / 2 - 0.1, width / 2 + bw / 2 - 0.3)
+            # The car a lane's width beside the ego's lane centre, as ParkingCrossingPedestrian parks it (in the
+            # parking lane, or half out of the road): at the kerb where no parking lane is, it stood 0.3 m into the
+            # ego's lane, an obstacle the ego stopped behind and never passed (Bench2Drive route 18252: blocked).
+            lateral = out + bw / 2 + 0.1 if bc == sem.STATIC else width
             pos = np.array([x, y]) - across * lateral - fwd * (bl / 2 + 0.8)
             a.statics.append(world.add_static(bc, float(pos[0]), float(pos[1]), yaw, bl, bw, bh))
         a.crossing_time = (start_lateral - width / 2) / speed
