@@ -144,6 +144,11 @@ class SumoWorld:
             "--default.action-step-length", f"{self.dt}", "--lanechange.duration", "2.0",
         ])
         try:
+            # Parking lanes closed to SUMO's vehicles, as CARLA's traffic never drives them: netconvert lets cars use
+            # them at the road's speed, and one driving a parking lane merged into the ego's lane at its end, or at an
+            # accident standing at the lane's edge, and stood there across it (Bench2Drive AccidentTwoWays 25845).
+            for lane in town.parking_lanes:
+                libsumo.lane.setDisallowed(lane, ["passenger"])
             self.background = Background(libsumo, town, seed, vehicles, regional, view=VIEW_RADIUS_M)
             self._setup_types()
             # The ego starts with its rear on the route's first point, heading along the route.
