@@ -259,6 +259,31 @@ def test_a_scenario_leaves_the_egos_lane_ahead_free_of_background_vehicles_as_th
     assert set(LEAVE_SPACE_M) <= {n for n, t in CATALOGUE.items() if t.kind in (OBSTACLE, PEDESTRIAN)}
 
 
+def test_a_two_ways_obstacle_clears_the_oncoming_lane_of_standing_background_traffic():
+    """ChangeOppositeBehavior(active=False): SUMO's oncoming traffic queued beside the ego stood there for good and
+    the lane to pass in was never free (Bench2Drive route 25845); standing background vehicles in the oncoming lane
+    between the ego and past the site go, moving ones, other lanes and beyond stay."""
+    xs = np.arange(0.0, 201.0, 1.0)
+    route = DenseRoute(np.column_stack([xs, np.zeros_like(xs)]), np.zeros_like(xs), np.zeros(len(xs), dtype=int),
+                       xs.copy(), np.zeros(len(xs), dtype=bool))
+
+    def car(i: int, x: float, y: float, yaw: float = 180.0, speed: float = 0.0) -> Box:
+        return Box(i, sem.CAR, x, y, 0.75, yaw, 4.6, 1.9, 1.5, speed)
+
+    # CARLA's y points right: the oncoming lane, on the left of a route heading +x, is at y = -3.5.
+    world = _PlacingWorld(car(0, 20.0, 0.0, 0.0), [
+        car(1, 30.0, -3.5), car(2, 12.0, -3.4), car(3, 60.0, -3.5, speed=8.0), car(4, 60.0, -3.5, 0.0),
+        car(5, 40.0, 0.0, 0.0), car(6, 160.0, -3.5), car(7, 110.0, -3.6), car(8, 60.0, 3.5, 0.0)])
+    scenarios = Scenarios([], route, None, seed=0)
+    active = Active({"name": "AccidentTwoWays_1", "type": "AccidentTwoWays"}, CATALOGUE["AccidentTwoWays"], 40.0,
+                    site_s=100.0, state="running")
+    scenarios._run(active, world, 20.0)
+    assert world.taken == {1, 2, 7}
+    world.taken.clear()
+    scenarios._run(active, world, 20.0)  # once a second, not every tick
+    assert not world.taken
+
+
 def test_the_parked_car_of_parking_crossing_pedestrian_stands_a_lane_width_beside_the_egos_lane(tmp_path, town_xodr):
     """As scenario_runner parks it (the lane's width to the side of its centre): at the kerb it reached 0.3 m into
     the ego's lane, an obstacle the expert stopped behind for good (Bench2Drive route 18252)."""

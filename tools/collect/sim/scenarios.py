@@ -82,6 +82,16 @@ LEAVE_SPACE_M = {"Accident": 20.0, "AccidentTwoWays": 20.0, "ParkedObstacle": 20
                  "ParkingCrossingPedestrian": 15.0}
 #: A vehicle whose centre is this close to the route's centreline (and heading its way) is in the ego's lane, metres.
 LANE_HALF_M = 1.75
+#: TwoWays obstacles: the leaderboard switches the background traffic of the oncoming lane off while the ego passes
+#: (`ChangeOppositeBehavior(active=False)`; the scenario's own flow comes instead). Here, every OPPOSITE_CHECK_S
+#: while the ego is before the site, the background vehicles standing in the oncoming lane (their centre 1.5 to
+#: 5.5 m left of the route, heading against it) from OPPOSITE_BEHIND_M behind the ego to OPPOSITE_BEYOND_M past the
+#: site are taken out: SUMO's oncoming traffic, queued from a junction behind the ego, stood beside it for good, and
+#: the lane to pass in was never free (Bench2Drive AccidentTwoWays 25845: blocked). Moving ones drive on.
+OPPOSITE_CHECK_S = 1.0
+OPPOSITE_BEHIND_M = 15.0
+OPPOSITE_BEYOND_M = 20.0
+OPPOSITE_LATERAL_M = (1.5, 5.5)
 
 
 # ----------------------------------------------------------------------------- actors
@@ -146,6 +156,7 @@ class Active:
     flows: list[Flow] = field(default_factory=list)
     cross_at: float = math.nan  # route s of the walkers' crossing point
     crossing_time: float = 0.0  # seconds a walker takes to reach the ego's lane
+    opposite_checked: float = -math.inf  # when the oncoming lane was last cleared of standing traffic (TwoWays)
 
     def actor_ids(self, world) -> list[int]:
         ids = [m.id for m in self.movers] + list(self.statics)
@@ -224,6 +235,10 @@ class Scenarios:
 
     def _run(self, a: Active, world, s_ego: float) -> None:
         t = world.time
+        if (a.type.kind == OBSTACLE and a.block["type"].endswith("TwoWays") and s_ego < a.site_s
+                and t - a.opposite_checked >= OPPOSITE_CHECK_S - 1e-6):
+            a.opposite_checked = t
+            self._clear_opposite(a, world, s_ego)
         for m in a.movers:
             if m.started is None and not math.isnan(a.cross_at):
                 to_go = a.cross_at - s_ego - world.ego_box().length / 2
@@ -280,6 +295,31 @@ class Scenarios:
             if n:
                 log.info("scenario %s: %d background vehicles taken out of the ego's lane ahead, up to route %.0f m",
                          a.block["name"], n, until)
+
+    def _clear_opposite(self, a: Active, world, s_ego: float) -> None:
+        """Take out the background vehicles standing in the oncoming lane beside the ego's way to the site
+        (OPPOSITE_CHECK_S)."""
+        r = self.route
+        span = np.flatnonzero((r.s >= s_ego - OPPOSITE_BEHIND_M) & (r.s <= a.site_s + OPPOSITE_BEYOND_M))
+        ego = world.ego_box()
+        boxes = [b for b in world.actors() if b.id != ego.id and b.speed < 0.3]
+        if len(span) < 2 or not boxes:
+            return
+        xy, yaw = r.xy[span], np.radians(r.yaw[span])
+        pos = np.array([[b.x, b.y, b.yaw] for b in boxes])
+        d = np.hypot(pos[:, None, 0] - xy[None, :, 0], pos[:, None, 1] - xy[None, :, 1])
+        k = d.argmin(axis=1)
+        # Left of the heading (CARLA's y points right): (sin, -cos).
+        left = (pos[:, 0] - xy[k, 0]) * np.sin(yaw[k]) - (pos[:, 1] - xy[k, 1]) * np.cos(yaw[k])
+        against = np.abs(wrap_degrees(pos[:, 2] - np.degrees(yaw[k]))) > 135.0
+        inside = (k > 0) & (k < len(span) - 1)  # beside the stretch, not beyond either end
+        lo, hi = OPPOSITE_LATERAL_M
+        ids = {boxes[i].id for i in np.flatnonzero((left > lo) & (left < hi) & against & inside)}
+        if ids:
+            n = world.take_out(ids)
+            if n:
+                log.info("scenario %s: %d background vehicles standing in the oncoming lane taken out",
+                         a.block["name"], n)
 
     # ------------------------------------------------------------------ geometry on the route
     def _point(self, s: float) -> tuple[float, float, float]:
