@@ -157,3 +157,24 @@ def test_no_background_vehicle_drives_a_parking_lane(carla_towns):
         assert not on_parking
     finally:
         world.close()
+
+
+def test_spawn_places_and_stop_lines_are_read_from_sumo_once_per_town_and_kept_the_same(long_town):
+    """Half a second of every Town12 route run's start went to asking SUMO for them edge by edge: they are kept
+    beside the town (Town.derived_file) and read back exactly."""
+    from tools.collect.sim.world import SumoWorld
+
+    for _ in range(2):  # the first world finds and keeps them, the second reads them
+        world = SumoWorld(long_town, _straight_route(long_town, 200.0), seed=1, vehicles=0, sim_hz=20)
+        try:
+            bg, signals = world.background, world.signals
+            kept = bg._spawn_xy.copy(), bg._spawn_edge.copy(), bg._spawn_pos.copy(), dict(bg._edge_length)
+            bg._find_spawn_places()
+            assert all(np.array_equal(a, b) for a, b in zip(kept[:3], (bg._spawn_xy, bg._spawn_edge, bg._spawn_pos),
+                                                              strict=True))
+            assert kept[3] == bg._edge_length and len(kept[0]) > 100
+            assert signals.stop_lines == signals._read_stop_lines()
+        finally:
+            world.close()
+    kept_files = {p.name.rsplit(".", 2)[-2] for p in long_town.xodr.parent.iterdir() if p.name.startswith(".")}
+    assert {"spawn-places", "stop-lines"} <= kept_files
