@@ -18,20 +18,27 @@ from tools.collect.base.scenario_types import (
     CATALOGUE,
     EXTENT_M,
     JUNCTION,
+    JUNCTION_SIDES,
     NAME_ONLY,
     OBSTACLE,
     PASS_ROOM_M,
+    PEDESTRIAN,
     PLACEABLE,
     catalogue_markdown,
+    check_params,
+    junction_side,
 )
 from tools.collect.base.town import Town
+from tools.collect.sim.scenarios import LEAVE_SPACE_M, Active, Scenarios
 from tools.dataset import semantics as sem
 from tools.dataset.frames import read_boxes, read_frame
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import Measurements, RoadOption
 from tools.dataset.results import SUCCESS_STATUSES
+from tools.expert.lanes import lane_at
 from tools.expert.planner import RoutePlanner
-from tools.expert.route import turn_option
+from tools.expert.route import DenseRoute, turn_option
+from tools.expert.state import Box
 
 #: Every scenario type of the leaderboard 2.0 route files (data/routes_training.xml, routes_devtest.xml) and
 #: scenario_runner's route scenarios at CARLA 0.9.16.
@@ -194,6 +201,135 @@ def test_the_red_light_runner_is_a_sumo_vehicle_of_the_scenario(driven):
     boxes = [b for _, f in running for b in read_boxes(f) if b.id in actors]
     assert len(actors) == 1 and boxes and max(b.speed for b in boxes) > 8.0
     assert all(b.cls == sem.CAR for b in boxes)
+
+
+def test_each_type_takes_the_directions_its_class_accepts():
+    for kind in ("OppositeVehicleRunningRedLight", "OppositeVehicleTakingPriority"):
+        assert all(check_params({"direction": {"value": d}}, kind) is None for d in JUNCTION_SIDES)
+        assert "must be ref or left or opposite or right" in check_params({"direction": {"value": "up"}}, kind)
+    for kind in ("Accident", "ParkedObstacleTwoWays", "DynamicObjectCrossing", "StaticCutIn", "ParkingExit"):
+        assert "must be left or right" in check_params({"direction": {"value": "opposite"}}, kind)
+    assert check_params({"direction": {"value": "opposite"}}, "ParkingCutIn") is None  # anything but left: right
+    assert check_params({"direction": {"value": "up"}}, "HazardAtSideLane") is None  # its class reads none
+    # scenario_helper.filter_junction_wp_direction's bands of the entry's yaw minus the ego's
+    assert [junction_side(d) for d in (0, 29, 31, 135, 136, 225, 226, 330, 331, -90, -179)] == [
+        "ref", "ref", "left", "left", "opposite", "opposite", "right", "right", "ref", "right", "opposite"]
+
+
+class _PlacingWorld:
+    """What Scenarios asks of a world when a scenario starts: boxes placed (add_static), the actors near the ego,
+    background vehicles taken out (take_out)."""
+
+    def __init__(self, ego: Box, actors: list[Box] = ()):
+        self.time, self.ego, self.placed, self.taken = 0.0, ego, {}, set()
+        self.others = list(actors)
+
+    def ego_box(self) -> Box:
+        return self.ego
+
+    def actors(self) -> list[Box]:
+        return self.others + list(self.placed.values())
+
+    def add_static(self, cls, x, y, yaw, length, width, height, block=False) -> int:
+        aid = 100 + len(self.placed)
+        self.placed[aid] = Box(aid, cls, x, y, height / 2, yaw, length, width, height)
+        return aid
+
+    def take_out(self, ids: set[int]) -> int:
+        self.taken |= ids
+        return len(ids)
+
+    def box_ids(self, vids: list[str]) -> list[int]:
+        return []
+
+
+def test_a_scenario_leaves_the_egos_lane_ahead_free_of_background_vehicles_as_the_leaderboard_does():
+    """LeaveSpaceInFront: the vehicles in the ego's lane between it and 20 m past an obstacle are taken out (one
+    queued behind an accident was an obstacle the ego could not pass); beside, behind, oncoming, beyond: kept."""
+    xs = np.arange(0.0, 201.0, 1.0)
+    route = DenseRoute(np.column_stack([xs, np.zeros_like(xs)]), np.zeros_like(xs), np.zeros(len(xs), dtype=int),
+                       xs.copy(), np.zeros(len(xs), dtype=bool))
+    car = lambda i, x, y, yaw=0.0: Box(i, sem.CAR, x, y, 0.75, yaw, 4.6, 1.9, 1.5, 5.0)  # noqa: E731
+    world = _PlacingWorld(car(0, 20.0, 0.0), [car(1, 45.0, 0.4), car(2, 45.0, 3.5), car(3, 10.0, 0.0),
+                                              car(4, 60.0, 0.2, 180.0), car(5, 130.0, 0.0), car(6, 110.0, -0.5, 8.0)])
+    scenarios = Scenarios([], route, None, seed=0)
+    scenarios._leave_space(Active({"name": "Accident_1"}, CATALOGUE["Accident"], 40.0, site_s=100.0), world, 20.0,
+                           100.0 + LEAVE_SPACE_M["Accident"])
+    assert world.taken == {1, 6}
+    assert set(LEAVE_SPACE_M) <= {n for n, t in CATALOGUE.items() if t.kind in (OBSTACLE, PEDESTRIAN)}
+
+
+def test_a_two_ways_obstacle_clears_the_oncoming_lane_of_standing_background_traffic():
+    """ChangeOppositeBehavior(active=False): SUMO's oncoming traffic queued beside the ego stood there for good and
+    the lane to pass in was never free (Bench2Drive route 25845); standing background vehicles in the oncoming lane
+    between the ego and past the site go, moving ones, other lanes and beyond stay."""
+    xs = np.arange(0.0, 201.0, 1.0)
+    route = DenseRoute(np.column_stack([xs, np.zeros_like(xs)]), np.zeros_like(xs), np.zeros(len(xs), dtype=int),
+                       xs.copy(), np.zeros(len(xs), dtype=bool))
+
+    def car(i: int, x: float, y: float, yaw: float = 180.0, speed: float = 0.0) -> Box:
+        return Box(i, sem.CAR, x, y, 0.75, yaw, 4.6, 1.9, 1.5, speed)
+
+    # CARLA's y points right: the oncoming lane, on the left of a route heading +x, is at y = -3.5.
+    world = _PlacingWorld(car(0, 20.0, 0.0, 0.0), [
+        car(1, 30.0, -3.5), car(2, 12.0, -3.4), car(3, 60.0, -3.5, speed=8.0), car(4, 60.0, -3.5, 0.0),
+        car(5, 40.0, 0.0, 0.0), car(6, 160.0, -3.5), car(7, 110.0, -3.6), car(8, 60.0, 3.5, 0.0)])
+    scenarios = Scenarios([], route, None, seed=0)
+    active = Active({"name": "AccidentTwoWays_1", "type": "AccidentTwoWays"}, CATALOGUE["AccidentTwoWays"], 40.0,
+                    site_s=100.0, state="running")
+    scenarios._run(active, world, 20.0)
+    assert world.taken == {1, 2, 7}
+    world.taken.clear()
+    scenarios._run(active, world, 20.0)  # once a second, not every tick
+    assert not world.taken
+
+
+def test_the_parked_car_of_parking_crossing_pedestrian_stands_a_lane_width_beside_the_egos_lane(tmp_path, town_xodr):
+    """As scenario_runner parks it (the lane's width to the side of its centre): at the kerb it reached 0.3 m into
+    the ego's lane, an obstacle the expert stopped behind for good (Bench2Drive route 18252)."""
+    (path,) = generate_routes(str(town_xodr), count=1, out=str(tmp_path), seed=3, scenarios="ParkingCrossingPedestrian")
+    (route,) = read_routes(path)
+    town = Town(town_xodr)
+    dense = RoutePlanner(town.carla_map).trace(route.waypoints)
+    scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed=0)
+    (a,) = scenarios.items
+    x, y = dense.xy[0]
+    world = _PlacingWorld(Box(0, sem.CAR, float(x), float(y), 0.75, float(dense.yaw[0]), 4.9, 2.1, 1.5))
+    scenarios._start(a, world, 0.0)
+    (car,) = [b for b in world.placed.values() if b.cls == sem.CAR]
+    k = int(np.hypot(dense.xy[:, 0] - car.x, dense.xy[:, 1] - car.y).argmin())
+    width = lane_at(town.carla_map, float(dense.xy[k, 0]), float(dense.xy[k, 1])).lane_width
+    lateral = math.hypot(car.x - dense.xy[k, 0], car.y - dense.xy[k, 1])
+    assert lateral == pytest.approx(width, abs=0.3) and lateral - car.width / 2 > width / 2
+
+
+def test_a_bench2drive_route_with_a_red_light_runner_from_the_opposite_side_is_read_and_driven(driven, tmp_path,
+                                                                                              town_xodr):
+    """Bench2Drive's route 2082 names `direction="opposite"` (accepted by scenario_runner's class): its shape here,
+    on the test grid, with the waypoints and trigger of the driven red-light route."""
+    (source,) = (driven.root.parent / "routes" / "OppositeVehicleRunningRedLight").glob("*.xml")
+    (route,) = read_routes(source)
+    x, y, z, yaw = route.scenarios[0]["trigger"]
+    positions = "".join(f'<position x="{p[0]:.1f}" y="{p[1]:.1f}" z="{p[2]:.1f}" />' for p in route.waypoints)
+    weather = ('<weather cloudiness="5.0" fog_density="60.0" precipitation="0.0" route_percentage="{}" '
+               'sun_altitude_angle="-90.0" wetness="0.0" wind_intensity="10.0" />')
+    (tmp_path / "towns").mkdir()
+    (tmp_path / "towns" / "town.xodr").symlink_to(town_xodr)
+    path = tmp_path / "2082.xml"
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?>\n<routes><route id="2082" town="town"><waypoints>'
+                    f'{positions}</waypoints><scenarios><scenario name="OppositeVehicleRunningRedLight_1" '
+                    f'type="OppositeVehicleRunningRedLight"><trigger_point x="{x:.1f}" y="{y:.1f}" yaw="{yaw:.1f}" '
+                    f'z="{z:.1f}" /><direction value="opposite" /></scenario></scenarios><weathers>'
+                    f'{weather.format(0)}{weather.format(100)}</weathers></route></routes>\n')
+    assert read_routes(path)[0].scenarios[0]["params"] == {"direction": {"value": "opposite"}}
+    run_tool(PYTHON, "-m", "tools.collect", "run", "--route", str(path), "--root", str(tmp_path / "root"),
+             "--record=false", check=True)
+    (result,) = (tmp_path / "root" / "results").rglob("*.json")
+    record = json.loads(result.read_text())["_checkpoint"]["records"][0]
+    assert record["status"] in SUCCESS_STATUSES and not any(record["infractions"].values()), record
+    assert record["meta"]["scenarios"] == {"OppositeVehicleRunningRedLight_1": "done"}
+    log = "".join(p.read_text() for p in (tmp_path / "root" / "logs").rglob("attempt-*.log"))
+    assert "its adversary enters the junction from the opposite" in log
 
 
 def test_scenario_frames_go_to_the_scenario_buckets(driven, tmp_path):

@@ -128,3 +128,53 @@ def test_on_a_small_town_a_vehicle_replacing_one_that_arrived_enters_far_from_th
     # SUMO's position is the front bumper, a car length and a step into the edge
     assert len(bounded) >= 10 and min(bounded) >= ENTER_CLEAR_M - 10.0, sorted(bounded)
     assert min(unbounded) < ENTER_CLEAR_M, "the test's town has no edge near the ego to tell by"
+
+
+def test_no_background_vehicle_drives_a_parking_lane(carla_towns):
+    """netconvert lets cars drive OpenDRIVE parking lanes at the road's speed; CARLA's traffic never does, and a car
+    driving one merged into the ego's lane at an accident and stood across it (Bench2Drive route 25845): the world
+    closes them. Town15's road 280 has a parking lane beside its driving lanes."""
+    from tools.collect.sim.world import SumoWorld
+
+    town = Town(carla_towns / "Town15.xodr")
+    parking = set(town.parking_lanes)
+    assert "-280#1_0" in parking and "-280#1_1" not in parking
+    (lane,) = [la for la in town.lanes if la.id == "-280#1_1"]
+    xy = lane.centerline
+    seg = np.hypot(*np.diff(xy, axis=0).T)
+    s = np.concatenate([[0.0], np.cumsum(seg)])
+    at = np.arange(0.0, s[-1], 1.0)
+    route_xy = np.column_stack([np.interp(at, s, xy[:, 0]), np.interp(at, s, xy[:, 1])])
+    yaw = np.degrees(np.arctan2(*np.gradient(route_xy, axis=0).T[::-1]))
+    route = DenseRoute(xy=route_xy, yaw=yaw, option=np.full(len(at), 4), s=at, junction=np.zeros(len(at), dtype=bool))
+    world = SumoWorld(town, route, seed=3, vehicles=80, sim_hz=20)
+    try:
+        on_parking = set()
+        for tick in range(300):
+            world.step(Controller(world.dt)(world.ego.x, world.ego.y, world.ego.yaw, world.ego.speed, route.xy, 0.0))
+            if tick % 20 == 0:
+                on_parking |= {v for v in world.ls.vehicle.getIDList() if world.ls.vehicle.getLaneID(v) in parking}
+        assert not on_parking
+    finally:
+        world.close()
+
+
+def test_spawn_places_and_stop_lines_are_read_from_sumo_once_per_town_and_kept_the_same(long_town):
+    """Half a second of every Town12 route run's start went to asking SUMO for them edge by edge: they are kept
+    beside the town (Town.derived_file) and read back exactly."""
+    from tools.collect.sim.world import SumoWorld
+
+    for _ in range(2):  # the first world finds and keeps them, the second reads them
+        world = SumoWorld(long_town, _straight_route(long_town, 200.0), seed=1, vehicles=0, sim_hz=20)
+        try:
+            bg, signals = world.background, world.signals
+            kept = bg._spawn_xy.copy(), bg._spawn_edge.copy(), bg._spawn_pos.copy(), dict(bg._edge_length)
+            bg._find_spawn_places()
+            assert all(np.array_equal(a, b) for a, b in zip(kept[:3], (bg._spawn_xy, bg._spawn_edge, bg._spawn_pos),
+                                                              strict=True))
+            assert kept[3] == bg._edge_length and len(kept[0]) > 100
+            assert signals.stop_lines == signals._read_stop_lines()
+        finally:
+            world.close()
+    kept_files = {p.name.rsplit(".", 2)[-2] for p in long_town.xodr.parent.iterdir() if p.name.startswith(".")}
+    assert {"spawn-places", "stop-lines"} <= kept_files

@@ -121,9 +121,16 @@ class RunFilm:
                 near = np.hypot(route_xy[:, 0] - ego.x, route_xy[:, 1] - ego.y) < g.width
                 if near.sum() > 1:
                     draw.line(pixels(route_xy[near]), fill=ROUTE_RGB, width=max(1, round(3.0 / g.resolution)))
-            for box in [*actors, ego]:
-                fill = tuple(int(v) for v in sem.BEV_PALETTE[sem.BEV_EGO]) if box is ego else ACTOR_RGB
-                draw.polygon(pixels(box.corners()[:4]), fill=fill)
+            # Every box's four corners at once (a long run draws some 25 boxes a frame), those out of view left out.
+            boxes = [b for b in actors if abs(b.x - ego.x) < g.width and abs(b.y - ego.y) < g.width] + [ego]
+            arr = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in boxes])
+            rad = np.radians(arr[:, 2:3])
+            dx, dy = np.array([1, 1, -1, -1]) * arr[:, 3:4] / 2, np.array([1, -1, -1, 1]) * arr[:, 4:5] / 2
+            corners = np.stack([arr[:, :1] + np.cos(rad) * dx - np.sin(rad) * dy,
+                                arr[:, 1:2] + np.sin(rad) * dx + np.cos(rad) * dy], axis=-1)
+            ego_fill = tuple(int(v) for v in sem.BEV_PALETTE[sem.BEV_EGO])
+            for box, px in zip(boxes, g.ego_to_pixel(world_to_ego(ego, corners)).tolist(), strict=True):
+                draw.polygon([tuple(p) for p in px], fill=ego_fill if box is ego else ACTOR_RGB)
         path = np.asarray(decision.path, dtype=np.float64).reshape(-1, 2)
         if len(path):
             pts = pixels(path)

@@ -205,6 +205,22 @@ PARAMETERS: dict[str, dict[str, tuple[str, bool]]] = {
 
 # ----------------------------------------------------------------------------- parameters
 
+SIDES = ("left", "right")
+#: The junction entry sides scenario_runner's `filter_junction_wp_direction` names (srunner/tools/scenario_helper.py),
+#: by the entry lane's yaw minus the reference's, modulo 360: above 330 or up to 30 `ref`, 30-135 `left`, 135-225
+#: `opposite`, 225-330 `right`.
+JUNCTION_SIDES = ("ref", "left", "opposite", "right")
+#: The `direction` values each type's class accepts (v0.9.15 and v0.9.16 alike), where they are not SIDES (most
+#: classes raise "'direction' must be either 'right' or 'left'"); None: any value. OppositeVehicleJunction filters
+#: the junction's entries by it (any other value finds no lane and raises); ParkingCutIn reads anything but
+#: 'left' as right; the types whose class reads no `direction` ignore it (Bench2Drive's InterurbanAdvancedActorFlow
+#: blocks carry one).
+DIRECTIONS: dict[str, tuple[str, ...] | None] = {
+    "OppositeVehicleRunningRedLight": JUNCTION_SIDES, "OppositeVehicleTakingPriority": JUNCTION_SIDES,
+    "ParkingCutIn": None,
+    **{kind: None for kind, reads in PARAMETERS.items() if "direction" not in reads},
+}
+
 #: Parameters the embedded world reads, with what they must be: a number (`value`, or `from` and `to`) or a
 #: side. Others a route file may hold (blocker_model ...) are read as text or kept for the leaderboard.
 NUMBERS = ("distance", "speed", "flow_speed", "frequency", "source_dist_interval", "offset", "bicycle_speed",
@@ -243,8 +259,9 @@ def check_params(params: dict[str, dict[str, str]], kind: str | None = None) -> 
             except ValueError:
                 return f"parameter <{name} {key}=\"{text}\"> is not a number"
     side = params.get("direction", {}).get("value")
-    if side is not None and side not in ("left", "right"):
-        return f"parameter <direction value=\"{side}\"> must be left or right"
+    accepted = DIRECTIONS.get(kind or "", SIDES if kind in PARAMETERS else None)
+    if side is not None and accepted is not None and side not in accepted:
+        return f"parameter <direction value=\"{side}\"> must be {' or '.join(accepted)}"
     return None
 
 
@@ -269,6 +286,14 @@ def interval(params: dict, name: str, default: tuple[float, float]) -> tuple[flo
         return v, v
     lo, hi = float(p.get("from", default[0])), float(p.get("to", default[1]))
     return min(lo, hi), max(lo, hi)
+
+
+def junction_side(rel_yaw: float) -> str:
+    """Where a lane entering a junction comes from, as scenario_runner's `filter_junction_wp_direction` names it
+    (JUNCTION_SIDES), from its yaw minus the reference's (the ego's entering the junction), degrees."""
+    diff = rel_yaw % 360.0
+    return ("ref" if diff > 330.0 else "right" if diff > 225.0 else "opposite" if diff > 135.0
+            else "left" if diff > 30.0 else "ref")
 
 
 def direction(params: dict, default: str = "right") -> str:

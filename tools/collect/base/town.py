@@ -374,7 +374,7 @@ class Town:
         """Load every part of the town a route run reads (carla.Map, lane graph, bounds, lanes), for a process that
         keeps the town for the route runs it forks (keep_town); the seconds each took."""
         seconds = {}
-        for part in ("carla_map", "lane_graph", "bounds", "lanes"):
+        for part in ("carla_map", "lane_graph", "bounds", "lanes", "parking_lanes"):
             started = time.perf_counter()
             getattr(self, part)
             seconds[part] = time.perf_counter() - started
@@ -424,6 +424,12 @@ class Town:
                     )
                 )
         return lanes
+
+    @cached_property
+    def parking_lanes(self) -> tuple[str, ...]:
+        """The SUMO lanes netconvert made of OpenDRIVE parking lanes: it lets cars drive them (at the road's speed),
+        CARLA's traffic never does; the embedded world closes them to its vehicles (tools.collect.sim.world)."""
+        return tuple(re.findall(r'<lane id="([^"]+)"[^>]*\stype="parking"', self.net.read_text()))
 
     @cached_property
     def bounds(self) -> tuple[float, float, float, float]:

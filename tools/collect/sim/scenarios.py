@@ -58,6 +58,7 @@ from tools.collect.base.scenario_types import (
     ScenarioType,
     direction,
     interval,
+    junction_side,
     value,
 )
 from tools.dataset import semantics as sem
@@ -66,6 +67,31 @@ from tools.expert.lanes import lane_at, neighbours
 from tools.expert.route import DenseRoute
 
 log = logging.getLogger("collect.scenarios")
+
+#: The types whose scenario_runner class leaves the ego's lane free ahead of it when it starts (route mode:
+#: `LeaveSpaceInFront`, the background activity teleporting the vehicles in the ego's lane ahead of it forward; for
+#: ConstructionObstacle `RemoveRoadLane` of the ego's lane), and how far beyond the site, metres (the classes'
+#: total distance: the obstacle's distance and extent plus 20 m; the crossing's distance plus 10 m or 15 m). Here
+#: the background vehicles in the ego's lane between it and there are taken out (and replaced elsewhere): SUMO's
+#: drivers never pass through the oncoming lane, and one queued behind the obstacle was an obstacle the ego could not
+#: pass (Bench2Drive AccidentTwoWays 25845: blocked; HazardAtSideLaneTwoWays 3436: a pass of the queue met the
+#: oncoming traffic head on).
+LEAVE_SPACE_M = {"Accident": 20.0, "AccidentTwoWays": 20.0, "ParkedObstacle": 20.0, "ParkedObstacleTwoWays": 20.0,
+                 "ConstructionObstacle": 20.0, "ConstructionObstacleTwoWays": 20.0, "HazardAtSideLane": 20.0,
+                 "HazardAtSideLaneTwoWays": 20.0, "VehicleOpensDoorTwoWays": 20.0, "DynamicObjectCrossing": 10.0,
+                 "ParkingCrossingPedestrian": 15.0}
+#: A vehicle whose centre is this close to the route's centreline (and heading its way) is in the ego's lane, metres.
+LANE_HALF_M = 1.75
+#: TwoWays obstacles: the leaderboard switches the background traffic of the oncoming lane off while the ego passes
+#: (`ChangeOppositeBehavior(active=False)`; the scenario's own flow comes instead). Here, every OPPOSITE_CHECK_S
+#: while the ego is before the site, the background vehicles standing in the oncoming lane (their centre 1.5 to
+#: 5.5 m left of the route, heading against it) from OPPOSITE_BEHIND_M behind the ego to OPPOSITE_BEYOND_M past the
+#: site are taken out: SUMO's oncoming traffic, queued from a junction behind the ego, stood beside it for good, and
+#: the lane to pass in was never free (Bench2Drive AccidentTwoWays 25845: blocked). Moving ones drive on.
+OPPOSITE_CHECK_S = 1.0
+OPPOSITE_BEHIND_M = 15.0
+OPPOSITE_BEYOND_M = 20.0
+OPPOSITE_LATERAL_M = (1.5, 5.5)
 
 
 # ----------------------------------------------------------------------------- actors
@@ -130,6 +156,7 @@ class Active:
     flows: list[Flow] = field(default_factory=list)
     cross_at: float = math.nan  # route s of the walkers' crossing point
     crossing_time: float = 0.0  # seconds a walker takes to reach the ego's lane
+    opposite_checked: float = -math.inf  # when the oncoming lane was last cleared of standing traffic (TwoWays)
 
     def actor_ids(self, world) -> list[int]:
         ids = [m.id for m in self.movers] + list(self.statics)
@@ -208,6 +235,10 @@ class Scenarios:
 
     def _run(self, a: Active, world, s_ego: float) -> None:
         t = world.time
+        if (a.type.kind == OBSTACLE and a.block["type"].endswith("TwoWays") and s_ego < a.site_s
+                and t - a.opposite_checked >= OPPOSITE_CHECK_S - 1e-6):
+            a.opposite_checked = t
+            self._clear_opposite(a, world, s_ego)
         for m in a.movers:
             if m.started is None and not math.isnan(a.cross_at):
                 to_go = a.cross_at - s_ego - world.ego_box().length / 2
@@ -239,8 +270,56 @@ class Scenarios:
                 self._pedestrian(a, name, p, world)
         except ValueError as e:
             raise _NoSite(str(e)) from None
+        if name in LEAVE_SPACE_M:
+            self._leave_space(a, world, s_ego, a.site_s + LEAVE_SPACE_M[name])
         log.info("scenario %s (%s) started at route %.0f m: site at %.0f m, %d actors, %d SUMO flows",
                  a.block["name"], name, s_ego, a.site_s, len(a.actor_ids(world)), len(a.flows))
+
+    def _leave_space(self, a: Active, world, s_ego: float, until: float) -> None:
+        """Take out the background vehicles in the ego's lane ahead of it up to route s `until` (LEAVE_SPACE_M)."""
+        r = self.route
+        ego = world.ego_box()
+        span = np.flatnonzero((r.s >= s_ego) & (r.s <= until))
+        boxes = [b for b in world.actors() if b.id != ego.id]
+        if len(span) < 2 or not boxes:
+            return
+        xy, yaw = r.xy[span], r.yaw[span]
+        pos = np.array([[b.x, b.y, b.yaw] for b in boxes])
+        d = np.hypot(pos[:, None, 0] - xy[None, :, 0], pos[:, None, 1] - xy[None, :, 1])
+        k = d.argmin(axis=1)
+        in_lane = (d[np.arange(len(boxes)), k] < LANE_HALF_M) & (np.abs(wrap_degrees(pos[:, 2] - yaw[k])) < 45.0)
+        ahead = r.s[span][k] > s_ego
+        ids = {boxes[i].id for i in np.flatnonzero(in_lane & ahead)}
+        if ids:
+            n = world.take_out(ids)
+            if n:
+                log.info("scenario %s: %d background vehicles taken out of the ego's lane ahead, up to route %.0f m",
+                         a.block["name"], n, until)
+
+    def _clear_opposite(self, a: Active, world, s_ego: float) -> None:
+        """Take out the background vehicles standing in the oncoming lane beside the ego's way to the site
+        (OPPOSITE_CHECK_S)."""
+        r = self.route
+        span = np.flatnonzero((r.s >= s_ego - OPPOSITE_BEHIND_M) & (r.s <= a.site_s + OPPOSITE_BEYOND_M))
+        ego = world.ego_box()
+        boxes = [b for b in world.actors() if b.id != ego.id and b.speed < 0.3]
+        if len(span) < 2 or not boxes:
+            return
+        xy, yaw = r.xy[span], np.radians(r.yaw[span])
+        pos = np.array([[b.x, b.y, b.yaw] for b in boxes])
+        d = np.hypot(pos[:, None, 0] - xy[None, :, 0], pos[:, None, 1] - xy[None, :, 1])
+        k = d.argmin(axis=1)
+        # Left of the heading (CARLA's y points right): (sin, -cos).
+        left = (pos[:, 0] - xy[k, 0]) * np.sin(yaw[k]) - (pos[:, 1] - xy[k, 1]) * np.cos(yaw[k])
+        against = np.abs(wrap_degrees(pos[:, 2] - np.degrees(yaw[k]))) > 135.0
+        inside = (k > 0) & (k < len(span) - 1)  # beside the stretch, not beyond either end
+        lo, hi = OPPOSITE_LATERAL_M
+        ids = {boxes[i].id for i in np.flatnonzero((left > lo) & (left < hi) & against & inside)}
+        if ids:
+            n = world.take_out(ids)
+            if n:
+                log.info("scenario %s: %d background vehicles standing in the oncoming lane taken out",
+                         a.block["name"], n)
 
     # ------------------------------------------------------------------ geometry on the route
     def _point(self, s: float) -> tuple[float, float, float]:
@@ -431,7 +510,8 @@ class Scenarios:
             raise ValueError("the route's junction is not one of the map")
         junction = wp.get_junction()
         ego_yaw = float(r.yaw[max(i0 - 1, 0)])
-        if name.startswith("OppositeVehicle"):
+        adversary = name.startswith("OppositeVehicle")
+        if adversary:
             sides = [value(p, "direction", "right", str)]
         elif "LeftTurn" in name:
             sides = ["opposite"]
@@ -442,7 +522,11 @@ class Scenarios:
         by_side: dict[str, list] = {}
         for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
             rel = wrap_degrees(entry.transform.rotation.yaw - ego_yaw)
-            side = "opposite" if abs(rel) > 135 else "left" if 45 < rel < 135 else "right" if -135 < rel < -45 else ""
+            if adversary:  # the sides as the class filters the junction's entries (its `direction`)
+                side = junction_side(rel)
+            else:
+                side = ("opposite" if abs(rel) > 135 else "left" if 45 < rel < 135 else "right" if -135 < rel < -45
+                        else "")
             turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
             by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
         # The side the type names (an adversary's other side where the junction has none, a T-junction), and
@@ -466,6 +550,8 @@ class Scenarios:
             edges, lane, pos = found
             a.flows.append(Flow(edges, lane, pos, speed, (1e6, 1e6), until=world.time + 1.0, rules=False,
                                 next_time=world.time))
+            log.info("scenario %s: its adversary enters the junction from the %s, %s, on SUMO edge %s",
+                     a.block["name"], side, "turning" if ranked[0][0] else "straight through", edges[0])
             return
         flow_speed = value(p, "flow_speed", 20.0)
         gaps = interval(p, "source_dist_interval", (25.0, 50.0))
@@ -510,9 +596,12 @@ class Scenarios:
             mid = world.add_static(WALKER[3], *start, yaw_walk, *WALKER[:3])
             a.movers.append(Mover(mid, WALKER, path, speed + 0.1 * k, yaw_still=yaw_walk))
         width = self._lane(x, y).lane_width
-        if blocker is not None:  # between the ego and the walker: a prop beyond the kerb, a car parked at it
+        if blocker is not None:  # between the ego and the walker: a prop beyond the kerb, a parked car
             bl, bw, bh, bc = blocker
-            lateral = out + bw / 2 + 0.1 if bc == sem.STATIC else max(out - bw / 2 - 0.1, width / 2 + bw / 2 - 0.3)
+            # The car a lane's width beside the ego's lane centre, as ParkingCrossingPedestrian parks it (in the
+            # parking lane, or half out of the road): at the kerb where no parking lane is, it stood 0.3 m into the
+            # ego's lane, an obstacle the ego stopped behind and never passed (Bench2Drive route 18252: blocked).
+            lateral = out + bw / 2 + 0.1 if bc == sem.STATIC else width
             pos = np.array([x, y]) - across * lateral - fwd * (bl / 2 + 0.8)
             a.statics.append(world.add_static(bc, float(pos[0]), float(pos[1]), yaw, bl, bw, bh))
         a.crossing_time = (start_lateral - width / 2) / speed

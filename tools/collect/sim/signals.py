@@ -9,6 +9,7 @@ via point) shows red, as the leaderboard's criterion judges it.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ _STATE = {"r": "red", "R": "red", "s": "red", "y": "yellow", "Y": "yellow", "u":
           "g": "green", "o": "off", "O": "off"}
 #: A red-light crossing is judged once the ego has driven this far past the stop line (which link it took).
 LINK_JUDGED_AFTER_M = 8.0
+#: Bump when _read_stop_lines changes: the stop lines are kept beside the town.
+_STOP_LINES_VERSION = "stop lines 1"
 #: The ego's front crossing a stop line is looked for at the lines this close to it along x and along y, metres.
 LINE_NEAR_M = 15.0
 #: Side of the squares by which stop lines are looked up, metres: larger than LINE_NEAR_M, so that the lines near
@@ -75,6 +78,17 @@ class Signals:
                 self._lines_around.setdefault(cell, []).append(line)
 
     def _stop_lines(self) -> list[StopLine]:
+        """Every signal's stop lines (`_read_stop_lines`), read from SUMO once per town and kept beside it
+        (Town.derived_file: a quarter of a second of every route run's start on Town12)."""
+        def write(tmp) -> None:
+            tmp.write_text(json.dumps([[line.tls, line.x, line.y, line.yaw, line.width, line.links]
+                                       for line in self._read_stop_lines()]))
+
+        path = self.town.derived_file("stop-lines.json", f"{_STOP_LINES_VERSION} {self.town.net.name}", write)
+        return [StopLine(tls, x, y, yaw, width, tuple((int(i), (float(v[0]), float(v[1]))) for i, v in links))
+                for tls, x, y, yaw, width, links in json.loads(path.read_text())]
+
+    def _read_stop_lines(self) -> list[StopLine]:
         """Every signal's stop lines in CARLA's frame, with each link's via point: the middle of the link's
         way through the junction. A link index is the position of a connection in the signal's state
         string, as in trafficlight.getControlledLinks and the network's `connection linkIndex`."""

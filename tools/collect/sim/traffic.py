@@ -42,6 +42,9 @@ REGION_CHECK_TICKS = 20
 _SPAWN_SPACING_M = 20.0
 #: Length of a regional vehicle's route (a random walk from where it enters), metres.
 _WALK_M = 3 * REGION_RADIUS_M
+#: Bump when _find_spawn_places changes (or what it reads of the network: the parking lanes the world closes):
+#: the spawn places are kept beside the town.
+_SPAWN_VERSION = "spawn places 1, parking lanes closed"
 #: A regional vehicle SUMO could not insert for this many seconds is given up (and replaced elsewhere).
 _PENDING_GIVE_UP_S = 3.0
 
@@ -135,12 +138,31 @@ class Background:
         return vid
 
     def _setup_spawn_places(self) -> None:
-        """The places where regional traffic may enter: every _SPAWN_SPACING_M along each edge that cars may
-        use (on its rightmost lane's shape), as SUMO-frame points with their edge and position on it."""
+        """The places where regional traffic may enter (`_find_spawn_places`), found once per town and kept beside
+        it (Town.derived_file: half a second of every route run's start on Town12, asking SUMO edge by edge)."""
+        self._successors: dict[str, list[str]] = {}  # _next_edges, by edge
+
+        def write(tmp) -> None:
+            self._find_spawn_places()
+            with open(tmp, "wb") as f:
+                np.savez(f, edges=np.array(self.edges), length_edges=np.array(list(self._edge_length)),
+                         lengths=np.array(list(self._edge_length.values()), dtype=np.float64), xy=self._spawn_xy,
+                         edge=self._spawn_edge, pos=self._spawn_pos)
+
+        path = self.town.derived_file("spawn-places.npz", f"{_SPAWN_VERSION} {self.town.net.name}", write)
+        with np.load(path) as kept:
+            if kept["edges"].tolist() != self.edges:  # not this network's (cannot be: its name is in the key)
+                self._find_spawn_places()
+                return
+            self._edge_length = dict(zip(kept["length_edges"].tolist(), kept["lengths"].tolist(), strict=True))
+            self._spawn_xy, self._spawn_edge, self._spawn_pos = kept["xy"], kept["edge"], kept["pos"]
+
+    def _find_spawn_places(self) -> None:
+        """Every _SPAWN_SPACING_M along each edge that cars may use (on its rightmost lane's shape), as SUMO-frame
+        points with their edge and position on it; the edges cars may use with their lengths."""
         ls = self.ls
         xy, edges, pos = [], [], []
         self._edge_length: dict[str, float] = {}  # the edges cars may use, and their lengths
-        self._successors: dict[str, list[str]] = {}  # _next_edges, by edge
         for k, edge in enumerate(self.edges):
             lane = f"{edge}_0"
             if not any(self._car_lane(f"{edge}_{i}") for i in range(ls.edge.getLaneNumber(edge))):

@@ -151,6 +151,7 @@ class SumoWorld:
         self._statics: dict[int, Box] = {}
         self._blocks: dict[str, int] = {}  # SUMO id of a block -> its box id
         self._hidden: set[str] = set()
+        self._removed: set[str] = set()  # taken out (take_out) since the last SUMO step, whose results still name them
         self._stand_ins = 0  # SUMO stand-ins added (each on a route of its own)
         self._next_sc = 0
         #: The ego's stand-in in a neighbouring lane while its box reaches into it (passing an obstacle): SUMO
@@ -161,9 +162,16 @@ class SumoWorld:
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
             "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "none",
             "--time-to-teleport", "60", "--ignore-route-errors", "true",
+            # The network is netconvert's own: validating it against SUMO's schema took a sixth of its loading.
+            "--xml-validation", "never", "--xml-validation.net", "never",
             "--default.action-step-length", f"{self.dt}", "--lanechange.duration", "2.0",
         ])
         try:
+            # Parking lanes closed to SUMO's vehicles, as CARLA's traffic never drives them: netconvert lets cars use
+            # them at the road's speed, and one driving a parking lane merged into the ego's lane at its end, or at an
+            # accident standing at the lane's edge, and stood there across it (Bench2Drive AccidentTwoWays 25845).
+            for lane in town.parking_lanes:
+                libsumo.lane.setDisallowed(lane, ["passenger"])
             self.background = Background(libsumo, town, seed, vehicles, regional, view=VIEW_RADIUS_M)
             self._setup_types()
             # The ego starts with its rear on the route's first point, heading along the route.
@@ -395,6 +403,25 @@ class SumoWorld:
             self.ls.vehicle.setSpeedMode(vid, 7)
         return vid
 
+    def take_out(self, box_ids: set[int]) -> int:
+        """Take the background vehicles with these box ids out of SUMO, each replaced by one entering elsewhere (as
+        one that arrived: the traffic's density kept, tools.collect.sim.traffic.Background.replace); the others
+        (the ego, scenario vehicles, stand-ins, boxes of props) stay. How many were taken out."""
+        gone = [vid for vid, aid in self._ids.items() if aid in box_ids and vid.startswith("bg")]
+        for vid in gone:
+            try:
+                self.ls.vehicle.remove(vid)
+            except self.ls.TraCIException:  # SUMO took it out already (arrived, teleported)
+                continue
+            self._ids.pop(vid, None)
+            self._types.pop(vid, None)
+            self.background.forget(vid)
+            self.background.replace(vid, (self.ego.x, self.ego.y), self.time)
+            self._removed.add(vid)
+        if gone:
+            self._near, self._snap = None, None  # read again without them (until SUMO steps, its results name them)
+        return len(gone)
+
     def box_ids(self, vids: list[str]) -> list[int]:
         """Box ids of those SUMO vehicles still driving (the ids their boxes have in frames)."""
         present = set(self.ls.vehicle.getIDList())
@@ -468,6 +495,7 @@ class SumoWorld:
         seconds it counts as jammed and is teleported there."""
         self.ls.simulationStep()
         self._near = None  # the context subscription's results are this step's
+        self._removed.clear()
         arrived = set(self.ls.simulation.getArrivedIDList())
         if self._shadow is not None and self._shadow[0] in arrived:
             self._shadow = None  # it arrived at its (one-edge) route's end: placed anew on the next tick
@@ -487,7 +515,7 @@ class SumoWorld:
         """The SUMO vehicles near the ego now (read once a SUMO step)."""
         if self._near is None:
             found = self.ls.vehicle.getContextSubscriptionResults(EGO)
-            vids = [v for v in found if v != EGO and v not in self._hidden]
+            vids = [v for v in found if v != EGO and v not in self._hidden and v not in self._removed]
             for vid in vids:
                 if vid not in self._types:
                     tid = self.ls.vehicle.getTypeID(vid)
