@@ -95,8 +95,11 @@ class CollectSettings:
                 hint = f"; did you mean {', '.join('--' + n for n in near)}?" if near else ""
                 raise ToolError(f"unknown setting --{raw}{hint} (settings: {', '.join(sorted(fields))})")
             kind = type(fields[key].default)
-            if kind is bool and not isinstance(value, bool):  # bool("false") is True: a switch takes no value
-                raise ToolError(f"--{raw}={value!r}: a switch; write --{raw} or --no-{raw}")
+            if kind is bool and not isinstance(value, bool):  # bool("false") is True: only these words
+                words = {"true": True, "false": False}
+                if str(value).lower() not in words:
+                    raise ToolError(f"--{raw}={value!r}: a switch; write --{raw} or --no-{raw}")
+                value = words[str(value).lower()]
             try:
                 values[key] = kind(value) if kind is not bool else bool(value)
             except (TypeError, ValueError):
