@@ -102,10 +102,7 @@ class Leaderboard21:
     result_fields: Mapping[str, Any] = field(default_factory=lambda: {"score_version": "2.1"})
 
     def scores(self, scores: Mapping[str, float], infractions: Mapping[str, Sequence[Any]]) -> dict[str, float]:
-        route = scores["score_route"]
-        penalty = penalty_21(infractions)
-        return {"score_route": route, "score_penalty": round(penalty, ROUND_DIGITS_SCORE),
-                "score_composed": round(max(route * penalty, 0.0), ROUND_DIGITS_SCORE)}
+        return composed(scores["score_route"], penalty_21(infractions))
 
 
 def min_speed_percent(message: Any) -> float | None:
@@ -136,6 +133,12 @@ def infraction_value_21(kind: str, message: Any) -> float:
         percent = min_speed_percent(message)
         return value if percent is None else value * max(1 - percent / 100, 0.0)
     return value
+
+
+def composed(route: float, penalty: float) -> dict[str, float]:
+    """A run's scores from its route completion and a recomputed penalty, rounded as the leaderboard rounds them."""
+    return {"score_route": route, "score_penalty": round(penalty, ROUND_DIGITS_SCORE),
+            "score_composed": round(max(route * penalty, 0.0), ROUND_DIGITS_SCORE)}
 
 
 def penalty_20(infractions: Mapping[str, Sequence[Any]]) -> float:

@@ -18,8 +18,8 @@ tools.collect.sim.world), at every tick of the drive loop, from the first (time 
 
 The embedded world's ego is a flat kinematic bicycle: z, roll, pitch and the x and y angular velocities are 0; the
 velocity is the speed along the heading; acceleration and yaw rate are differences between consecutive ticks (0 at
-the first), as the leaderboard agent's stand-in of the hero computes them (tools.evaluate.leaderboard.host). Values
-are rounded to 6 digits.
+the first): `kinematics`, which the leaderboard agent's stand-in of the hero reads too
+(tools.evaluate.leaderboard.host). Values are rounded to 6 digits.
 """
 
 from __future__ import annotations
@@ -39,6 +39,19 @@ KEYS = ("acceleration", "angular_velocity", "forward_vector", "right_vector", "l
 MAX_BYTES = 64 << 20
 
 
+def kinematics(yaw: float, speed: float, last: tuple[float, float, float] | None,
+               dt: float) -> tuple[tuple[float, float], tuple[float, float], float]:
+    """The embedded world's ego at one tick as CARLA's actor gives it: its velocity (vx, vy), the speed along the
+    heading `yaw` (degrees); its acceleration (ax, ay) and yaw rate (degrees per second) by difference with `last`,
+    the previous tick's (vx, vy, yaw) `dt` seconds before (0 at the first tick, None)."""
+    c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
+    vx, vy = speed * c, speed * s
+    if last is None:
+        return (vx, vy), (0.0, 0.0), 0.0
+    accel = ((vx - last[0]) / dt, (vy - last[1]) / dt)
+    return (vx, vy), accel, ((yaw - last[2] + 180.0) % 360.0 - 180.0) / dt
+
+
 def _r(v: float) -> float:
     return round(float(v), 6) + 0.0  # + 0.0: no -0.0 in the file
 
@@ -53,14 +66,9 @@ class MetricInfoTrack:
 
     def add(self, x: float, y: float, yaw: float, speed: float) -> None:
         """The ego at this tick: centre (x, y) and yaw (degrees) in CARLA's frame, speed along its heading (m/s)."""
-        c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
-        vx, vy = speed * c, speed * s
-        if self._last is None:
-            ax = ay = wz = 0.0
-        else:
-            ax, ay = (vx - self._last[0]) / self.dt, (vy - self._last[1]) / self.dt
-            wz = ((yaw - self._last[2] + 180.0) % 360.0 - 180.0) / self.dt
+        (vx, vy), (ax, ay), wz = kinematics(yaw, speed, self._last, self.dt)
         self._last = (vx, vy, yaw)
+        c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
         self.ticks.append({
             "acceleration": [_r(ax), _r(ay), 0.0],
             "angular_velocity": [0.0, 0.0, _r(wz)],

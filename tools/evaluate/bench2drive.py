@@ -70,7 +70,7 @@ from tools.dataset.layout import Layout
 from tools.dataset.leaderboard_scores import (
     MIN_SPEED,
     MIN_SPEED_MESSAGE,
-    ROUND_DIGITS_SCORE,
+    composed,
     penalty_20,
     penalty_21,
 )
@@ -179,10 +179,7 @@ def bench2drive_scores(record: dict[str, Any], version_name: str) -> dict[str, f
     if not record["infractions"].get(MIN_SPEED):
         return dict(scores)
     others = {k: v for k, v in record["infractions"].items() if k != MIN_SPEED}
-    penalty = penalty_21(others) if version_name == "2.1" else penalty_20(others)
-    route = scores["score_route"]
-    return {"score_route": route, "score_penalty": round(penalty, ROUND_DIGITS_SCORE),
-            "score_composed": round(max(route * penalty, 0.0), ROUND_DIGITS_SCORE)}
+    return composed(scores["score_route"], penalty_21(others) if version_name == "2.1" else penalty_20(others))
 
 
 # ----------------------------------------------------------------------------------------------------------- smoothness

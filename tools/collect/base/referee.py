@@ -138,9 +138,9 @@ class Referee:
             self.infractions["red_light"].append(
                 f"Agent ran a red light {events.ran_red_light} at (x={xy[0]:.1f}, y={xy[1]:.1f})")
         self._judge_stop(speed, xy)
-        s, traffic = float(self.route.s[self.index]), getattr(events, "traffic_speed", None)
-        self.min_speed.update(s, speed, traffic)
-        self.min_speed_bench2drive.update(s, speed, traffic)
+        s = float(self.route.s[self.index])
+        self.min_speed.update(s, speed, events.traffic_speed)
+        self.min_speed_bench2drive.update(s, speed, events.traffic_speed)
         if speed > 0.1:
             self.still_since = None
         elif self.still_since is None:

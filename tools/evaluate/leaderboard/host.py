@@ -43,6 +43,7 @@ import carla
 import numpy as np
 
 from tools.dataset import results
+from tools.dataset.metric_info import kinematics
 from tools.evaluate.leaderboard import geo
 from tools.evaluate.leaderboard.sensors import SensorReader, SensorsInvalid, suite, validate
 from tools.evaluate.leaderboard.world import EmbeddedWorld, Hero, HeroState
@@ -222,13 +223,10 @@ class LeaderboardAgentDriver:
     def _advance(self, world: WorldView) -> HeroState:
         """The hero's state at this tick (velocity along the heading, acceleration and yaw rate by difference)."""
         ego = world.ego_box()
-        c, s = math.cos(math.radians(ego.yaw)), math.sin(math.radians(ego.yaw))
-        velocity = (ego.speed * c, ego.speed * s, 0.0)
         p = self._previous
-        accel = ((velocity[0] - p.velocity[0]) / self.dt, (velocity[1] - p.velocity[1]) / self.dt, 0.0) if p else (
-            0.0, 0.0, 0.0)
-        yaw_rate = ((ego.yaw - p.yaw + 180.0) % 360.0 - 180.0) / self.dt if p else 0.0
-        state = HeroState(ego.x, ego.y, ego.yaw, velocity, accel, yaw_rate, ego.speed)
+        (vx, vy), (ax, ay), yaw_rate = kinematics(ego.yaw, ego.speed,
+                                                  (p.velocity[0], p.velocity[1], p.yaw) if p else None, self.dt)
+        state = HeroState(ego.x, ego.y, ego.yaw, (vx, vy, 0.0), (ax, ay, 0.0), yaw_rate, ego.speed)
         self._previous = state
         if self.hero is None:
             self.hero = Hero(ego, self.world)
