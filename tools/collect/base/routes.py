@@ -96,8 +96,14 @@ def read_routes(path: Path) -> list[Route]:
         _plain(town, "town", where)
         wps = el.find("waypoints")
         positions = [] if wps is None else wps.findall("position")
-        if len(positions) < 2:
-            raise RouteError(f"{where}: needs at least 2 <position> waypoints, has {len(positions)}")
+        if wps is None and el.find("waypoint") is not None:
+            raise RouteError(f"{where}: a leaderboard 1.0 route (<waypoint> elements, its scenarios in a separate "
+                             "JSON file), which leaderboard 2.0 and the embedded world do not read: use the set's 2.0 "
+                             "version (<waypoints><position x y z/>...; Longest6: LEAD's "
+                             "data/benchmark_routes/longest6.xml)")
+        if len(positions) < 2:  # the leaderboard's interpolate_trajectory traces nothing through fewer either
+            raise RouteError(f"{where}: needs at least 2 <position> waypoints, has {len(positions)}; no route can be "
+                             "traced through fewer (leave the file out)")
         waypoints = np.array([_floats(p, ("x", "y", "z"), where) for p in positions], dtype=np.float64)
         scenarios = []
         for sc in el.findall("scenarios/scenario"):
