@@ -599,3 +599,71 @@ def test_a_result_file_that_is_a_fifo_or_dev_zero_is_a_damaged_run_not_a_hang(co
                      "10", timeout=240)
     assert "damaged" in again.stdout + again.stderr, again.stderr[-2000:]
     assert result.is_symlink() or result.is_fifo(), "a tool removed or replaced it"
+
+
+NESTING_BOMB = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("target", ["result", "heartbeat", "manifest", "bucket", "attempts"])
+def test_a_json_nesting_bomb_in_a_root_file_is_one_line_in_every_tool(train_root, tmp_path, target):
+    """'[' * 100,000: Python's JSON parser raises RecursionError, which no reader caught (a traceback in progress,
+    clean-failed, collect, build-buckets, validate and train). files.loads makes it damaged JSON like any other."""
+    root = copy_root(train_root, tmp_path / "root")
+    layout = Layout(root)
+    key = sorted(layout.iter_runs())[0]
+    path = {"result": layout.result_path(key), "heartbeat": layout.heartbeat(key), "manifest": layout.manifest,
+            "bucket": next((root / "buckets").rglob("*.json")), "attempts": layout.attempts_record(key)}[target]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(NESTING_BOMB)
+    commands = [("progress", root), ("clean-failed", root), ("validate", "--root", root),
+                ("build-buckets", "--root", root)]
+    for command in commands:
+        proc = run_bin(command[0], *command[1:], timeout=120)
+        assert "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr, (command, proc.stderr[-3000:])
+        if proc.returncode:
+            assert len(proc.stderr.strip().splitlines()) == 1 and str(path.name) in proc.stderr, (command, proc.stderr)
+    # collect and train read the same files through the same readers: the readers in-process, for the seconds
+    read = run_tool(PYTHON, "-c", NESTED_READERS, root, timeout=60)
+    assert read.returncode == 0 and "Traceback" not in read.stderr, read.stderr[-3000:]
+    assert path.read_text() == NESTING_BOMB, "a tool rewrote the damaged file"
+
+
+NESTED_READERS = r"""
+import sys
+from pathlib import Path
+from tools.core.errors import ToolError
+from tools.dataset import attempts, heartbeats, manifest, results
+from tools.dataset.buckets import read_collection
+from tools.dataset.layout import Layout
+layout = Layout(Path(sys.argv[1]))
+for key in layout.iter_runs():
+    results.run_state(layout, key), attempts.read_attempts(layout, key)
+    heartbeats.heartbeat_alive(layout.heartbeat(key))
+for path in (layout.root / "buckets").rglob("*.json"):
+    try:
+        read_collection(path)
+    except ToolError:
+        pass
+try:
+    manifest.read_manifest(layout)
+except ToolError:
+    pass
+"""
+
+
+def test_an_attempts_record_that_is_dev_zero_is_no_attempts_not_a_memory_error(collected_root, tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = sorted(layout.iter_runs())[0]
+    record = layout.attempts_record(key)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.unlink(missing_ok=True)
+    record.symlink_to("/dev/zero")
+    proc = run_tool("prlimit", f"--as={2 * BOMB_MEMORY}", PYTHON, "-c",
+                    "import sys; from pathlib import Path; from tools.dataset.layout import Layout, RunKey; "
+                    "from tools.dataset.attempts import read_attempts; "
+                    "print(read_attempts(Layout(Path(sys.argv[1])), RunKey(*sys.argv[2:])))",
+                    root, key.scenario, key.name, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
+    info = run_tool("prlimit", f"--as={2 * BOMB_MEMORY}", REPO_BIN / "progress", root, timeout=60)
+    assert info.returncode == 0 and "MemoryError" not in info.stderr, info.stderr[-2000:]

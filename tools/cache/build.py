@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import difflib
 import hashlib
-import json
 import math
 import os
 import signal
@@ -164,7 +163,7 @@ def read_run_source(layout: Layout, key: RunKey) -> RunSource:
     path = layout.run_settings(key)
     try:
         raw = files.read_bytes(path, files.MAX_JSON_BYTES)
-        run = json.loads(raw)
+        run = files.loads(raw)
         return RunSource(key, run_rig(run), run_rate(run), run_fingerprint(raw))
     except (OSError, ValueError, TypeError, AttributeError) as e:
         raise FrameError(f"{path}: cannot read the run's rig and recording rate ({e})") from None

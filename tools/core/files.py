@@ -66,7 +66,16 @@ def read_text(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> str:
     return read_bytes(path, limit).decode()
 
 
+def loads(data: str | bytes, **kwargs: Any) -> Any:
+    """json.loads, with JSON nested too deep for Python's parser (`[[[[...` 100,000 deep: a RecursionError) a
+    ValueError as for any damaged JSON, which every reader of a root's files already handles."""
+    try:
+        return json.loads(data, **kwargs)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read (a damaged or planted file)") from None
+
+
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, **kwargs: Any) -> Any:
-    """The JSON value of a regular file of at most `limit` bytes (ValueError when not JSON; `kwargs` go to
-    json.loads)."""
-    return json.loads(read_bytes(Path(path), limit), **kwargs)
+    """The JSON value of a regular file of at most `limit` bytes (ValueError when not JSON, nested too deep
+    included; `kwargs` go to json.loads)."""
+    return loads(read_bytes(Path(path), limit), **kwargs)

@@ -5,14 +5,13 @@ that crash the same way on every attempt (`crash_history`). The attempts themsel
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import CRASH_STATUSES, RunState
 
@@ -44,7 +43,7 @@ def _line(text: str) -> str:
 def read_attempts(layout: Layout, key: RunKey) -> list[dict[str, Any]]:
     """The run's attempt records ({"attempt", "status", "message", "detail"}), by attempt; [] without any."""
     try:
-        entries = json.loads(layout.attempts_record(key).read_text())["attempts"]
+        entries = files.read_json(layout.attempts_record(key))["attempts"]
         return [{"attempt": int(e["attempt"]), "status": str(e["status"]), "message": str(e.get("message", "")),
                  "detail": str(e.get("detail", ""))} for e in entries]
     except (OSError, ValueError, KeyError, TypeError):

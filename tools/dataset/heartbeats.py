@@ -9,7 +9,6 @@ local to each node), and are judged by one rule that survives clocks that differ
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -54,7 +53,7 @@ _ALIVE, _DEAD, _WATCH = "alive", "dead", "watch"
 def _judge(text: bytes | None, now: float) -> str:
     """What one reading of a heartbeat says: alive, dead, or watch (its writer's clock cannot be trusted here)."""
     try:
-        beat = json.loads(text or b"")
+        beat = files.loads(text or b"")
         stamp, host, pid = float(beat["time"]), str(beat["host"]), int(beat["pid"])
     except (ValueError, KeyError, TypeError):
         return _DEAD

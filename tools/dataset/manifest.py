@@ -204,7 +204,7 @@ def read_manifest(layout: Layout) -> dict[str, Any] | None:
     except ValueError as e:
         raise ToolError(f"{path}: not UTF-8 text ({e}); restore it or move it aside") from e
     try:
-        manifest = json.loads(text)
+        manifest = files.loads(text)
     except ValueError as e:
         raise ToolError(f"{path}: not valid JSON ({e}); restore it or move it aside") from e
     if not isinstance(manifest, dict):

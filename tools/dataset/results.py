@@ -10,7 +10,6 @@ on disk, else PENDING.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +162,7 @@ def read_status(path: Path) -> str | None:
 
 def _status(text: bytes) -> str | None:
     try:
-        status = json.loads(text)["_checkpoint"]["records"][0]["status"]
+        status = files.loads(text)["_checkpoint"]["records"][0]["status"]
         return status if isinstance(status, str) else None
     except (ValueError, KeyError, IndexError, TypeError):
         return None

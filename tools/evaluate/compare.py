@@ -9,9 +9,7 @@ aggregate (tools.dataset.score). Intervals are 95% Student-t intervals of the me
 
 from __future__ import annotations
 
-import json
-
-from tools.core import cli
+from tools.core import cli, files
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, resolve_root
 from tools.dataset.score import Aggregate, RunScore, aggregate, format_interval, mean_interval
@@ -35,7 +33,7 @@ def _runs(agg: Aggregate) -> dict[tuple[str, int], RunScore]:
 
 def _seed_offset(layout: Layout) -> object:
     try:
-        return (json.loads(layout.evaluation.read_text()).get("settings") or {}).get("seed")
+        return (files.read_json(layout.evaluation).get("settings") or {}).get("seed")
     except (OSError, ValueError, AttributeError):
         return None
 

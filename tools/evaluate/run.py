@@ -28,7 +28,7 @@ from tools.collect.runner.jobs import plan as plan_jobs
 from tools.collect.runner.slurm import Scheduler
 from tools.collect.runner.slurm_options import SlurmOptions
 from tools.collect.runner.world import world_for
-from tools.core import atomic, cli
+from tools.core import atomic, cli, files
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
 from tools.dataset.leaderboard_scores import DEFAULT_VERSION, VERSIONS, ScoreVersion
@@ -262,10 +262,9 @@ def summary(p: EvaluationPlan, notes: list[str], version: ScoreVersion = VERSION
 
 def read_evaluation(layout: Any) -> dict[str, Any] | None:
     """ROOT/evaluation.json, None when there is none; ToolError for one that is not readable."""
-    import json
 
     try:
-        data = json.loads(layout.evaluation.read_text())
+        data = files.read_json(layout.evaluation)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

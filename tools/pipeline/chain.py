@@ -19,7 +19,6 @@ command killed between the two) is found by its name and adopted, never submitte
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import subprocess
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.core import atomic, cli
+from tools.core import atomic, cli, files
 from tools.core.errors import ToolError
 from tools.core.presets import check_preset
 from tools.core.slurm import INVALID_JOB, LIVE, SlurmCommands, array_tasks, scontrol_jobs, state_rows
@@ -366,7 +365,7 @@ def read_state(o: PipelineOptions) -> dict[str, Any]:
     if not path.exists():
         return {"format": STATE_FORMAT, "root": str(o.root), "stages": {}}
     try:
-        state = json.loads(path.read_text())
+        state = files.read_json(path)
         if state.get("format") != STATE_FORMAT or not isinstance(state.get("stages"), dict):
             raise ValueError(f"format {state.get('format')!r}, expected {STATE_FORMAT}")
     except (OSError, ValueError) as e:

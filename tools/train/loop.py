@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import math
 import signal
 import time
@@ -120,7 +119,7 @@ def bucket_record(layout: Layout, collection: Collection) -> dict[str, Any]:
     path = collection_path(layout, collection.name)
     try:
         raw = files.read_bytes(path, files.MAX_JSON_BYTES)
-        on_disk = json.loads(raw)["built_from"]["fingerprint"]
+        on_disk = files.loads(raw)["built_from"]["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         on_disk = None
     if on_disk != collection.built_from.get("fingerprint"):

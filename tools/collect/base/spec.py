@@ -21,7 +21,7 @@ import numpy as np
 
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import Route
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError
 from tools.dataset.layout import RunKey
 
@@ -85,7 +85,7 @@ class RunSpec:
     def read(path: Path) -> RunSpec:
         """The spec in `path`; a ToolError naming the file when it is missing or not a spec."""
         try:
-            return RunSpec.from_dict(json.loads(Path(path).read_text()))
+            return RunSpec.from_dict(files.read_json(path))
         except FileNotFoundError:
             raise ToolError(f"--spec {path}: no such file; plan the run again (python -m tools.collect collect)") \
                 from None

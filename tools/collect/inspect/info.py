@@ -16,7 +16,6 @@ per task: a root of thousands of route runs on a network file system is walked i
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 
 from tools.collect.base.config import CollectSettings
 from tools.collect.inspect.tables import count_states, known_runs, state_row, text_table
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError, human
 from tools.dataset.frames import read_run_head
 from tools.dataset.layout import (
@@ -78,7 +77,7 @@ def run_town(layout: Layout, key: RunKey) -> str | None:
     if head is not None:
         return head[0]
     try:
-        town = json.loads(layout.run_settings(key).read_text()).get("town")
+        town = files.read_json(layout.run_settings(key)).get("town")
     except (OSError, ValueError, AttributeError):
         return None
     return str(town) if town else None

@@ -20,7 +20,6 @@ negate y; a camera's frame is OpenCV's (x right, y down, z forward), its intrins
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import os
 import shutil
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError
 from tools.dataset import semantics
 from tools.dataset.codec import decode_array, encode_array
@@ -348,7 +347,7 @@ def write_log(layout: Layout, key: RunKey, tmp: Path, town: str, map_api: Any) -
     from py123d.parser.base_dataset_parser import ModalitiesSync, ParsedCamera
 
 
-    run = json.loads(layout.run_settings(key).read_text())
+    run = files.read_json(layout.run_settings(key))
     rig = run_rig(run)
     paths = layout.frame_paths(key)
     measurements = indexed_measurements(layout.run_measurements(key), [p.name for p in paths]) or \

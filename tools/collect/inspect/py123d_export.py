@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -36,7 +35,7 @@ from tqdm import tqdm
 
 from tools.collect.base.processes import die_with_parent
 from tools.collect.inspect.py123d_convert import DATASET, SPLIT, export_town, log_dir, log_name, map_file, write_log
-from tools.core import atomic, cli
+from tools.core import atomic, cli, files
 from tools.core.errors import ToolError
 from tools.dataset import heartbeats, results
 from tools.dataset.frames import FrameError
@@ -104,7 +103,7 @@ def _source(layout: Layout, key: RunKey, frames: int) -> dict[str, Any]:
 def log_is_current(layout: Layout, key: RunKey, out: Path) -> bool:
     """Whether OUT holds a complete log of the run as it is now (same result file, same frames)."""
     try:
-        written = json.loads((log_dir(out, key) / SOURCE).read_text())
+        written = files.read_json(log_dir(out, key) / SOURCE)
         want = _source(layout, key, layout.frame_count(key))
     except (OSError, ValueError, ToolError):
         return False
@@ -119,7 +118,7 @@ def export_run(layout: Layout, key: RunKey, out: Path, force: bool = False, make
     if not force and log_is_current(layout, key, out):
         return None
     try:
-        run = json.loads(layout.run_settings(key).read_text())
+        run = files.read_json(layout.run_settings(key))
     except (OSError, ValueError) as e:
         raise ToolError(f"{key}: cannot read {layout.run_settings(key)} ({e})") from None
     town = str(run.get("town") or "unknown")
@@ -323,7 +322,7 @@ def _export_job(root: str, out: str, scenario: str, name: str, force: bool) -> t
 
 def _run_json(layout: Layout, key: RunKey) -> dict[str, Any]:
     try:
-        return json.loads(layout.run_settings(key).read_text())
+        return files.read_json(layout.run_settings(key))
     except (OSError, ValueError):
         return {}
 

@@ -26,7 +26,6 @@ import base64
 import datetime
 import html
 import io
-import json
 import math
 import multiprocessing
 import os
@@ -275,7 +274,7 @@ def _check_all(layout: Layout, keys: list[RunKey], workers: int) -> dict[RunKey,
 
 def _record(text: bytes | None) -> dict[str, Any] | None:
     try:
-        record = json.loads(text or b"")["_checkpoint"]["records"][0]
+        record = files.loads(text or b"")["_checkpoint"]["records"][0]
         return record if isinstance(record, dict) else None
     except (ValueError, KeyError, IndexError, TypeError):
         return None

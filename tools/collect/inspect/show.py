@@ -10,7 +10,6 @@ frame is read through the frame contract (tools.dataset: measurements, box label
 from __future__ import annotations
 
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError
 from tools.dataset import layout
 from tools.dataset import semantics as sem
@@ -148,7 +147,7 @@ def _rig(run_dir: Path) -> tuple[RigConfig, str]:
     if not path.is_file():
         return RigConfig(), "no run.json: default rig assumed"
     try:
-        settings = json.loads(path.read_text())
+        settings = files.read_json(path)
         if not isinstance(settings, dict):
             raise ValueError(f"expected a JSON object, got {type(settings).__name__}")
         return run_rig(settings), "" if settings.get("rig") is not None else "run.json has no rig: default rig"

@@ -9,12 +9,11 @@ The monitor writes them (tools.collect.runner.slurm), each array task reads its 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError
 from tools.dataset.layout import SLURM, Layout, RunKey
 from tools.dataset.manifest import now_iso
@@ -72,7 +71,7 @@ class Wave:
     @staticmethod
     def load(path: Path) -> Wave:
         try:
-            d = json.loads(Path(path).read_text())
+            d = files.read_json(path)
             if d.get("format") != WAVE_FORMAT:
                 raise ValueError(f"format {d.get('format')}, this tool reads {WAVE_FORMAT}")
             return Wave(Path(path), int(d["wave"]), list(d["runs"]), int(d["runs_per_task"]), int(d["max_attempts"]),
