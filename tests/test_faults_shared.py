@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -140,6 +141,21 @@ def test_clock_skew_a_live_run_200s_behind_is_running_and_a_dead_future_one_is_c
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_a_heartbeat_of_this_host_dated_an_hour_ahead_beside_a_live_pid_is_dead_unless_it_changes(
+        collected_root, tmp_path, monkeypatch):
+    """One rule for every host: a stamp beyond the allowed skew ahead is watched, never believed. It kept a crashed
+    run "running" for an hour (this host's own pid alive: any process's, such as the reader's)."""
+    monkeypatch.setattr(heartbeats, "HEARTBEAT_WATCH_S", 0.5)
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = next(iter(layout.iter_runs()))
+    layout.result_path(key).unlink()  # started, no result: its heartbeat decides
+    layout.heartbeat(key).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                 "time": time.time() + 3600.0, "tick": 0}))
+    assert not heartbeats.heartbeat_alive(layout.heartbeat(key))
+    assert run_state(layout, key) is not RunState.RUNNING
 
 
 def test_the_watchdog_judges_its_childs_heartbeat_by_change_on_its_own_clock_not_by_mtime(tmp_path):

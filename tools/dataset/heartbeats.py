@@ -22,8 +22,8 @@ from tools.dataset.layout import Layout, RunKey
 HEARTBEAT_STALE_S = 120.0
 #: Wall-clock seconds between a writer's heartbeats (a route run in either world, a Py123D export after one).
 HEARTBEAT_EVERY_S = 5.0
-#: Another host's heartbeat dated more than this (seconds) ahead of this host's clock is not believed: its
-#: writer's clock runs ahead, and only a change of the file says that it lives (`heartbeats_alive`). So a dead
+#: A heartbeat dated more than this (seconds) ahead of this host's clock is not believed, whichever host wrote it
+#: (another host's clock runs ahead; this host's cannot): only a change of the file says that it lives. So a dead
 #: run's future-dated heartbeat keeps it "running" for at most HEARTBEAT_STALE_S + this.
 HEARTBEAT_FUTURE_S = 30.0
 #: How far apart the clocks of the hosts writing one root may be (seconds): another host's heartbeat older than
@@ -58,9 +58,11 @@ def _judge(text: bytes | None, now: float) -> str:
     except (ValueError, KeyError, TypeError):
         return _DEAD
     age = now - stamp
+    if age < -HEARTBEAT_FUTURE_S:  # dated ahead of this clock, on any host: only a change says that it lives
+        return _WATCH if host != socket.gethostname() or atomic.process_alive(pid) else _DEAD
     if host == socket.gethostname():  # written with this host's clock, by a process we can ask about
         return _ALIVE if age <= HEARTBEAT_STALE_S and atomic.process_alive(pid) else _DEAD
-    if -HEARTBEAT_FUTURE_S <= age <= HEARTBEAT_STALE_S:
+    if age <= HEARTBEAT_STALE_S:
         return _ALIVE
     if age > HEARTBEAT_STALE_S + CLOCK_SKEW_MAX_S:
         return _DEAD
@@ -77,6 +79,8 @@ def heartbeats_alive(paths: Iterable[Path]) -> dict[Path, bool]:
     SLURM monitor all come here through run_state / run_states):
 
     - no heartbeat, or not one: dead;
+    - dated more than HEARTBEAT_FUTURE_S ahead of this host's clock, whichever host wrote it: watched (below),
+      never believed (a planted or hand-edited stamp an hour ahead beside a live pid kept a crashed run "running");
     - this host's: alive while it is fresh and its process exists (one clock, one process table);
     - another host's dated within [-HEARTBEAT_FUTURE_S, HEARTBEAT_STALE_S] of this host's clock: alive;
       older than HEARTBEAT_STALE_S + CLOCK_SKEW_MAX_S: dead;
