@@ -31,6 +31,10 @@ class UnreadableFile(OSError):
     """A file a tool refuses to read: not a regular file, or larger than its bound."""
 
 
+class TooLarge(UnreadableFile):
+    """A regular file larger than the bound of its kind."""
+
+
 def open_regular(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> IO[bytes]:
     """A binary file object of `path`, which must be a regular file of at most `limit` bytes (UnreadableFile
     otherwise; FileNotFoundError and other OSErrors as open raises them)."""
@@ -42,8 +46,8 @@ def open_regular(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> IO[b
             raise UnreadableFile(f"{path}: {what}, not a regular file; not read (replace it with the file it "
                                  "stands for, or remove it)")
         if st.st_size > limit:
-            raise UnreadableFile(f"{path}: {st.st_size} bytes, more than the {limit} a file of its kind may hold; "
-                                 "not read (a damaged or planted file: move it aside)")
+            raise TooLarge(f"{path}: {st.st_size} bytes, more than the {limit} a file of its kind may hold; not "
+                           "read (a damaged or planted file: move it aside)")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -57,7 +61,7 @@ def read_bytes(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> bytes:
     with open_regular(path, limit) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise UnreadableFile(f"{path}: grew past {limit} bytes while being read; not read")
+        raise TooLarge(f"{path}: grew past {limit} bytes while being read; not read")
     return data
 
 

@@ -23,11 +23,14 @@ import numpy as np
 
 from tools.collect.base.scenario_types import check_params
 from tools.collect.base.town import opendrive_map
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError
 from tools.dataset.layout import is_plain_name
 from tools.dataset.weather import weather_problem
 
+#: A route file larger than this is refused before anything is planned: Bench2Drive-220 in one file is 0.7 MB,
+#: LEAD's largest 0.4 MB; a 200 MB file took a collector to 3.9 GB for minutes.
+MAX_ROUTE_FILE_BYTES = 32 << 20
 #: Route run folder for a route without scenarios.
 NO_SCENARIO = "NoScenario"
 #: A route waypoint farther than this from the nearest driving lane centre is off the road network.
@@ -79,11 +82,15 @@ def read_routes(path: Path) -> list[Route]:
     """Parse a route file. Any problem is a RouteError naming the file and the reason."""
     path = Path(path)
     try:
-        root = ET.parse(path).getroot()
+        root = ET.fromstring(files.read_bytes(path, MAX_ROUTE_FILE_BYTES))
     except ET.ParseError as e:
         raise RouteError(f"{path}: malformed route XML ({e})") from None
+    except files.TooLarge:
+        raise RouteError(f"{path}: {path.stat().st_size / 2**20:.0f} MiB, more than a route file may hold "
+                         f"({MAX_ROUTE_FILE_BYTES >> 20} MiB; the largest of Bench2Drive and LEAD is under 1 MiB): "
+                         "split it into smaller files") from None
     except OSError as e:
-        raise RouteError(f"{path}: cannot read ({e.strerror})") from None
+        raise RouteError(f"{path}: cannot read ({e.strerror or e})") from None
     if root.tag != "routes":
         raise RouteError(f"{path}: not a route file (root element <{root.tag}>, expected <routes>)")
     routes = []
