@@ -8,6 +8,7 @@ pytest's count of them).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, copy_root, read_only, run_bin, run_tool, start_tool, tree
+from conftest import PYTHON, copy_root, read_only, run_bin, run_tool, start_tool, train, tree
 from processes import Process, live_processes
 
 from tools.dataset.claims import attempts
@@ -669,3 +670,20 @@ def test_an_attempts_record_that_is_dev_zero_is_no_attempts_not_a_memory_error(c
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
     info = run_tool("prlimit", f"--as={2 * BOMB_MEMORY}", REPO_BIN / "progress", root, timeout=60)
     assert info.returncode == 0 and "MemoryError" not in info.stderr, info.stderr[-2000:]
+
+
+def test_a_bucket_file_edited_by_hand_is_refused_by_training_in_one_line(train_root, tmp_path):
+    """The test split relabelled as train: training read 500 train frames instead of 81 and exited 0."""
+    root = copy_root(train_root, tmp_path / "root")
+    path = root / "buckets" / "pretrain.json"
+    data = json.loads(path.read_text())
+    for bucket in data["buckets"]:
+        bucket["split"] = "train" if bucket["split"] == "test" else bucket["split"]
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    proc = train("pretrain", root, tmp_path / "logdir", "max_steps=1")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pretrain.json: edited since it was built" in lines[0] and "--force" in lines[0], \
+        proc.stderr[-2000:]
+    assert path.read_bytes() == before and not (tmp_path / "logdir").exists()

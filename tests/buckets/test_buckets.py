@@ -23,6 +23,7 @@ from tools.core import atomic
 from tools.core.errors import ToolError
 from tools.dataset.bucket_rules import BEHAVIOUR_BUCKETS, BUCKETS, RULES, SCENARIO_BUCKETS, classify
 from tools.dataset.buckets import (
+    BUCKETS_FORMAT,
     COLLECTIONS,
     SPLITS,
     Bucket,
@@ -510,7 +511,8 @@ def test_the_balance_table_is_stored_in_the_file_printed_by_build_and_show_and_a
         data = json.loads(collection_path(layout, name).read_text())
         coll = load_collection(layout, name, horizon=HORIZON, rebuild=False, splits=SPLITS)
         table = data["splits"]["balance"]
-        assert data["format"] == 2 and data["splits"]["rule"] == "stratified" and data["splits"]["seed"] == 0
+        assert data["format"] == BUCKETS_FORMAT == 3
+        assert data["splits"]["rule"] == "stratified" and data["splits"]["seed"] == 0
         for split in SPLITS:
             frames = coll.frames(split)
             runs = {rel for rel, _ in frames}
@@ -649,22 +651,23 @@ def test_a_format_1_file_reads_and_is_rebuilt_as_outdated_with_one_line_and_a_ne
     with pytest.raises(ToolError) as error:
         load_collection(layout, "posttrain", horizon=HORIZON, rebuild=False, splits=("train", "val"))
     message = str(error.value)
-    assert "\n" not in message and "is of bucket file format 1 (no test split, no balance table)" in message
+    assert "\n" not in message
+    assert "is of bucket file format 1 (no test split, no balance table, no checksum)" in message
     assert f"bin/build-buckets --root {root} --collection posttrain --horizon {HORIZON}" in message
     shown = run_tool(PYTHON, "-m", "tools.buckets", "show", "--root", str(root), "--collection", "posttrain")
     assert "posttrain.json: outdated: of bucket file format 1" in shown.stdout and "no balance table" in shown.stdout
 
     new = load_collection(layout, "posttrain", horizon=HORIZON, splits=SPLITS)
     err = capsys.readouterr().err
-    assert f"{path} is of bucket file format 1 (no test split, no balance table), this tool writes format 2; " \
-           "rebuilding" in err
+    assert f"{path} is of bucket file format 1 (no test split, no balance table, no checksum), this tool writes " \
+           "format 3; rebuilding" in err
     assert "split rule default (format-1 posttrain.json had auto" in err
-    assert new.format == 2 and new.holdout == "stratified" and new.frames("test")
+    assert new.format == 3 and new.holdout == "stratified" and new.frames("test")
     assert all_frames(new) == all_frames(load_collection(Layout(built), "posttrain", horizon=HORIZON, rebuild=False,
                                                          splits=SPLITS))
 
-    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 3}))
-    with pytest.raises(ToolError, match="bucket file format 3, this tool reads format 1 or 2; rebuild it"):
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 4}))
+    with pytest.raises(ToolError, match="bucket file format 4, this tool reads format 1 or 2 or 3; rebuild it"):
         load_collection(layout, "posttrain", horizon=HORIZON)
 
 

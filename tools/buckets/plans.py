@@ -24,6 +24,7 @@ from tools.dataset.buckets import (
     Collection,
     bucket_to_json,
     check_same_dataset,
+    content_sha256,
     describe_change,
     outdated,
     read_collection,
@@ -265,4 +266,5 @@ def collection_text(built: Built, unreadable: list[str]) -> str:
         "unreadable": unreadable,
         "buckets": [bucket_to_json(b) for b in collection.buckets],
     }
+    data["sha256"] = content_sha256(data)
     return json.dumps(data, separators=(",", ":")) + "\n"

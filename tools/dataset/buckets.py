@@ -39,10 +39,13 @@ run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
 run_key = _layout.run_key
 
 #: Bump when the content or meaning of a bucket file changes. 2: a test split, the stratified split rule and
-#: the balance table (`splits`).
-BUCKETS_FORMAT = 2
+#: the balance table (`splits`). 3: the file's checksum (`sha256`), so that an edited file (a test split
+#: relabelled as train) is refused, not trained on.
+BUCKETS_FORMAT = 3
 #: Formats read (an older one reads without what it lacks, and load_collection rebuilds it); others are refused.
-READABLE_FORMATS = (1, 2)
+READABLE_FORMATS = (1, 2, 3)
+#: Why a file of an older format is rebuilt.
+_OLDER = {1: "no test split, no balance table, no checksum", 2: "no checksum"}
 
 COLLECTIONS = ("pretrain", "posttrain")
 SPLITS = ("train", "val", "test")
@@ -263,6 +266,13 @@ def _bucket_from_json(data: dict[str, Any], counts: dict[str, int]) -> Bucket:
     return Bucket(str(data["name"]), str(data["split"]), sorted(frames), weights)
 
 
+def content_sha256(data: dict[str, Any]) -> str:
+    """The checksum a bucket file carries under `sha256`: of its content without that key, as canonical JSON
+    (sorted keys, no spaces), so that it survives a rewrite that changes nothing but the layout."""
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Collection, dict[str, Any]]:
     """A bucket file as a Collection holding the buckets of `splits` only, and its raw JSON. ToolError (naming
     the file and the fix) for a file that is not a bucket file of a format this tool reads."""
@@ -279,6 +289,9 @@ def read_collection(path: Path, splits: tuple[str, ...] = SPLITS) -> tuple[Colle
         found = data.get("format") if isinstance(data, dict) else None
         raise ToolError(f"{path}: bucket file format {found}, this tool reads format "
                         f"{' or '.join(map(str, READABLE_FORMATS))}; {fix}")
+    if data["format"] >= 3 and data.get("sha256") != content_sha256(data):
+        raise ToolError(f"{path}: edited since it was built (its content no longer matches its sha256; only the "
+                        f"builder writes bucket files: change the split or weights with its flags); {fix}")
     try:
         counts = {str(rel): run["frames"] for rel, run in data["built_from"]["runs"].items()}
         bad = [rel for rel, n in counts.items() if type(n) is not int or not 0 <= n <= MAX_RUN_FRAMES]
@@ -335,8 +348,8 @@ def outdated(collection: Collection) -> str | None:
     """Why a file of an older format must be rebuilt; None for the current format."""
     if collection.format == BUCKETS_FORMAT:
         return None
-    return (f"is of bucket file format {collection.format} (no test split, no balance table), this tool writes "
-            f"format {BUCKETS_FORMAT}")
+    return (f"is of bucket file format {collection.format} ({_OLDER.get(collection.format, 'older')}), this tool "
+            f"writes format {BUCKETS_FORMAT}")
 
 
 def load_collection(layout: Layout, name: str, *, horizon: int, rebuild: bool = True,
