@@ -8,6 +8,7 @@ Run with the rest of the fault suite: `pytest -m faults`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -18,7 +19,7 @@ from conftest import BIN, PYTHON, copy_root, run_tool, start_tool
 from test_faults import TINY_TRAIN
 
 from tools.collect.base.routes import find_route_files
-from tools.collect.runner.jobs import plan
+from tools.collect.runner.jobs import plan, route_run_bytes, run_bytes
 from tools.collect.runner.slurm import FORGET_AFTER_S, Monitor, Scheduler
 from tools.collect.runner.slurm_options import SlurmOptions
 from tools.collect.runner.waves import Wave, load_waves, waves_dir
@@ -213,3 +214,17 @@ def test_a_full_disk_under_training_is_one_line_with_a_checkpoints_size(train_ro
     print(line)
     assert "model's, optimizer's" in line, line
     assert not list((logdir / "checkpoints").glob(".tmp-*")), "a partial checkpoint is left"
+
+
+def test_the_size_of_a_route_run_counts_everything_it_writes_its_picture_and_logs_too(collected_root, tmp_path):
+    """An evaluation's full-disk line said "about 12.6 KiB needed" where a run writes its picture (0.5-0.9 MB)."""
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    keys = sorted(layout.iter_runs())
+    before, _ = route_run_bytes(layout)
+    for key in keys:
+        layout.film_path(key).parent.mkdir(parents=True, exist_ok=True)
+        layout.film_path(key).write_bytes(b"\0" * 600_000)
+    after, how = route_run_bytes(layout)
+    assert after - before == 600_000 and "finished route runs" in how
+    assert run_bytes(layout, keys[0]) >= 600_000 + os.path.getsize(layout.result_path(keys[0]))
