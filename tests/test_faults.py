@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import time
@@ -20,6 +21,8 @@ import pytest
 from conftest import PYTHON, copy_root, read_only, run_bin, run_tool, start_tool, train, tree
 from processes import Process, live_processes
 
+from tools.collect.base.routes import read_routes
+from tools.dataset.attempts import read_attempts
 from tools.dataset.claims import attempts
 from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout
@@ -687,3 +690,31 @@ def test_a_bucket_file_edited_by_hand_is_refused_by_training_in_one_line(train_r
     assert len(lines) == 1 and "pretrain.json: edited since it was built" in lines[0] and "--force" in lines[0], \
         proc.stderr[-2000:]
     assert path.read_bytes() == before and not (tmp_path / "logdir").exists()
+
+
+def test_a_route_set_written_again_under_the_same_names_is_refused_and_replace_drives_it(collected_root, tmp_path):
+    """Routes written again under the same names (another --seed, a folder of the same file names) were "1 skipped
+    as already finished": the manifest named the new file while the run on disk drove the old route, and the new
+    route was never driven. Here the same route with another weather: the same run name, another route."""
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    old = sorted(p for p in _routes_of(root).rglob("*.xml") if "towns" not in p.parts)[0]
+    new = tmp_path / "again" / old.parent.name / old.name
+    new.parent.mkdir(parents=True)
+    shutil.copytree(_routes_of(root) / "towns", tmp_path / "again" / "towns")
+    text = old.read_text()
+    new.write_text(re.sub(r'cloudiness="[0-9.]+"', 'cloudiness="33"', text, count=1))
+    assert new.read_text() != text
+    (route,) = read_routes(new)
+    key = next(k for k in layout.iter_runs() if k.name.startswith(f"{new.stem}_route"))
+    before = tree(root)
+    proc = collect(new.parent.parent, root, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{new}: route {route.id} is not the route run {key} drove" in lines[0] \
+        and str(old) in lines[0] and "--replace" in lines[0] and "new --root" in lines[0], proc.stderr
+    assert tree(root) == before
+    proc = collect(new.parent.parent, root, "--replace", check=False)
+    assert proc.returncode == 0 and "--replace: 1 of 1 finished runs whose route changed discarded" in proc.stderr, \
+        proc.stderr[-2000:]
+    assert [e["route"] for e in read_attempts(layout, key)] == [route.digest]  # its attempts start over

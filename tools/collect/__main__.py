@@ -152,12 +152,15 @@ def run(route: str | None = None, root: str | None = None, repetition: int = 0, 
 @slurm_flags
 def collect(routes_dir: str, root: str | None = None, towns: str | None = None, workers: int | None = None,
             repetitions: int = 1, max_attempts: int = 3, slurm: SlurmOptions | None = None, py123d: bool = False,
-            preset: str | None = None, servers_per_gpu: int | None = None, **settings) -> None:
+            preset: str | None = None, servers_per_gpu: int | None = None, replace: bool = False,
+            **settings) -> None:
     """Drive every route file under ROUTES_DIR K times, in N parallel local worker processes, or as SLURM
     job arrays (--slurm).
 
     Rerunning skips finished route runs and retries failed or crashed ones until --max-attempts
-    attempts (counted on disk). A progress bar shows runs done; a summary ends the run. Every route
+    attempts (counted on disk). A route run is its route's content: a planned run whose route differs
+    from the one its finished run drove (routes written again under the same names) is refused in one
+    line; --replace drives such runs again. A progress bar shows runs done; a summary ends the run. Every route
     is checked before ROOT is touched. Exits 0 even when some routes failed. ROOT/manifest.json records
     the collection (code version and commit, settings, route set hash, machine); at the end the dataset
     card ROOT/README.md is written from it (bin/dataset-info prints it all).
@@ -200,6 +203,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         preset: tiny, small, medium or full (the table above; tools/core/presets.py).
         servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
             --gpus x K runs at once in each SLURM task.
+        replace: discard and drive again the finished runs whose route file now holds another route.
         settings: collection settings passed to every run, e.g. --vehicles=40, --world=carla,
             --stop-on-infraction (end a run at the expert's first infraction, Failed with it in its record,
             so it is retried; both worlds).
@@ -232,7 +236,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         slurm = slurm.settled(world.gpus_per_task, servers_per_gpu)
     collect_routes(routes_dir=routes_dir, root=root, towns=towns, workers=workers, repetitions=repetitions,
                    max_attempts=max_attempts, settings=settings, slurm=slurm, py123d=py123d,
-                   servers_per_gpu=servers_per_gpu)
+                   servers_per_gpu=servers_per_gpu, replace=cli.switch(replace, "replace"))
 
 
 def task(wave_file: str, index: int) -> None:

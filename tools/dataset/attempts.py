@@ -25,14 +25,15 @@ _VARYING = re.compile(r"0x[0-9a-fA-F]+|\d{4,}")
 
 
 def record_attempt(layout: Layout, key: RunKey, attempt: int, status: str, message: str = "",
-                   detail: str = "") -> None:
+                   detail: str = "", route: str = "") -> None:
     """Note how an attempt of a run ended in logs/<Scenario>/<run>/attempts.json (`layout.attempts_record`): its
     status and, for a crash, what crashed (`message`, one line: the exception, else how the process ended) and
-    how the process ended (`detail`). Written by whoever writes the attempt's result (the run itself, a collector
-    whose child died, the SLURM monitor for a task that ended): it outlives the result, which the next attempt
-    replaces."""
+    how the process ended (`detail`), and the route it drove (`route`: Route.digest, given by the run itself, which
+    knows it). Written by whoever writes the attempt's result (the run itself, a collector whose child died, the
+    SLURM monitor for a task that ended): it outlives the result, which the next attempt replaces."""
     entries = [e for e in read_attempts(layout, key) if e["attempt"] != attempt]
-    entries.append({"attempt": int(attempt), "status": status, "message": _line(message), "detail": _line(detail)})
+    entries.append({"attempt": int(attempt), "status": status, "message": _line(message), "detail": _line(detail),
+                    **({"route": str(route)} if route else {})})
     atomic.write_json(layout.attempts_record(key), {"attempts": sorted(entries, key=lambda e: e["attempt"])})
 
 
@@ -41,11 +42,12 @@ def _line(text: str) -> str:
 
 
 def read_attempts(layout: Layout, key: RunKey) -> list[dict[str, Any]]:
-    """The run's attempt records ({"attempt", "status", "message", "detail"}), by attempt; [] without any."""
+    """The run's attempt records ({"attempt", "status", "message", "detail", "route": "" where not recorded}), by
+    attempt; [] without any."""
     try:
         entries = files.read_json(layout.attempts_record(key))["attempts"]
         return [{"attempt": int(e["attempt"]), "status": str(e["status"]), "message": str(e.get("message", "")),
-                 "detail": str(e.get("detail", ""))} for e in entries]
+                 "detail": str(e.get("detail", "")), "route": str(e.get("route", ""))} for e in entries]
     except (OSError, ValueError, KeyError, TypeError):
         return []
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, progress_table, run_bin, start_tool, tree
 
+from tools.collect.base.spec import RunSpec
 from tools.dataset.attempts import read_attempts
 from tools.dataset.claims import attempts
 from tools.dataset.frames import read_frame
@@ -126,8 +127,9 @@ def test_worker_killed_mid_route_never_looks_complete_and_rerun_completes_it(one
     # Each attempt's outcome is kept: the crash (how the worker's process ended), then the finished drive.
     assert read_attempts(layout, key) == [
         {"attempt": 1, "status": FAILED_SIMULATION, "message": "the route run's process ended (killed by SIGKILL)",
-         "detail": "the route run's process ended (killed by SIGKILL)"},
-        {"attempt": 2, "status": read_status(layout.result_path(key)), "message": "", "detail": ""}]
+         "detail": "the route run's process ended (killed by SIGKILL)", "route": ""},  # the collector's record
+        {"attempt": 2, "status": read_status(layout.result_path(key)), "message": "", "detail": "",
+         "route": RunSpec.read(layout.run_spec(key)).route.digest}]  # the run's own, with the route it drove
     assert "1 route runs crashed, then finished on a later attempt" in proc.stderr
     frames = layout.frame_paths(key)
     assert [int(p.stem) for p in frames] == list(range(len(frames))) and len(frames) > 3

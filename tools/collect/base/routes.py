@@ -13,6 +13,8 @@ Coordinates are CARLA's world frame. A route's run is filed under the type of it
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import xml.etree.ElementTree as ET
@@ -56,6 +58,15 @@ class Route:
     def scenario(self) -> str:
         """The scenario-type folder of this route's runs."""
         return self.scenarios[0]["type"] if self.scenarios else NO_SCENARIO
+
+    @property
+    def digest(self) -> str:
+        """What a run of this route drives, as 16 hex digits: its town, waypoints (to 0.01 m), scenario blocks and
+        weathers. A route run is this content, not only its file and id: routes written again under the same
+        names (another --seed) are other runs (tools.collect.runner.jobs.changed_routes)."""
+        body = {"town": self.town, "waypoints": np.round(np.asarray(self.waypoints, dtype=np.float64), 2).tolist(),
+                "scenarios": self.scenarios, "weathers": self.weathers}
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def _floats(el: ET.Element, names: tuple[str, ...], where: str) -> list[float]:

@@ -205,7 +205,7 @@ def _attempt(layout: Layout, spec: RunSpec, attempt: int, world: World, town: To
 
     def crashed(message: str) -> None:  # the attempt's result and record, when it could not drive
         results.write_result(layout, key, results.RouteRecord(route_id=r.id, status=results.FAILED_SIMULATION))
-        attempts.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message)
+        attempts.record_attempt(layout, key, attempt, results.FAILED_SIMULATION, message, route=r.digest)
 
     try:
         record, why = world.drive(layout, spec, attempt, town, make_driver)
@@ -232,6 +232,6 @@ def _attempt(layout: Layout, spec: RunSpec, attempt: int, world: World, town: To
         results.write_result(layout, key, record)
         status = record.status
     if status in results.CRASH_STATUSES:  # what crashed: the evaluator's last exception, how it ended
-        attempts.record_attempt(layout, key, attempt, status, *attempts.crash_message(attempt_log, why))
+        attempts.record_attempt(layout, key, attempt, status, *attempts.crash_message(attempt_log, why), route=r.digest)
     else:
-        attempts.record_attempt(layout, key, attempt, status)
+        attempts.record_attempt(layout, key, attempt, status, route=r.digest)

@@ -15,7 +15,7 @@ from tools.collect.base.config import CollectSettings, absolute_flags
 from tools.collect.base.routes import find_route_files, town_file
 from tools.collect.carla.server import job_gpus, machine_gpus
 from tools.collect.inspect.info import card_after_collection
-from tools.collect.runner.jobs import plan, write_specs
+from tools.collect.runner.jobs import changed_routes, plan, replace_changed, write_specs
 from tools.collect.runner.local import run_local
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.slurm import Scheduler, collect_slurm, summary_line
@@ -31,11 +31,12 @@ from tools.dataset.manifest import read_manifest, update_manifest
 
 def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers: int, repetitions: int,
                    max_attempts: int, settings: dict[str, Any], slurm: Any = None, py123d: bool = False,
-                   servers_per_gpu: int | None = None) -> None:
+                   servers_per_gpu: int | None = None, replace: bool = False) -> None:
     """Drive every route file under `routes_dir` `repetitions` times in `workers` local processes
     (tools.collect.runner.local), or, with `slurm` (tools.collect.runner.slurm_options.SlurmOptions), as SLURM job
     arrays watched by a monitor (tools.collect.runner.slurm). `servers_per_gpu` K (CARLA): a local worker per GPU slot,
-    the machine's (or the job's) GPUs times K, each server on its slot's GPU; on SLURM, slurm.servers_per_gpu."""
+    the machine's (or the job's) GPUs times K, each server on its slot's GPU; on SLURM, slurm.servers_per_gpu.
+    `replace`: drive again the finished runs whose route changed since (refused otherwise: jobs.changed_routes)."""
     started = time.time()
     if routes_dir is None or str(routes_dir) == "" or isinstance(routes_dir, bool):
         raise ToolError("ROUTES_DIR missing: give the folder that holds the route files (*.xml)")
@@ -70,7 +71,14 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
     jobs = plan(route_files, towns, repetitions, default_towns)
     for job in {(j.route_file, j.route.id): j for j in jobs}.values():  # each route once, not per repetition
         world.check_route(job.route_file, job.route)
-    read_manifest(layout)  # a root of another format version is refused before anything is written
+    manifest = read_manifest(layout)  # a root of another format version is refused before anything is written
+    changed, unverified = changed_routes(layout, jobs, manifest)
+    if changed and not replace:
+        job, driven = changed[0]
+        raise ToolError(f"{job.route_file}: route {job.route.id} is not the route run {job.key} drove (finished"
+                        f"{f', from {driven}' if driven else ''}; {len(changed)} planned runs differ so): a run is "
+                        "its route's content, so collect these routes into a new --root, or pass --replace to drive "
+                        "them again here")
     # settings, world, rate, seeds, rig (a bad --rig is refused here), expert, route set, towns: for the manifest
     record = collection_record(resolved, route_files, routes_path, {town_file(j.route_file, j.route, j.towns)
                                                                     for j in jobs})
@@ -87,6 +95,12 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         layout.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ToolError(f"--root {layout.root}: cannot create it ({e.strerror})") from None
+    if changed:
+        print(f"collect: --replace: {replace_changed(layout, changed)} of {len(changed)} finished runs whose route "
+              "changed discarded, to be driven again", file=sys.stderr)
+    if unverified:
+        print(f"collect: {unverified} finished runs record no route (written before route digests): taken as the "
+              "routes planned, not verified", file=sys.stderr)
     update_manifest(
         layout,
         collection={
@@ -99,7 +113,7 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
             **record,  # docs/dataset-format.md
         },
         runs={str(j.key): {"route": str(j.route_file.resolve()), "route_id": j.route.id,
-                           "repetition": j.repetition} for j in jobs},
+                           "route_digest": j.route.digest, "repetition": j.repetition} for j in jobs},
     )
     write_specs(layout, jobs, resolved)  # what each run's process reads (tools.collect.base.spec)
     n_routes = len({(j.route_file, j.route.id) for j in jobs})

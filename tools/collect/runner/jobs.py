@@ -11,10 +11,12 @@ from pathlib import Path
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import Route, check_routes, find_towns_dir, read_routes, town_file
 from tools.collect.base.spec import RunSpec
+from tools.core import atomic
 from tools.core.errors import DiskFull, ToolError, disk_full
-from tools.dataset.claims import discard_run
+from tools.dataset.attempts import read_attempts
+from tools.dataset.claims import discard_run, exclusive
 from tools.dataset.layout import Layout, RunKey
-from tools.dataset.results import RunState, run_state
+from tools.dataset.results import CRASH_STATUSES, RunState, held_run_state, run_state
 
 #: How many finished route runs a size estimate looks at.
 SIZE_SAMPLE = 20
@@ -81,6 +83,39 @@ def plan(route_files: list[Path], towns: str | None, repetitions: int, default_t
     for towns_dir, entries in groups.items():
         check_routes(entries, towns_dir)
     return jobs
+
+
+def changed_routes(layout: Layout, jobs: list[Job], manifest: dict | None) -> tuple[list[tuple[Job, str]], int]:
+    """The planned runs that finished on disk driving another route than the one planned (a route set written
+    again with another --seed under the same names, two folders with the same file name): [(job, the route file
+    the manifest names for it, or "")], and how many finished runs record no route to compare (before route
+    digests: not verified). A run is its route's content (Route.digest, in its attempt record), not its name."""
+    runs = (manifest or {}).get("runs") or {}
+    changed, unverified = [], 0
+    for job in jobs:
+        if run_state(layout, job.key) is not RunState.FINISHED:
+            continue
+        driven = next((e["route"] for e in reversed(read_attempts(layout, job.key)) if e["status"] not in
+                       CRASH_STATUSES), "")
+        if not driven:
+            unverified += 1
+        elif driven != job.route.digest:
+            changed.append((job, str((runs.get(str(job.key)) or {}).get("route", ""))))
+    return changed, unverified
+
+
+def replace_changed(layout: Layout, changed: list[tuple[Job, str]]) -> int:
+    """--replace: the finished runs of `changed` discarded with their logs (their attempts were of another route:
+    the new one starts over), under their lock, as bin/clean-failed discards; one a process runs now is left. How
+    many were discarded."""
+    done = 0
+    for job, _ in changed:
+        with exclusive(layout, job.key) as mine:
+            if mine and held_run_state(layout, job.key) is RunState.FINISHED:
+                discard_run(layout, job.key)  # result first, then the data folder
+                atomic.remove_tree(layout.log_dir(job.key))
+                done += 1
+    return done
 
 
 def folder_bytes(folder: Path) -> int:

@@ -412,7 +412,7 @@ def collect_slurm(layout: Layout, jobs: list, options: SlurmOptions, settings: d
     if options.partition:
         s.check_partition(options.partition)
     planned = [{"key": str(j.key), "route": str(j.route_file.resolve()), "route_id": j.route.id,
-                "repetition": j.repetition, "towns": str(j.towns)} for j in jobs]
+                "route_digest": j.route.digest, "repetition": j.repetition, "towns": str(j.towns)} for j in jobs]
     monitor = Monitor(layout, options, s, settings, max_attempts, py123d=py123d)
     return monitor.run(planned)
 

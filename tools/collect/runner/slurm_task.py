@@ -55,6 +55,10 @@ def _task_spec(layout: Layout, entry: dict[str, Any], settings: CollectSettings,
     route = next((r for r in read_routes(route_file) if r.id == str(entry["route_id"])), None)
     if route is None:
         raise ToolError(f"{route_file}: has no route {entry['route_id']} any more (wave {wave})")
+    if entry.get("route_digest") and route.digest != entry["route_digest"]:  # the route as planned, or none
+        raise ToolError(f"{route_file}: route {route.id} changed since the collection planned it (wave {wave}); "
+                        "restore the file, or run the collection again (with --replace where finished runs drove the "
+                        "old route)")
     world_for(settings.world).check_route(route_file, route)
     towns = Path(entry["towns"])
     spec = RunSpec.plan(key, route_file, route, towns, town_file(route_file, route, towns), int(entry["repetition"]),

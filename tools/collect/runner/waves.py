@@ -44,7 +44,7 @@ class Wave:
 
     path: Path
     wave: int
-    runs: list[dict[str, Any]]  # {"key", "route", "route_id", "repetition", "towns"}
+    runs: list[dict[str, Any]]  # {"key", "route", "route_id", "route_digest", "repetition", "towns"}
     runs_per_task: int
     max_attempts: int
     settings: dict[str, Any]
