@@ -25,7 +25,7 @@ from tools.collect.base.routes import read_routes
 from tools.dataset.attempts import read_attempts
 from tools.dataset.claims import attempts
 from tools.dataset.frames import read_frame
-from tools.dataset.layout import Layout
+from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import RunState, run_state
 
 pytestmark = pytest.mark.faults
@@ -640,7 +640,7 @@ from pathlib import Path
 from tools.core.errors import ToolError
 from tools.dataset import attempts, heartbeats, manifest, results
 from tools.dataset.buckets import read_collection
-from tools.dataset.layout import Layout
+from tools.dataset.layout import Layout, RunKey
 layout = Layout(Path(sys.argv[1]))
 for key in layout.iter_runs():
     results.run_state(layout, key), attempts.read_attempts(layout, key)
@@ -718,3 +718,24 @@ def test_a_route_set_written_again_under_the_same_names_is_refused_and_replace_d
     assert proc.returncode == 0 and "--replace: 1 of 1 finished runs whose route changed discarded" in proc.stderr, \
         proc.stderr[-2000:]
     assert [e["route"] for e in read_attempts(layout, key)] == [route.digest]  # its attempts start over
+
+
+def test_a_slurm_task_replanning_a_run_whose_route_file_changed_since_the_wave_stops_in_one_line(short_routes,
+                                                                                                 tmp_path):
+    """A task re-plans a run from its wave's entry when the run's spec is gone (bin/clean-failed removes it): the
+    route file read then must hold the route the collection planned, else the run would drive another one."""
+    from tools.collect.base.config import CollectSettings
+    from tools.collect.runner.slurm_task import _task_spec
+    from tools.core.errors import ToolError
+
+    routes = Path(shutil.copytree(short_routes, tmp_path / "routes"))
+    path = sorted(p for p in routes.rglob("*.xml") if "towns" not in p.parts)[0]
+    (route,) = read_routes(path)
+    entry = {"key": f"{route.scenario}/{path.stem}_route{route.id}_rep0", "route": str(path), "route_id": route.id,
+             "route_digest": route.digest, "repetition": 0, "towns": str(routes / "towns")}
+    layout = Layout(tmp_path / "root")
+    assert _task_spec(layout, entry, CollectSettings(), Path("wave-0001.json")).route.digest == route.digest
+    layout.run_spec(RunKey(*entry["key"].split("/"))).unlink()
+    path.write_text(re.sub(r'cloudiness="[0-9.]+"', 'cloudiness="33"', path.read_text(), count=1))
+    with pytest.raises(ToolError, match=rf"{path}: route {route.id} changed since the collection planned it"):
+        _task_spec(layout, entry, CollectSettings(), Path("wave-0001.json"))
