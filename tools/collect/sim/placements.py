@@ -24,6 +24,7 @@ from tools.collect.base.scenario_types import (
     BICYCLE,
     BLOCKERS,
     CONE,
+    DEBRIS,
     PARKED_CAR,
     POLICE_CAR,
     TRAFFIC_WARNING,
@@ -39,10 +40,46 @@ from tools.expert.state import Box
 
 #: The kind of each thing scenarios place, by its size (scenario_types): what an actor is matched by.
 KINDS = {POLICE_CAR: "car", PARKED_CAR: "car", WARNING_PROP: "warning prop", TRAFFIC_WARNING: "traffic warning",
-         CONE: "cone", BICYCLE: "bicycle", WALKER: "walker",
+         CONE: "cone", DEBRIS: "debris", BICYCLE: "bicycle", WALKER: "walker",
          **{(*size, sem.STATIC): "blocker" for size in BLOCKERS.values()}}
 #: What matches: an actor within this distance and heading of its counterpart (metres, degrees).
 MATCH_M, MATCH_DEG = 1.0, 10.0
+#: How each type the embedded world runs places its actors compared with its scenario_runner class (docs/scenarios.md,
+#: "Placements"): "" for as the real class (every actor and flow within MATCH_M and MATCH_DEG of the class's:
+#: tests/collect/sim/test_placements.py checks it on the recorded blocks), else how it differs.
+PLACEMENT = {
+    "Accident": "", "ParkedObstacle": "", "ParkedObstacleTwoWays": "", "ConstructionObstacle": "",
+    "ConstructionObstacleTwoWays": "", "HazardAtSideLane": "", "EnterActorFlow": "", "EnterActorFlowV2": "",
+    "AccidentTwoWays": "as Accident; on curves the cars lie up to about 1.3 m from the class's (our distances are "
+                       "along the route, the class's in metre steps along the lane)",
+    "HazardAtSideLaneTwoWays": "as HazardAtSideLane, with an oncoming SUMO flow; the class changes the background "
+                               "traffic's oncoming spawn distance instead",
+    "InvadingTurn": "three cars of ours on fixed paths in the oncoming lane; the class runs an InvadingActorFlow "
+                    "there and lines it with cones",
+    "VehicleOpensDoorTwoWays": "the car, its open door a metre wider, at the edge of the ego's lane; the class's "
+                               "in the lane beside it, moved towards the ego's; the oncoming flow around the oncoming "
+                               "lane, the class's around the ego's own",
+    "SignalizedJunctionLeftTurn": "a flow in every oncoming lane entering the junction; the class draws one",
+    "NonSignalizedJunctionLeftTurn": "as SignalizedJunctionLeftTurn",
+    "SignalizedJunctionRightTurn": "the class's rule (the rightmost lane from the left, 5 s of flow_speed up it, "
+                                   "3 s past the junction); not measured yet",
+    "NonSignalizedJunctionRightTurn": "as SignalizedJunctionRightTurn",
+    "OppositeVehicleRunningRedLight": "the adversary's source timed to meet the ego (15 to 60 m up its lane); the "
+                                      "class's 30 m up the first lane entering from `direction`, started by time to "
+                                      "arrival",
+    "OppositeVehicleTakingPriority": "as OppositeVehicleRunningRedLight",
+    "DynamicObjectCrossing": "the walker 1.2 m beyond the road's edge at the crossing point, the blocker behind it; "
+                             "the class's on the sidewalk's centre, the walker beside the blocker",
+    "ParkingCrossingPedestrian": "the parked car half a car and 0.8 m before the crossing point, the walker beyond "
+                                 "the road's edge; the class's car at `distance`, the walker a lane's width beside "
+                                 "the ego's lane just past it",
+    "PedestrianCrossing": "the walkers cross just after the junction; the class's just before it, from the sidewalk "
+                          "right of the ego's lane",
+    "VehicleTurningRoutePedestrian": "the walker crosses the route's exit lane 4 m past the junction; the class's "
+                                     "where the ego's lane leaves it",
+}
+#: The types placed as the real class.
+AS_THE_CLASS = frozenset(name for name, how in PLACEMENT.items() if not how)
 
 
 class RecordingWorld:
@@ -76,6 +113,9 @@ class RecordingWorld:
         return [edge], 0, 0.0
 
     def lane_speed(self, edge: str, lane: int) -> float:
+        return self.LANE_SPEED
+
+    def speed_limit(self) -> float:
         return self.LANE_SPEED
 
     def add_vehicle(self, edges: list[str], lane: int, pos: float, speed: float, rules: bool = True) -> None:
@@ -116,7 +156,8 @@ def placements(route, carla_map, seed: int = 0, ego_speed: float = 0.0) -> list[
                            "x": round(float(x), 3), "y": round(float(y), 3), "yaw": round(float(yaw), 2),
                            "speed": round(float(speed), 3)})
         flows = [{"source": list(world.flow_ends[f.edges[0]][0]), "sink": list(world.flow_ends[f.edges[0]][1]),
-                  "speed": round(f.speed, 3)} for f in a.flows]
+                  "reference": list(f.reference) if f.reference else None, "speed": round(f.speed, 3)}
+                 for f in a.flows]
         out[a.block["name"]] = {"actors": actors, "flows": flows}
     states = scenarios.states()
     return [{"name": b["name"], "type": b["type"], "state": states.get(b["name"], "name only"),
@@ -147,7 +188,9 @@ def _heading(a: float, b: float, kind: str) -> float:
 
 def _flow_distance(a: dict, b: dict) -> float:
     """How far apart two flows are: the larger of their sources' and their sinks' distances (the sources' alone where
-    one has no sink)."""
+    one has no sink; their reference points' where one is known by that alone)."""
+    if not (a.get("source") and b.get("source")):  # one is known by its reference point (OppositeActorFlow)
+        return math.dist(a["reference"], b["reference"]) if a.get("reference") and b.get("reference") else math.inf
     d = math.dist(a["source"], b["source"])
     return max(d, math.dist(a["sink"], b["sink"])) if a.get("sink") and b.get("sink") else d
 
@@ -175,7 +218,7 @@ def compare(ours: dict, real: dict) -> list[Match]:
                     for j, t in enumerate(real["flows"])))
     used_i, used_j = set(), set()
     for d, i, j in pairs:
-        if i in used_i or j in used_j:
+        if i in used_i or j in used_j or math.isinf(d):
             continue
         used_i.add(i)
         used_j.add(j)
@@ -189,7 +232,7 @@ def compare(ours: dict, real: dict) -> list[Match]:
 
 #: Blueprint ids (parts of them) of the props scenario_runner's classes spawn, and the kind of ours each is.
 _PROP_KINDS = {"warningaccident": "warning prop", "warningconstruction": "warning prop", "constructioncone": "cone",
-               "trafficwarning": "traffic warning"}
+               "trafficwarning": "traffic warning", "dirtdebris": "debris"}
 _BICYCLES = ("crossbike", "century", "omafiets")
 
 
@@ -210,8 +253,13 @@ def real_record(block: dict) -> dict:
     """A real class's record of one block (tests/data/scenario_placements) in the shape `placements` gives ours."""
     actors = [{"kind": real_kind(a), "x": a["x"], "y": a["y"], "yaw": a["yaw"], "speed": a.get("speed") or 0.0,
                "blueprint": a.get("blueprint")} for a in block["actors"]]
-    flows = [{"source": f["source"][:2], "sink": f["sink"][:2] if f.get("sink") else None, "speed": f.get("speed"),
-              "behaviour": f.get("behaviour")} for f in block["flows"]]
+    flows = []
+    for f in block["flows"]:
+        if f.get("behaviour") == "OppositeActorFlow":  # built around a reference point; its ends found when it runs
+            flows.append({"reference": f["source"][:2], "source": None, "sink": None, "speed": f.get("speed")})
+        else:
+            flows.append({"source": f["source"][:2], "sink": f["sink"][:2] if f.get("sink") else None,
+                          "speed": f.get("speed"), "behaviour": f.get("behaviour")})
     return {"name": block["name"], "type": block["type"], "error": block.get("error"), "actors": actors,
             "flows": flows}
 
@@ -271,6 +319,14 @@ def differences_markdown(diffs: dict[str, TypeDifferences]) -> str:
         b, s, n, dmax, dmean, hmax, hmean, ours, real = diffs[name].row()
         rows.append(f"| `{name}` | {b} | {s} | {n} | {dmax:.2f} | {dmean:.2f} | {hmax:.1f} | {hmean:.1f} | {ours} "
                     f"| {real} |")
+    return "\n".join(rows) + "\n"
+
+
+def placement_markdown() -> str:
+    """The per-type table of docs/scenarios.md ("Placements"): as the real class, or approximated and how."""
+    rows = ["| type | placed | how it differs from the class |", "|---|---|---|"]
+    for name, how in PLACEMENT.items():
+        rows.append(f"| `{name}` | {'approximated' if how else 'as the real class'} | {how or '-'} |")
     return "\n".join(rows) + "\n"
 
 

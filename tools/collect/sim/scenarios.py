@@ -38,6 +38,7 @@ from tools.collect.base.scenario_types import (
     BLOCKERS,
     CATALOGUE,
     CONE,
+    DEBRIS,
     END_M,
     EXTENT_M,
     FLOW_S,
@@ -139,6 +140,9 @@ class Flow:
     until: float
     rules: bool = True  # False: the vehicles ignore lights and right of way
     hold: tuple[float, float] = (math.inf, math.inf)  # no new vehicle while the ego's route s is in [from, to]
+    #: The point the flow is placed around, where its class has one (a TwoWays obstacle's OppositeActorFlow: the
+    #: oncoming lane beside the obstacle): what tools.collect.sim.placements compares.
+    reference: tuple[float, float] | None = None
     next_time: float = 0.0
     vehicles: list[str] = field(default_factory=list)
 
@@ -413,7 +417,7 @@ class Scenarios:
                 break
             outer = beyond
         if beyond is None:
-            return self._place(world, s, WARNING_PROP, self._road_edge(s, side) + WARNING_PROP[1] / 2 + 0.2, side)
+            return self._place(world, s, WARNING_PROP, self._road_edge(s, side) + WARNING_PROP[0] / 2 + 0.2, side, 90.0)
         out = outer.transform.get_right_vector()
         sign = 0.3 * outer.lane_width * (1.0 if side == "right" else -1.0)
         at = beyond.transform
@@ -424,7 +428,12 @@ class Scenarios:
     def _obstacle(self, a: Active, name: str, p: dict, world) -> None:
         x, y, _ = self._point(a.trigger_s)
         width = self._lane(x, y).lane_width
-        side = "left" if name == "InvadingTurn" else direction(p) if "direction" in p else self._free_side(a.trigger_s)
+        if name == "InvadingTurn":
+            side = "left"
+        elif name.startswith("HazardAtSideLane"):  # its class reads no `direction`: the cyclists ride on the right
+            side = "right"
+        else:
+            side = direction(p)  # the classes' default: right (the generator writes `left` where it takes that)
         ids = a.statics
         if name.startswith("Accident"):
             site = self._site(a.trigger_s, value(p, "distance", 120.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
@@ -447,10 +456,24 @@ class Scenarios:
             a.site_s = site
         elif name.startswith("ConstructionObstacle"):
             site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
-            for k in range(4):  # a taper of cones from the lane's edge in towards its centre, the sign, a row after
-                ids.append(self._place(world, site + 2.5 * k, CONE, width / 2 - 0.3 - 0.45 * k, side))
-                ids.append(self._place(world, site + 11.5 + 2.0 * k, CONE, width / 2 - 0.3, side))
-            ids.append(self._place(world, site + 9.5, TRAFFIC_WARNING, 0.2 * width / 2, side, 0.0, block=True))
+            ids.append(self._warning(world, a.trigger_s, side))
+            # As its class sets it up, on the line of the lane's heading at the site: the arrow board 5 m before
+            # it in the lane's centre, turned to face the traffic; debris 2 m past it; cones along the edge the ego
+            # passes by (0.85 of the half lane width from the centre) 2 to 8 m past it, and three across the lane at
+            # 8 m, a metre apart, towards `direction`.
+            x, y, yaw = self._point(site)
+            fwd = np.array([math.cos(math.radians(yaw)), math.sin(math.radians(yaw))])
+            out = self._side_vector(yaw, side)
+
+            def put(along: float, lateral: float, size: tuple, turn: float, block: bool = False) -> int:
+                px, py = np.array([x, y]) + fwd * along + out * lateral
+                return world.add_static(size[3], float(px), float(py), yaw + turn, *size[:3], block=block)
+
+            edge = -0.85 * width / 2
+            ids.append(put(-5.0, 0.0, TRAFFIC_WARNING, 270.0, block=True))
+            ids.append(put(2.0, 0.0, DEBRIS, 90.0))
+            ids += [put(along, edge, CONE, 0.0) for along in (2.0, 4.0, 6.0, 8.0)]
+            ids += [put(8.0, edge + k, CONE, 90.0 if side == "right" else -90.0) for k in (1.0, 2.0, 3.0)]
             a.site_s = site + EXTENT_M[name]
         elif name.startswith("HazardAtSideLane"):
             site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
@@ -478,25 +501,22 @@ class Scenarios:
                 a.movers.append(mover)
             a.site_s = site
         if name.endswith("TwoWays"):
-            self._oncoming_flow(a, p, world)
+            self._oncoming_flow(a, p, world, site if name.startswith("ConstructionObstacle") else a.site_s)
 
-    def _free_side(self, s: float) -> str:
-        """The side of the ego's lane an obstacle takes when the route file gives no `direction`: away from
-        the lane the ego can pass in (a same-direction lane on the left, else the oncoming one, are on the
-        left: the obstacle goes right; only a same-direction lane on the right: it goes left)."""
-        lanes = neighbours(self._lane(*self._point(s)[:2]))
-        return "left" if lanes.left is None and lanes.oncoming is None and lanes.right is not None else "right"
-
-    def _oncoming_flow(self, a: Active, p: dict, world) -> None:
-        """TwoWays: SUMO traffic in the oncoming lane next to the site, gaps drawn from `frequency` (metres)."""
+    def _oncoming_flow(self, a: Active, p: dict, world, at: float) -> None:
+        """TwoWays: SUMO traffic in the oncoming lane beside route s `at` (where the class's OppositeActorFlow takes
+        its reference: the last accident car, the parked car, the construction's start), gaps drawn from `frequency`
+        (metres), from as far up that lane to as far down it as the class's flow reaches: 1.5 times the ego's speed
+        limit in km/h plus 30 m, in metre steps, not into a junction."""
         gaps = interval(p, "frequency", (20.0, 100.0))
-        x, y, _ = self._point(a.site_s)
+        x, y, _ = self._point(at)
         left = neighbours(self._lane(x, y)).oncoming
         if left is None:
             log.info("scenario %s: no oncoming lane at the site; no oncoming flow", a.block["name"])
             return
-        src = self._along(left, -120.0)  # upstream of the oncoming lane: ahead of the ego
-        sink = self._along(left, 80.0)
+        reach = 1.5 * world.speed_limit() * 3.6 + 30.0
+        src = self._along(left, -reach, step=1.0)  # upstream of the oncoming lane: ahead of the ego
+        sink = self._along(left, reach, step=1.0)
         flow = world.flow_route(src, sink)
         if flow is None:
             log.info("scenario %s: SUMO has no route along the oncoming lane; no oncoming flow", a.block["name"])
@@ -505,13 +525,12 @@ class Scenarios:
         speed = max(8.0, world.lane_speed(edges[0], lane))
         first = a.site_s - EXTENT_M.get(a.block["type"], 0.0)
         a.flows.append(Flow(edges, lane, pos, speed, gaps, until=math.inf, hold=(first - HOLD_M, a.site_s + 5.0),
-                            next_time=world.time))
+                            next_time=world.time, reference=self._along(left, 0.0)))
 
     @staticmethod
-    def _along(wp, metres: float) -> tuple[float, float]:
-        """The point `metres` along a lane from a waypoint (its direction of travel; negative: back), or as far
-        as the lane goes before it enters another junction (SUMO starts and ends vehicles on edges only)."""
-        step = 2.0
+    def _along(wp, metres: float, step: float = 2.0) -> tuple[float, float]:
+        """The point `metres` along a lane from a waypoint (its direction of travel; negative: back) in `step`s, or
+        as far as the lane goes before it enters another junction (SUMO starts and ends vehicles on edges only)."""
         for _ in range(int(abs(metres) / step)):
             nxt = wp.next(step) if metres > 0 else wp.previous(step)
             if not nxt or (nxt[0].is_junction and not wp.is_junction):  # out of its own junction, into none
