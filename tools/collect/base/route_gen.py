@@ -211,8 +211,12 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
             passable = lanes.left is not None or lanes.right is not None
         if stype.kind == OBSTACLE and not passable:
             continue
-        # No `direction`: the obstacle takes the side away from the lane the ego can pass in (scenarios._free_side).
         params = {"distance": {"value": f"{distance:.0f}"}}
+        # The obstacle takes the side away from the lane the ego can pass in: a same-direction lane on the left, or
+        # the oncoming one, is on the left: right (the classes' default, not written); only one on the right: left.
+        if ("direction" in PARAMETERS[name] and stype.kind == OBSTACLE and lanes.left is None
+                and lanes.oncoming is None and lanes.right is not None):
+            params["direction"] = {"value": "left"}
         if two_ways:
             lo = rng.choice((40, 60, 80))
             # In the shape the type's class reads it (HazardAtSideLaneTwoWays: one value).

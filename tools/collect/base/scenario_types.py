@@ -46,11 +46,13 @@ HOLD_M = 40.0
 #: crossed; a finite flow lets the ego find its gap behind the last vehicle).
 FLOW_S = 25.0
 
-#: (length, width, height, class) of the things scenarios place.
+#: (length, width, height, class) of the things scenarios place; length along the heading they are placed at
+#: (the props' as scenario_runner turns them: 90 degrees off the lane's, their broad side across it).
 POLICE_CAR = (4.9, 2.0, 1.5, sem.CAR)
 PARKED_CAR = (4.6, 1.9, 1.5, sem.CAR)
-WARNING_PROP = (0.5, 1.1, 1.3, sem.STATIC)  # static.prop.warningaccident / warningconstruction
-TRAFFIC_WARNING = (1.6, 2.2, 2.6, sem.STATIC)  # static.prop.trafficwarning (an arrow board on a trailer)
+WARNING_PROP = (1.1, 0.5, 1.3, sem.STATIC)  # static.prop.warningaccident / warningconstruction
+TRAFFIC_WARNING = (2.2, 1.6, 2.6, sem.STATIC)  # static.prop.trafficwarning (an arrow board on a trailer)
+DEBRIS = (1.6, 1.6, 0.2, sem.STATIC)  # static.prop.dirtdebris02 (a patch of dirt on the road; its size a guess)
 CONE = (0.4, 0.4, 0.7, sem.STATIC)
 BICYCLE = (1.8, 0.7, 1.7, sem.BICYCLE)
 WALKER = (0.5, 0.6, 1.8, sem.PEDESTRIAN)

@@ -27,7 +27,6 @@ from tools.dataset import results
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.metric_info import MetricInfoTrack
 from tools.expert.drivers import Driver, DriverFailed
-from tools.expert.planner import RoutePlanner
 from tools.expert.route import DenseRoute, stop_signs
 
 log = logging.getLogger("collect.run")
@@ -81,7 +80,8 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     global _driven
     begun = started - (process_age() if not _driven else 0.0)
     _driven = True
-    dense = RoutePlanner(town.carla_map).trace(route.waypoints)
+    scenarios = Scenarios.for_route(route, town.carla_map, seed)
+    dense = scenarios.route
     try:
         driver = make_driver(dense, 1.0 / settings.sim_hz, town.carla_map)
     except DriverFailed as e:  # a driver that could not be set up: the run ends before it starts
@@ -97,7 +97,6 @@ def drive(layout: Layout, key: RunKey, route: Route, town: Town, settings: Colle
     recorder.start(town=town.name, town_file=town.xodr, rig=rig, repetition=repetition, seed=seed, attempt=attempt)
     world = SumoWorld(town, dense, seed=seed, vehicles=settings.vehicles, sim_hz=settings.sim_hz)
     referee = Referee(dense, settings, stop_signs(dense, town.carla_map))
-    scenarios = Scenarios(route.scenarios, dense, town.carla_map, seed)
     clock = StageClock()
     parts: dict[str, float] = {}
     # An evaluation's picture of the run: the policy's camera and BEV (or, for the expert, a top view) and plan.

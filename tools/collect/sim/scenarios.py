@@ -38,6 +38,7 @@ from tools.collect.base.scenario_types import (
     BLOCKERS,
     CATALOGUE,
     CONE,
+    DEBRIS,
     END_M,
     EXTENT_M,
     FLOW_S,
@@ -64,6 +65,7 @@ from tools.collect.base.scenario_types import (
 from tools.dataset import semantics as sem
 from tools.dataset.geometry import wrap_degrees
 from tools.expert.lanes import lane_at, neighbours
+from tools.expert.planner import RoutePlanner
 from tools.expert.route import DenseRoute
 
 log = logging.getLogger("collect.scenarios")
@@ -138,6 +140,9 @@ class Flow:
     until: float
     rules: bool = True  # False: the vehicles ignore lights and right of way
     hold: tuple[float, float] = (math.inf, math.inf)  # no new vehicle while the ego's route s is in [from, to]
+    #: The point the flow is placed around, where its class has one (a TwoWays obstacle's OppositeActorFlow: the
+    #: oncoming lane beside the obstacle): what tools.collect.sim.placements compares.
+    reference: tuple[float, float] | None = None
     next_time: float = 0.0
     vehicles: list[str] = field(default_factory=list)
 
@@ -194,6 +199,12 @@ class Scenarios:
                 self._skipped[block["name"]] = "off route"
                 continue
             self.items.append(Active(block, stype, float(route.s[k])))
+
+    @classmethod
+    def for_route(cls, route, carla_map, seed: int) -> Scenarios:
+        """The scenarios of a route file's route (tools.collect.base.routes.Route) on its town's carla.Map, along
+        the route as the ego drives it (the planner's dense route through its waypoints: `.route`)."""
+        return cls(route.scenarios, RoutePlanner(carla_map).trace(route.waypoints), carla_map, seed)
 
     # ------------------------------------------------------------------ per tick
     def update(self, world, s_ego: float) -> None:
@@ -392,18 +403,42 @@ class Scenarios:
 
     # ------------------------------------------------------------------ obstacles
     def _warning(self, world, s: float, side: str) -> int:
-        """The warning prop before an obstacle: beside the road on the obstacle's side, facing the traffic."""
-        return self._place(world, s, WARNING_PROP, self._road_edge(s, side) + WARNING_PROP[1] / 2 + 0.2, side)
+        """The warning prop of an obstacle at route s (its trigger point), as scenario_runner's `_spawn_side_prop`
+        puts it: in the first lane beyond the road's driving and parking lanes on the obstacle's side (a sidewalk, a
+        shoulder), 0.3 of the outermost driving or parking lane's width further out than that lane's centre, turned
+        90 degrees to it. Where no lane is beyond (the class then fails), beside the road's edge."""
+        import carla
+
+        wp = self._lane(*self._point(s)[:2])
+        outer = wp
+        while True:
+            beyond = outer.get_right_lane() if side == "right" else outer.get_left_lane()
+            if beyond is None or beyond.lane_type not in (carla.LaneType.Driving, carla.LaneType.Parking):
+                break
+            outer = beyond
+        if beyond is None:
+            return self._place(world, s, WARNING_PROP, self._road_edge(s, side) + WARNING_PROP[0] / 2 + 0.2, side, 90.0)
+        out = outer.transform.get_right_vector()
+        sign = 0.3 * outer.lane_width * (1.0 if side == "right" else -1.0)
+        at = beyond.transform
+        length, width, height, cls = WARNING_PROP
+        return world.add_static(cls, at.location.x + sign * out.x, at.location.y + sign * out.y,
+                                at.rotation.yaw + 90.0, length, width, height)
 
     def _obstacle(self, a: Active, name: str, p: dict, world) -> None:
         x, y, _ = self._point(a.trigger_s)
         width = self._lane(x, y).lane_width
-        side = "left" if name == "InvadingTurn" else direction(p) if "direction" in p else self._free_side(a.trigger_s)
+        if name == "InvadingTurn":
+            side = "left"
+        elif name.startswith("HazardAtSideLane"):  # its class reads no `direction`: the cyclists ride on the right
+            side = "right"
+        else:
+            side = direction(p)  # the classes' default: right (the generator writes `left` where it takes that)
         ids = a.statics
         if name.startswith("Accident"):
             site = self._site(a.trigger_s, value(p, "distance", 120.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             off = 0.6 * width / 2
-            ids.append(self._warning(world, site - 8.0, side))
+            ids.append(self._warning(world, a.trigger_s, side))
             ids.append(self._place(world, site, POLICE_CAR, off, side, 0.0, block=True))
             ids.append(self._place(world, site + 10.0, PARKED_CAR, off, side, 0.0, block=True))
             ids.append(self._place(world, site + 16.0, PARKED_CAR, off, side, 0.0, block=True))
@@ -416,15 +451,29 @@ class Scenarios:
             size = (length, w + 1.0, h, cls) if door else PARKED_CAR  # the open door: a metre more into the lane
             off = width / 2 + 0.7 - w / 2 if door else 0.7 * width / 2  # the car at the lane's edge, its door in
             if not door:
-                ids.append(self._warning(world, site - 8.0, side))
+                ids.append(self._warning(world, a.trigger_s, side))
             ids.append(self._place(world, site, size, off, side, 0.0, block=True))
             a.site_s = site
         elif name.startswith("ConstructionObstacle"):
             site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
-            for k in range(4):  # a taper of cones from the lane's edge in towards its centre, the sign, a row after
-                ids.append(self._place(world, site + 2.5 * k, CONE, width / 2 - 0.3 - 0.45 * k, side))
-                ids.append(self._place(world, site + 11.5 + 2.0 * k, CONE, width / 2 - 0.3, side))
-            ids.append(self._place(world, site + 9.5, TRAFFIC_WARNING, 0.2 * width / 2, side, 0.0, block=True))
+            ids.append(self._warning(world, a.trigger_s, side))
+            # As its class sets it up, on the line of the lane's heading at the site: the arrow board 5 m before
+            # it in the lane's centre, turned to face the traffic; debris 2 m past it; cones along the edge the ego
+            # passes by (0.85 of the half lane width from the centre) 2 to 8 m past it, and three across the lane at
+            # 8 m, a metre apart, towards `direction`.
+            x, y, yaw = self._point(site)
+            fwd = np.array([math.cos(math.radians(yaw)), math.sin(math.radians(yaw))])
+            out = self._side_vector(yaw, side)
+
+            def put(along: float, lateral: float, size: tuple, turn: float, block: bool = False) -> int:
+                px, py = np.array([x, y]) + fwd * along + out * lateral
+                return world.add_static(size[3], float(px), float(py), yaw + turn, *size[:3], block=block)
+
+            edge = -0.85 * width / 2
+            ids.append(put(-5.0, 0.0, TRAFFIC_WARNING, 270.0, block=True))
+            ids.append(put(2.0, 0.0, DEBRIS, 90.0))
+            ids += [put(along, edge, CONE, 0.0) for along in (2.0, 4.0, 6.0, 8.0)]
+            ids += [put(8.0, edge + k, CONE, 90.0 if side == "right" else -90.0) for k in (1.0, 2.0, 3.0)]
             a.site_s = site + EXTENT_M[name]
         elif name.startswith("HazardAtSideLane"):
             site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
@@ -452,25 +501,22 @@ class Scenarios:
                 a.movers.append(mover)
             a.site_s = site
         if name.endswith("TwoWays"):
-            self._oncoming_flow(a, p, world)
+            self._oncoming_flow(a, p, world, site if name.startswith("ConstructionObstacle") else a.site_s)
 
-    def _free_side(self, s: float) -> str:
-        """The side of the ego's lane an obstacle takes when the route file gives no `direction`: away from
-        the lane the ego can pass in (a same-direction lane on the left, else the oncoming one, are on the
-        left: the obstacle goes right; only a same-direction lane on the right: it goes left)."""
-        lanes = neighbours(self._lane(*self._point(s)[:2]))
-        return "left" if lanes.left is None and lanes.oncoming is None and lanes.right is not None else "right"
-
-    def _oncoming_flow(self, a: Active, p: dict, world) -> None:
-        """TwoWays: SUMO traffic in the oncoming lane next to the site, gaps drawn from `frequency` (metres)."""
+    def _oncoming_flow(self, a: Active, p: dict, world, at: float) -> None:
+        """TwoWays: SUMO traffic in the oncoming lane beside route s `at` (where the class's OppositeActorFlow takes
+        its reference: the last accident car, the parked car, the construction's start), gaps drawn from `frequency`
+        (metres), from as far up that lane to as far down it as the class's flow reaches: 1.5 times the ego's speed
+        limit in km/h plus 30 m, in metre steps, not into a junction."""
         gaps = interval(p, "frequency", (20.0, 100.0))
-        x, y, _ = self._point(a.site_s)
+        x, y, _ = self._point(at)
         left = neighbours(self._lane(x, y)).oncoming
         if left is None:
             log.info("scenario %s: no oncoming lane at the site; no oncoming flow", a.block["name"])
             return
-        src = self._along(left, -120.0)  # upstream of the oncoming lane: ahead of the ego
-        sink = self._along(left, 80.0)
+        reach = 1.5 * world.speed_limit() * 3.6 + 30.0
+        src = self._along(left, -reach, step=1.0)  # upstream of the oncoming lane: ahead of the ego
+        sink = self._along(left, reach, step=1.0)
         flow = world.flow_route(src, sink)
         if flow is None:
             log.info("scenario %s: SUMO has no route along the oncoming lane; no oncoming flow", a.block["name"])
@@ -479,13 +525,12 @@ class Scenarios:
         speed = max(8.0, world.lane_speed(edges[0], lane))
         first = a.site_s - EXTENT_M.get(a.block["type"], 0.0)
         a.flows.append(Flow(edges, lane, pos, speed, gaps, until=math.inf, hold=(first - HOLD_M, a.site_s + 5.0),
-                            next_time=world.time))
+                            next_time=world.time, reference=self._along(left, 0.0)))
 
     @staticmethod
-    def _along(wp, metres: float) -> tuple[float, float]:
-        """The point `metres` along a lane from a waypoint (its direction of travel; negative: back), or as far
-        as the lane goes before it enters another junction (SUMO starts and ends vehicles on edges only)."""
-        step = 2.0
+    def _along(wp, metres: float, step: float = 2.0) -> tuple[float, float]:
+        """The point `metres` along a lane from a waypoint (its direction of travel; negative: back) in `step`s, or
+        as far as the lane goes before it enters another junction (SUMO starts and ends vehicles on edges only)."""
         for _ in range(int(abs(metres) / step)):
             nxt = wp.next(step) if metres > 0 else wp.previous(step)
             if not nxt or (nxt[0].is_junction and not wp.is_junction):  # out of its own junction, into none
@@ -510,60 +555,125 @@ class Scenarios:
             raise ValueError("the route's junction is not one of the map")
         junction = wp.get_junction()
         ego_yaw = float(r.yaw[max(i0 - 1, 0)])
-        adversary = name.startswith("OppositeVehicle")
-        if adversary:
-            sides = [value(p, "direction", "right", str)]
-        elif "LeftTurn" in name:
-            sides = ["opposite"]
-        else:
-            sides = ["left"]
-        import carla
-
-        by_side: dict[str, list] = {}
-        for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
-            rel = wrap_degrees(entry.transform.rotation.yaw - ego_yaw)
-            if adversary:  # the sides as the class filters the junction's entries (its `direction`)
-                side = junction_side(rel)
-            else:
-                side = ("opposite" if abs(rel) > 135 else "left" if 45 < rel < 135 else "right" if -135 < rel < -45
-                        else "")
-            turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
-            by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
-        # The side the type names (an adversary's other side where the junction has none, a T-junction), and
-        # its lanes going straight through first (the leaderboard's), else its turning ones.
-        sides += [sd for sd in ("opposite", "left", "right") if sd not in sides]
-        side = next((sd for sd in sides if by_side.get(sd)), None)
-        if side is None:
-            raise ValueError(f"no lane enters the junction from the {sides[0]}")
-        ranked = sorted(by_side[side], key=lambda p: p[0])
-        paths = [(entry, exit_) for turning, entry, exit_ in ranked if turning == ranked[0][0]]
         a.site_s = float(r.s[i1])
         if name.startswith("OppositeVehicle"):
-            entry, exit_ = self.rng.choice(paths)
-            speed = 60.0 / 3.6  # scenario_runner's adversary speed
-            # Timed to meet the ego: as far from the junction as it drives while the ego gets there.
-            ego_time = (float(r.s[i0]) - s_ego) / max(world.ego_box().speed, 6.0)
-            src = self._along(entry, -max(min(speed * ego_time, 60.0), 15.0))
-            found = world.flow_route(src, self._along(exit_, 20.0))
-            if found is None:
-                raise ValueError("SUMO has no route for the adversary")
-            edges, lane, pos = found
-            a.flows.append(Flow(edges, lane, pos, speed, (1e6, 1e6), until=world.time + 1.0, rules=False,
-                                next_time=world.time))
-            log.info("scenario %s: its adversary enters the junction from the %s, %s, on SUMO edge %s",
-                     a.block["name"], side, "turning" if ranked[0][0] else "straight through", edges[0])
+            self._adversary(a, p, world, s_ego, junction, ego_yaw, float(r.s[i0]))
             return
-        flow_speed = value(p, "flow_speed", 20.0)
-        gaps = interval(p, "source_dist_interval", (25.0, 50.0))
-        for entry, exit_ in paths[:2]:
-            src = self._along(entry, -max(4.0 * flow_speed, 30.0))
-            found = world.flow_route(src, self._along(exit_, 2.5 * flow_speed))
+        if name.startswith("EnterActorFlow"):
+            flow_speed = value(p, "flow_speed", 10.0)
+            gaps = interval(p, "source_dist_interval", (20.0, 50.0))
+            ends = self._entering_flows(name, p)
+        else:
+            flow_speed = value(p, "flow_speed", 20.0)
+            gaps = interval(p, "source_dist_interval", (25.0, 50.0))
+            ends = self._crossing_flows(name, junction, ego_yaw, flow_speed)
+        for src, sink in ends:
+            found = world.flow_route(src, sink)
             if found is None:
                 continue
             edges, lane, pos = found
             a.flows.append(Flow(edges, lane, pos, flow_speed, gaps, until=world.time + FLOW_S, next_time=world.time))
         if not a.flows:
             raise ValueError("SUMO has no route for the flow")
+
+    def _adversary(self, a: Active, p: dict, world, s_ego: float, junction, ego_yaw: float, entry_s: float) -> None:
+        """OppositeVehicle*'s adversary: a SUMO car from the junction's side `direction` (an other side where the
+        junction has none, a T-junction), straight through where a lane goes straight, ignoring lights and right of
+        way, timed to meet the ego."""
+        import carla
+
+        sides = [value(p, "direction", "right", str)]
+        by_side: dict[str, list] = {}
+        for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
+            # the sides as the class filters the junction's entries (its `direction`)
+            side = junction_side(wrap_degrees(entry.transform.rotation.yaw - ego_yaw))
+            turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
+            by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
+        sides += [sd for sd in ("opposite", "left", "right") if sd not in sides]
+        side = next((sd for sd in sides if by_side.get(sd)), None)
+        if side is None:
+            raise ValueError(f"no lane enters the junction from the {sides[0]}")
+        ranked = sorted(by_side[side], key=lambda p: p[0])
+        paths = [(entry, exit_) for turning, entry, exit_ in ranked if turning == ranked[0][0]]
+        entry, exit_ = self.rng.choice(paths)
+        speed = 60.0 / 3.6  # scenario_runner's adversary speed
+        # Timed to meet the ego: as far from the junction as it drives while the ego gets there.
+        ego_time = (entry_s - s_ego) / max(world.ego_box().speed, 6.0)
+        src = self._along(entry, -max(min(speed * ego_time, 60.0), 15.0))
+        found = world.flow_route(src, self._along(exit_, 20.0))
+        if found is None:
+            raise ValueError("SUMO has no route for the adversary")
+        edges, lane, pos = found
+        a.flows.append(Flow(edges, lane, pos, speed, (1e6, 1e6), until=world.time + 1.0, rules=False,
+                            next_time=world.time))
+        log.info("scenario %s: its adversary enters the junction from the %s, %s, on SUMO edge %s",
+                 a.block["name"], side, "turning" if ranked[0][0] else "straight through", edges[0])
+
+    def _crossing_flows(self, name: str, junction, ego_yaw: float, flow_speed: float) -> list[tuple]:
+        """Source and sink points of the junction types' flows, as their scenario_runner classes place them: from
+        the lanes entering the junction from the side the type names (oncoming for left turns, from the left for
+        right turns; scenario_types.junction_side of the entry's yaw), `flow_speed` times 4 s (left turns) or 5 s
+        (right turns) up the lane in 5 m steps (not into another junction), to 2.5 s or 3 s of `flow_speed` past
+        the junction going straight from there. A right turn's flow comes in the rightmost lane of the first
+        entry; a left turn's class draws one entry lane at random: here each has a flow."""
+        import carla
+
+        left_turn = "LeftTurn" in name
+        side = "opposite" if left_turn else "left"
+        source_m, sink_m = (4.0, 2.5) if left_turn else (5.0, 3.0)
+        entries, seen = [], set()
+        for entry, _ in junction.get_waypoints(carla.LaneType.Driving):
+            for _ in range(200):  # out of the junction, back onto the lane entering it
+                if not entry.is_junction:
+                    break
+                before = entry.previous(0.2)
+                if not before:
+                    break
+                entry = before[0]
+            key = (entry.road_id, entry.lane_id)
+            if not entry.is_junction and key not in seen:
+                seen.add(key)
+                if junction_side(entry.transform.rotation.yaw - ego_yaw) == side:
+                    entries.append(entry)
+        if not entries:
+            raise ValueError(f"no lane enters the junction from the {side}")
+        if not left_turn:
+            entry = entries[0]
+            while (right := entry.get_right_lane()) is not None and right.lane_type == carla.LaneType.Driving:
+                entry = right
+            entries = [entry]
+        ends = []
+        for wp in entries:
+            back = 0.0
+            while back < source_m * flow_speed:
+                before = wp.previous(5.0)
+                if not before or before[0].is_junction:
+                    break
+                wp, back = before[0], back + 5.0
+            sink = _straight_through(wp).next(sink_m * flow_speed)
+            if sink:
+                ends.append((_xy(wp), _xy(sink[0])))
+        return ends
+
+    def _entering_flows(self, name: str, p: dict) -> list[tuple]:
+        """EnterActorFlow's flows, as its class runs them: from the block's `start_actor_flow` to its
+        `end_actor_flow`, one in each lane of the same direction there, paired from the left (EnterActorFlowV2:
+        one, in the lanes the points are on)."""
+        ends = []
+        for key in ("start_actor_flow", "end_actor_flow"):
+            loc = p.get(key) or {}
+            try:
+                x, y, z = (float(loc[k]) for k in ("x", "y", "z"))
+            except (KeyError, ValueError):
+                raise ValueError(f"no {key} x y z") from None
+            wp = lane_at(self.map, x, y, z)
+            if wp is None:
+                raise ValueError(f"no driving lane at its {key} ({x:.1f}, {y:.1f})")
+            ends.append(wp)
+        source, sink = ends
+        if name == "EnterActorFlowV2":
+            return [(_xy(source), _xy(sink))]
+        return [(_xy(a), _xy(b)) for a, b in zip(_same_direction(source), _same_direction(sink), strict=False)]
 
     # ------------------------------------------------------------------ pedestrians
     def _pedestrian(self, a: Active, name: str, p: dict, world) -> None:
@@ -606,6 +716,49 @@ class Scenarios:
             a.statics.append(world.add_static(bc, float(pos[0]), float(pos[1]), yaw, bl, bw, bh))
         a.crossing_time = (start_lateral - width / 2) / speed
         a.site_s = a.cross_at
+
+
+def _xy(wp) -> tuple[float, float]:
+    loc = wp.transform.location
+    return loc.x, loc.y
+
+
+def _same_direction(wp) -> list:
+    """The driving lanes of a waypoint's road going its way, from the leftmost to the rightmost."""
+    import carla
+
+    lanes = [wp]
+    while (right := lanes[-1].get_right_lane()) is not None and right.lane_type == carla.LaneType.Driving:
+        lanes.append(right)
+    while ((left := lanes[0].get_left_lane()) is not None and left.lane_type == carla.LaneType.Driving
+           and left.lane_id * lanes[0].lane_id > 0):
+        lanes.insert(0, left)
+    return lanes
+
+
+def _deviation(wp, at) -> float:
+    """How far `at` lies to the side of a waypoint's heading line, metres."""
+    rad, a, b = math.radians(wp.transform.rotation.yaw), wp.transform.location, at.transform.location
+    return abs(math.cos(rad) * (b.y - a.y) - math.sin(rad) * (b.x - a.x))
+
+
+def _straight_through(wp):
+    """The first waypoint past the next junction on a lane, going straight across it (of the ways on, the one
+    whose point 10 m in deviates least from the lane's heading, walked on from there), as scenario_runner's
+    generate_target_waypoint with turn 0 finds the sink of a flow."""
+    in_junction = False
+    for _ in range(2000):  # metre steps: a lane that never reaches a junction ends the walk
+        ahead = wp.next(1.0)
+        if not ahead:
+            break
+        if not in_junction and (len(ahead) > 1 or ahead[0].is_junction):
+            in_junction = True
+            wp = min((option.next(10.0)[0] for option in ahead), key=lambda at, wp=wp: _deviation(wp, at))
+        else:
+            wp = ahead[0]
+        if in_junction and not wp.is_junction:
+            break
+    return wp
 
 
 class _NoSite(Exception):
