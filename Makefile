@@ -22,6 +22,16 @@ TEST_STAMP := $(VENV)/.stamp-test
 # every town's lane graph (tests/expert/test_planner_towns.py), the leaderboard 2.0 towns Town11 to Town15 included.
 CARLA_TOWNS_DIR ?= .cache/carla-towns
 CARLA_TOWN_NAMES ?= Town01,Town02,Town03,Town04,Town05,Town06,Town07,Town10HD,Town11,Town12,Town13,Town15
+# The carla-dependent tests run a second time under CARLA 0.9.15's client (make test's last step): a venv holding
+# only that client, whose .pth adds $(VENV)'s site-packages after its own, so `import carla` is 0.9.15's and
+# everything else is $(VENV)'s. The cheap subset (every town's lane graph under 0.9.15 takes about 3 minutes, which
+# the suite's budget has not: CARLA15_TESTS=... widens it): the release checks, carla-check over the stand-ins with
+# its route checks, and the lane graph and field routes of Town03 and Town15 (the one town whose lane graph the two
+# clients walk differently: docs/carla.md).
+VENV15 ?= .venv-carla15
+CARLA15_TESTS ?= tests/collect/carla/test_carla_versions.py tests/collect/carla/test_carla_check.py \
+	tests/expert/test_planner_towns.py -k 'not every_town or Town03 or Town15'
+CARLA15_STAMP := $(VENV15)/.stamp
 # Named after the list, so that a folder extracted with fewer towns gets the missing ones.
 TOWNS_STAMP := $(CARLA_TOWNS_DIR)/.stamp-$(subst $(comma),-,$(CARLA_TOWN_NAMES))
 # Every file in bin/, bin/lib/, .ci/, slurm/ and slurm/lib/, and containers/*.sh (tests/test_bin.py lists the same); exceptions in .shellcheckrc.
@@ -35,7 +45,7 @@ IMAGE_SOURCES = pyproject.toml $(wildcard README.md containers/*.sh) $(shell fin
 # Debian packages of the real one-node SLURM cluster that the tests start (tests/slurm_cluster.py).
 SLURM_PACKAGES ?= slurm-wlm munge slurmdbd mariadb-server
 
-.PHONY: install towns test test-deps lint bench demo images clean distclean
+.PHONY: install towns test test-deps lint bench demo images clean distclean carla15
 .DELETE_ON_ERROR:
 
 install: $(STAMP)
@@ -53,6 +63,18 @@ $(TEST_STAMP): $(STAMP)
 
 towns: $(TOWNS_STAMP)
 
+carla15: $(CARLA15_STAMP)
+
+# The client's pip requirement is versions.py's (RELEASES["0.9.15"].client).
+$(CARLA15_STAMP): $(TEST_STAMP)
+	$(PY) -m venv --clear $(VENV15)
+	$(VENV15)/bin/python -m pip install $(PIP_FLAGS) --no-deps \
+	  "$$($(PY) -c 'from tools.collect.carla.versions import RELEASES; print(RELEASES["0.9.15"].client)')"
+	$(PY) -c 'import site; print(f"import site; site.addsitedir({site.getsitepackages()[0]!r})")' \
+	  > "$$($(VENV15)/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz_drivekit_venv.pth"
+	$(VENV15)/bin/python -c 'from tools.collect.base.town import carla_client_version as v; assert v() == "0.9.15", v()'
+	touch $@
+
 $(TOWNS_STAMP): | $(STAMP)
 	$(PY) -m tools.collect carla-towns --out $(CARLA_TOWNS_DIR) --towns $(CARLA_TOWN_NAMES)
 	touch $@
@@ -64,7 +86,7 @@ DRIVEKIT_REQUIRE_SLURM ?= $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/de
 # pyproject.toml); a full disk fails tests far from their cause, so a run with less free says so first.
 TEST_TMP_MB ?= 3000
 
-test: $(TEST_STAMP) $(TOWNS_STAMP) test-deps
+test: $(TEST_STAMP) $(TOWNS_STAMP) $(CARLA15_STAMP) test-deps
 	@tmp=$${TMPDIR:-/tmp}; free=$$(df -Pm "$$tmp" | awk 'NR==2 {print $$4}'); \
 	if [ "$$free" -lt $(TEST_TMP_MB) ]; then \
 	  echo "make test: only $$free MB free in $$tmp, and a run needs about $(TEST_TMP_MB) MB there:" \
@@ -72,6 +94,8 @@ test: $(TEST_STAMP) $(TOWNS_STAMP) test-deps
 	fi
 	DRIVEKIT_REQUIRE_SLURM=$(DRIVEKIT_REQUIRE_SLURM) DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) \
 	  $(PY) -m pytest -q $(PYTEST_ARGS)
+	@echo "make test: the carla-dependent tests again under CARLA 0.9.15's client ($(VENV15))"
+	DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) $(VENV15)/bin/python -m pytest -q $(CARLA15_TESTS)
 
 # Installs the missing SLURM_PACKAGES (one dpkg-query when none is missing). policy-rc.d answers 101 during
 # the install so that no package starts its service (munge, mariadb, slurmctld, slurmd, slurmdbd): the
@@ -125,4 +149,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(IMAGES) .cache
+	rm -rf $(VENV) $(VENV15) $(IMAGES) .cache

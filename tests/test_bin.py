@@ -258,14 +258,18 @@ def test_every_script_is_shellcheck_clean_with_all_optional_checks():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_carla_version_of_the_image_matches_the_client_pin():
+def test_carla_version_of_the_image_is_the_default_release_and_the_client_pins_are_its_releases():
+    from tools.collect.carla.versions import DEFAULT, EVALUATOR_PACKAGES, RELEASES
+
     definition = (REPO / "containers" / "carla.def").read_text()
     server = re.search(r"^\s*CARLA_VERSION=(\S+)\s*$", definition, re.M)
     assert server, "containers/carla.def: no CARLA_VERSION= in %arguments"
     assert re.search(r"^From:\s*carlasim/carla:\{\{\s*CARLA_VERSION\s*\}\}\s*$", definition, re.M)
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    client = [d.split("==", 1)[1].strip() for d in deps if re.match(r"^carla\s*==", d)]
-    assert client == [server.group(1)], f"pyproject pins carla {client}, the image builds CARLA {server.group(1)}"
+    assert server.group(1) == DEFAULT, f"the image builds CARLA {server.group(1)}, versions.DEFAULT is {DEFAULT}"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    clients = [d for d in project["dependencies"] if re.match(r"^carla\s*==", d)]
+    assert clients == [RELEASES["0.9.16"].client], "the embedded world's client is the official 0.9.16 package"
+    assert tuple(project["optional-dependencies"]["carla"]) == EVALUATOR_PACKAGES
 
 
 @pytest.mark.parametrize("name", ["build-buckets", "build-cache", "train", "demo"])

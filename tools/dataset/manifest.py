@@ -64,8 +64,8 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 COMMIT_ENV = "DRIVEKIT_COMMIT"
 DIRTY_ENV = "DRIVEKIT_DIRTY"
 #: Packages whose versions a collection records (those installed): what decides how frames are made.
-KEY_PACKAGES = ("numpy", "carla", "eclipse-sumo", "libsumo", "msgpack", "zstandard", "simplejpeg", "numba", "pillow",
-                "torch", "py123d")
+KEY_PACKAGES = ("numpy", "carla", "carla-0-9-15", "eclipse-sumo", "libsumo", "msgpack", "zstandard", "simplejpeg",
+                "numba", "pillow", "torch", "py123d")
 _GIT_TIMEOUT_S = 10.0
 
 

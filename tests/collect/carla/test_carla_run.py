@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from tools.collect.base.config import CollectSettings, absolute_flags
 from tools.collect.base.routes import read_routes
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.evaluator import STOPPED
-from tools.collect.carla.server import CARLA_VERSION, Ports
+from tools.collect.carla.server import Ports
+from tools.collect.carla.versions import RELEASES
 from tools.collect.runner.attempt import derive_seed
 from tools.collect.runner.world import world_for
 from tools.core import atomic
@@ -535,9 +537,9 @@ def test_evaluate_refuses_in_one_line_before_anything_is_written(tmp_path, short
                     "reads, or leave it out")
     elif case == "no CARLA_ROOT":
         env["CARLA_ROOT"] = ""
-        expected = ("evaluate: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.16 install (the folder "
-                    "holding CarlaUE4.sh), or build the CARLA image (make images: containers/carla.sif), which "
-                    "bin/collect then runs in")
+        expected = ("evaluate: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.15 or 0.9.16 install "
+                    "(the folder holding CarlaUE4.sh), or build the CARLA image (make images: containers/carla.sif), "
+                    "which bin/collect then runs in")
     elif case == "servers-per-gpu in the embedded world":
         extra = ["--servers-per-gpu", "2"]
         expected = ("evaluate: --servers-per-gpu 2: only with --world=carla (the embedded world renders on the "
@@ -630,7 +632,7 @@ def test_no_carla_root_and_no_image_is_one_line_before_anything_starts(tmp_path,
         proc = run_bin("collect", short_routes, "--root", root, "--world=carla", env=env)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        "collect: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.16 install (the folder holding "
+        "collect: --world=carla: CARLA_ROOT is not set; set it to a CARLA 0.9.15 or 0.9.16 install (the folder holding "
         "CarlaUE4.sh), or build the CARLA image (make images: containers/carla.sif), which bin/collect then runs "
         "in"], proc.stderr
     assert not root.exists()  # nothing claimed, nothing written
@@ -654,10 +656,12 @@ def fake_setup(tmp_path: Path, drop: str = "") -> dict[str, str]:
 
 @pytest.mark.parametrize("drop, unset, message", [
     ("", "LEADERBOARD_ROOT", "LEADERBOARD_ROOT is not set; clone https://github.com/carla-simulator/leaderboard at "
-                             "commit aec81319de6bec57372f25aa94083c9ab0bd4223"),
+                             "commit a87a3419e9d2e0d36deb25f1f26c17edee2d1420 for CARLA 0.9.15 or "
+                             "aec81319de6bec57372f25aa94083c9ab0bd4223 for CARLA 0.9.16"),
     ("", "SCENARIO_RUNNER_ROOT", "SCENARIO_RUNNER_ROOT is not set; clone https://github.com/carla-simulator/"
-                                 "scenario_runner at commit 94ff3b8af752bad2b9d464ad5105868906aa34c0"),
-    ("carla/CarlaUE4.sh", "", "CARLA_ROOT={tmp}/carla has no CarlaUE4.sh; set it to a CARLA 0.9.16 install"),
+                                 "scenario_runner at commit d12d8bb788201ebf6f03e55b9c5169f9dcb2ea87 for CARLA 0.9.15 "
+                                 "or 94ff3b8af752bad2b9d464ad5105868906aa34c0 for CARLA 0.9.16"),
+    ("carla/CarlaUE4.sh", "", "CARLA_ROOT={tmp}/carla has no CarlaUE4.sh; set it to a CARLA 0.9.15 or 0.9.16 install"),
     ("carla/PythonAPI", "", "CARLA_ROOT={tmp}/carla has no PythonAPI/carla/agents (CARLA's agents package"),
     ("lb/", "", "LEADERBOARD_ROOT={tmp}/lb has no leaderboard/leaderboard_evaluator.py; clone"),
     ("sr/", "", "SCENARIO_RUNNER_ROOT={tmp}/sr has no srunner/; clone"),
@@ -666,32 +670,41 @@ def test_each_missing_part_of_the_carla_setup_is_one_line_naming_the_variable(tm
     env = fake_setup(tmp_path, drop)
     env.pop(unset, None)
     with pytest.raises(ToolError) as e:
-        carla_run.check_setup(env, client_version=CARLA_VERSION)
+        carla_run.check_setup(env, client_version="0.9.16")
     assert str(e.value).startswith("--world=carla: " + message.format(tmp=tmp_path)), str(e.value)
     assert "\n" not in str(e.value)
 
 
-def test_a_carla_client_of_another_version_is_one_line(tmp_path):
+def test_a_carla_install_client_and_scenario_runner_of_different_releases_are_one_line(tmp_path):
+    """The server's release is read from CARLA_ROOT (its VERSION file, else its client packages), scenario_runner's
+    from its changelog; the parts that differ from the server's are named with their fix."""
     env = fake_setup(tmp_path)
-    assert carla_run.check_setup(env).carla_root == tmp_path / "carla"  # the installed client is the pinned one
-    with pytest.raises(ToolError, match=r"^--world=carla: the installed carla client is 0\.9\.15, but this collector "
-                                        r"speaks CARLA 0\.9\.16 .*; pip install carla==0\.9\.16$"):
-        carla_run.check_setup(env, client_version="0.9.15")
-
-
-def test_a_carla_install_of_another_version_is_one_line_before_its_server_starts(tmp_path):
-    """A release names its version in its client packages (PythonAPI/carla/dist)."""
-    env = fake_setup(tmp_path)
+    assert carla_run.check_setup(env, client_version="0.9.15").release == RELEASES["0.9.15"]  # nothing else says
     dist = tmp_path / "carla" / "PythonAPI" / "carla" / "dist"
     dist.mkdir()
     (dist / "carla-0.9.15-py3.7-linux-x86_64.egg").write_text("")
     (dist / "carla-0.9.15-cp37-cp37m-manylinux_2_27_x86_64.whl").write_text("")
-    with pytest.raises(ToolError, match=rf"^--world=carla: CARLA_ROOT={tmp_path}/carla is CARLA 0\.9\.15 \(its "
-                                        r"PythonAPI/carla/dist\), but this collector speaks CARLA 0\.9\.16; set "
-                                        r"CARLA_ROOT to a CARLA 0\.9\.16 release$"):
-        carla_run.check_setup(env, client_version=CARLA_VERSION)
-    (dist / "carla-0.9.16-cp311-cp311-manylinux_2_31_x86_64.whl").write_text("")
-    assert carla_run.check_setup(env, client_version=CARLA_VERSION).carla_root == tmp_path / "carla"
+    with pytest.raises(ToolError) as e:
+        carla_run.check_setup(env, client_version="0.9.16")
+    assert str(e.value).startswith(
+        f"--world=carla: the parts of this CARLA set-up are different releases: the server 0.9.15 (CARLA_ROOT="
+        f"{tmp_path}/carla, its PythonAPI/carla/dist), the client 0.9.16 (the carla module of {sys.executable}); make "
+        "them all CARLA 0.9.15: "), str(e.value)
+    assert str(e.value).endswith("pip install carla-0-9-15==0.0.1") and "\n" not in str(e.value)
+    (tmp_path / "carla" / "VERSION").write_text("0.9.16\n")  # the release's own word comes first
+    assert carla_run.check_setup(env, client_version="0.9.16").release == RELEASES["0.9.16"]
+    changelog = tmp_path / "sr" / "Docs" / "CHANGELOG.md"
+    changelog.parent.mkdir()
+    changelog.write_text("## Table of Contents\n\n## CARLA ScenarioRunner 0.9.15\n### New Features\n")
+    with pytest.raises(ToolError, match=r"scenario_runner 0\.9\.15 \(SCENARIO_RUNNER_ROOT=.*, its Docs/CHANGELOG"
+                                        r"\.md\); make them all CARLA 0\.9\.16: git -C \$SCENARIO_RUNNER_ROOT checkout "
+                                        r"94ff3b8af752bad2b9d464ad5105868906aa34c0 \(tag v0\.9\.16\) and git -C "
+                                        r"\$LEADERBOARD_ROOT checkout aec81319de6bec57372f25aa94083c9ab0bd4223"):
+        carla_run.check_setup(env, client_version="0.9.16")
+    with pytest.raises(ToolError, match=r"^--world=carla: the server \(CARLA_ROOT=.*, its VERSION file\) is CARLA "
+                                        r"0\.9\.14; drivekit runs CARLA 0\.9\.15 or 0\.9\.16$"):
+        (tmp_path / "carla" / "VERSION").write_text("0.9.14\n")
+        carla_run.check_setup(env, client_version="0.9.16")
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -769,11 +782,13 @@ def test_the_evaluators_environment_matches_the_golden_file():
 
 def test_the_carla_image_pins_leaderboard_and_scenario_runner_by_commit_and_checks_them():
     definition = (REPO / "containers" / "carla.def").read_text()
-    for arg, commit, folder in (("LEADERBOARD_COMMIT", carla_run.LEADERBOARD_COMMIT, "/opt/leaderboard"),
-                                ("SCENARIO_RUNNER_COMMIT", carla_run.SCENARIO_RUNNER_COMMIT, "/opt/scenario_runner")):
-        assert re.search(rf"^\s*{arg}={commit}\s*$", definition, re.M), arg  # the same pin as carla_run's
-        assert re.fullmatch(r"[0-9a-f]{40}", commit)
-        assert f'git -C {folder} rev-parse HEAD)" = "{{{{ {arg} }}}}"' in definition  # verified after checkout
+    # the release's pins come from tools.collect.carla.versions, and the checkouts are verified against them
+    assert 'python -m tools.collect.carla.versions pins "{{ CARLA_VERSION }}"' in definition
+    for arg, folder in (("LEADERBOARD_COMMIT", "/opt/leaderboard"), ("SCENARIO_RUNNER_COMMIT", "/opt/scenario_runner")):
+        assert f'git -C {folder} rev-parse HEAD)" = "${arg}"' in definition
+    for release in RELEASES.values():
+        for commit in (release.leaderboard_commit, release.scenario_runner_commit):
+            assert re.fullmatch(r"[0-9a-f]{40}", commit)
     environment = definition.split("%environment", 1)[1].split("\n%", 1)[0]
     assert "export LEADERBOARD_ROOT=/opt/leaderboard" in environment
     assert "export SCENARIO_RUNNER_ROOT=/opt/scenario_runner" in environment

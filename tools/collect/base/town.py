@@ -22,7 +22,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +203,19 @@ def read_opendrive(path: Path) -> str:
     if "<road " not in text and "<road>" not in text:
         raise TownError(f"{what} has no <road>: an OpenDRIVE file without a road network")
     return text
+
+
+@cache
+def carla_client_version() -> str | None:
+    """The version of the `carla` client this Python imports, as the library says (no server needed), None when
+    there is none. Not the package metadata: the 0.9.15 client for Python 3.11 (`carla-0-9-15`) installs no `carla`
+    distribution, and one left beside it would name another version than the module that loads."""
+    try:
+        import carla
+    except ImportError:
+        return None
+    found = re.match(r"\d+\.\d+\.\d+", str(carla.Client("127.0.0.1", 2000).get_client_version()))
+    return found.group(0) if found else None
 
 
 def opendrive_map(xodr: Path, text: str | None = None):
@@ -391,9 +404,7 @@ class Town:
         """The route planner's lane graph of this town (tools.expert.lanes.LaneGraph): walked once from
         carla_map (seconds on Town12 and Town13), kept beside the town, read back in milliseconds.
         RoutePlanner(town.carla_map) finds it (tools.expert.lanes.keep_graph)."""
-        from importlib.metadata import version
-
-        path = self.derived_file("lanes.npz", f"{LANE_GRAPH_VERSION} carla {version('carla')}",
+        path = self.derived_file("lanes.npz", f"{LANE_GRAPH_VERSION} carla {carla_client_version()}",
                                  lambda tmp: LaneGraph.build(self.carla_map).save(tmp))
         return LaneGraph.load(path)
 

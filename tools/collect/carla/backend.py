@@ -14,12 +14,11 @@ from typing import Any
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import Route
 from tools.collect.base.spec import RunSpec
-from tools.collect.base.town import Town
+from tools.collect.base.town import Town, carla_client_version
 from tools.collect.carla import run as carla_run
 from tools.collect.carla.agent import check_rig
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout
-from tools.dataset.manifest import package_versions
 from tools.dataset.results import RouteRecord
 
 #: The leaderboard evaluator ticks CARLA at a fixed rate (leaderboard_evaluator.py: LeaderboardEvaluator.frame_rate).
@@ -96,6 +95,10 @@ class CarlaWorld:
                                spec.repetition, spec.seed, attempt, self.setup)
 
     def record(self, settings: CollectSettings) -> dict[str, Any]:
-        return {"name": self.name, "carla_client": package_versions(["carla"]).get("carla"),
-                "leaderboard_commit": carla_run.LEADERBOARD_COMMIT,
-                "scenario_runner_commit": carla_run.SCENARIO_RUNNER_COMMIT}
+        try:  # the release of the set-up the runs drive in (checked before anything starts)
+            release = (self.setup or carla_run.check_setup()).release
+        except ToolError:
+            release = None
+        return {"name": self.name, "carla_client": carla_client_version(),
+                "leaderboard_commit": release.leaderboard_commit if release else None,
+                "scenario_runner_commit": release.scenario_runner_commit if release else None}

@@ -49,10 +49,9 @@ from tools.collect.base.routes import TOWN_SUFFIX, find_route_files, find_towns_
 from tools.collect.base.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
 from tools.collect.base.town import opendrive_map
 from tools.collect.carla.agent import AGENT_FILE, MAX_RGB_CAMERAS, MAX_SENSOR_RADIUS_M, check_rig, declared_sensors
+from tools.collect.carla.evaluator import route_parser_with_getchildren
 from tools.collect.carla.run import (
     INSTALL_TOWNS,
-    LEADERBOARD_COMMIT,
-    SCENARIO_RUNNER_COMMIT,
     TRACK,
     CarlaSetup,
     check_route,
@@ -61,6 +60,7 @@ from tools.collect.carla.run import (
     scenario_runner_root,
 )
 from tools.collect.carla.server import Ports
+from tools.collect.carla.versions import VersionError, check_release, install_package
 from tools.core.errors import ToolError
 from tools.dataset import results
 from tools.dataset.rig import CameraConfig, RigConfig
@@ -179,8 +179,10 @@ def _import(name: str) -> types.ModuleType:
         return importlib.import_module(name)
     except ModuleNotFoundError as e:
         top = (e.name or "").split(".")[0]
+        pip = install_package(top)
         fix = ("set CARLA_ROOT to a CARLA install (its PythonAPI/carla holds `agents`)" if top == "agents" else
-               f"pip install the leaderboard's and scenario_runner's requirements ({e.name} is missing)")
+               f"{pip} (every package they import: pip install -e '.[carla]' in a drivekit checkout)" if pip else
+               f"install the package that provides {top}")
         raise ToolError(f"carla-check: importing {name} needs {e.name}: {fix}") from None
 
 
@@ -258,7 +260,9 @@ def _describe(reads: Mapping[str, tuple[str, bool]]) -> str:
 def check_routes(report: Report, files: list[Path], reads: Mapping[str, Mapping[str, tuple[str, bool]]],
                  source: str) -> None:
     """Route files through the real RouteParser; every scenario against what its class reads."""
-    parser = _import("leaderboard.utils.route_parser").RouteParser
+    module = _import("leaderboard.utils.route_parser")
+    route_parser_with_getchildren(module)  # as the evaluator runs it (leaderboard-2.0 on Python 3.9+)
+    parser = module.RouteParser
     counts: dict[str, int] = {}
     planners: dict[Path, RoutePlanner] = {}
     bad = 0
@@ -343,7 +347,7 @@ def evaluator_flags(leaderboard: Path) -> argparse.ArgumentParser:
     tree = ast.parse(path.read_text(), str(path))
     main = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None)
     if main is None:
-        raise ToolError(f"carla-check: {path} has no main(); is LEADERBOARD_ROOT the leaderboard {LEADERBOARD_COMMIT}?")
+        raise ToolError(f"carla-check: {path} has no main(); is LEADERBOARD_ROOT a leaderboard 2.0 checkout?")
     kept = [s for s in main.body if _is_parser_statement(s)]
     namespace: dict = {"argparse": argparse, "RawTextHelpFormatter": argparse.RawTextHelpFormatter}
     exec(compile(ast.Module(body=kept, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
@@ -487,6 +491,11 @@ def carla_check(routes: str | None = None, rig: RigConfig | None = None,
     env = os.environ if env is None else env
     started = time.monotonic()
     leaderboard, runner, paths = real_paths(env)
+    carla_root = Path(env["CARLA_ROOT"]).expanduser() if env.get("CARLA_ROOT", "").strip() else None
+    try:  # server (when CARLA_ROOT is set), client and scenario_runner of one release, before anything runs
+        release = check_release(env, carla_root, leaderboard, runner, what="carla-check")
+    except VersionError as e:
+        raise ToolError(str(e)) from None
     files = None
     if routes:
         folder = Path(routes)
@@ -497,8 +506,8 @@ def carla_check(routes: str | None = None, rig: RigConfig | None = None,
         if p not in sys.path:
             sys.path.insert(0, p)
     report = Report()
-    out(f"carla-check: leaderboard {leaderboard} (pinned {LEADERBOARD_COMMIT[:8]}), scenario_runner {runner} "
-        f"(pinned {SCENARIO_RUNNER_COMMIT[:8]})")
+    out(f"carla-check: CARLA {release.version}: leaderboard {leaderboard} (pinned {release.leaderboard_commit[:8]}), "
+        f"scenario_runner {runner} (pinned {release.scenario_runner_commit[:8]}, {release.scenario_runner_tag})")
     reads = scenario_reads(runner)
     with tempfile.TemporaryDirectory(prefix="carla-check-") as tmp:
         made: list[tuple[list[Path], str]] = [(files, str(routes))] if files else []

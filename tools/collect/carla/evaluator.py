@@ -30,6 +30,16 @@ scenario_runner v0.9.16):
   validate_sensor_configuration is given the agent's own track as the selected one, as if --track named it (the
   embedded world does the same: tools.evaluate.leaderboard.host); every other rule of the track stands.
 
+And the `carla` distribution the evaluator reads its client's version from (importlib.metadata at leaderboard
+master, pkg_resources at leaderboard-2.0; a missing one ends it before the agent loads): the 0.9.15 client for
+Python 3.11 (`carla-0-9-15`) installs none, so a metadata-only `carla` of the client's own version is put on
+sys.path then (`carla_distribution`).
+
+And `Element.getchildren()`, removed in Python 3.9, which leaderboard-2.0's RouteParser (CARLA 0.9.15's leaderboard:
+route_parser.py:132) calls on every <scenario>: on Python 3.11 every route with a scenario would crash there.
+Its route files are read into elements that have it (`route_parser_with_getchildren`), for the evaluator and
+for carla-check alike; leaderboard master reads `list(scenario)` and is left alone.
+
 The leaderboard and scenario_runner are imported inside the functions: they exist only on the evaluator's
 PYTHONPATH (tools.collect.carla.run.evaluator_env), never in the collector's.
 """
@@ -37,13 +47,20 @@ PYTHONPATH (tools.collect.carla.run.evaluator_env), never in the collector's.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import inspect
+import os
 import random
 import runpy
 import sys
+import types
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tools.collect.base.town import carla_client_version, user_cache
 
 #: What the evaluator's log says when a route is stopped at its first infraction.
 STOPPED = "drivekit: --stop-on-infraction: the route ends at the first infraction"
@@ -117,6 +134,55 @@ def agents_own_track(validate: Any) -> Any:
     return validate_on_agents_track
 
 
+def carla_distribution() -> Path | None:
+    """Where no `carla` distribution is installed but the client imports (`carla-0-9-15`), a folder holding a
+    metadata-only one of the client's own version, put on sys.path (made once under the user's cache). None
+    where one is installed or no client imports."""
+    try:
+        importlib.metadata.distribution("carla")
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    version = carla_client_version()
+    if version is None:
+        return None
+    folder = user_cache("carla-metadata", version)
+    info = folder / f"carla-{version}.dist-info"
+    if not (info / "METADATA").is_file():
+        tmp = folder / f".{os.getpid()}.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "METADATA").write_text(f"Metadata-Version: 2.1\nName: carla\nVersion: {version}\n")
+        try:
+            tmp.rename(info)  # atomic: evaluators starting at once never see half of it
+        except OSError:  # another made it first
+            for child in tmp.iterdir():
+                child.unlink()
+            tmp.rmdir()
+    sys.path.append(str(folder))  # last: it holds no module, only what the metadata lookups find
+    return folder
+
+
+class _Element(ET.Element):
+    """An element with Python 3.8's getchildren() (the children, in order), which leaderboard-2.0 calls."""
+
+    def getchildren(self) -> list[ET.Element]:
+        return list(self)
+
+
+def route_parser_with_getchildren(route_parser: types.ModuleType) -> bool:
+    """Where the leaderboard's route_parser module calls getchildren() (leaderboard-2.0), its ElementTree is one
+    whose parse() makes elements that have it; whether it was. The module's source is otherwise unchanged."""
+    if "getchildren" not in inspect.getsource(route_parser):
+        return False
+
+    def parse(source, parser=None):
+        return ET.parse(source, parser or ET.XMLParser(target=ET.TreeBuilder(element_factory=_Element)))
+
+    route_parser.ET = types.SimpleNamespace(**{**{k: getattr(ET, k) for k in dir(ET) if not k.startswith("__")},
+                                               "parse": parse})
+    return True
+
+
 def main(argv: list[str] | None = None) -> Any:
     parser = argparse.ArgumentParser(prog="python -m tools.collect.carla.evaluator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,8 +194,11 @@ def main(argv: list[str] | None = None) -> Any:
     parser.add_argument("flags", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
 
+    carla_distribution()
     seed_scenario_runner(args.seed)
-    from leaderboard.utils import route_indexer
+    from leaderboard.utils import route_indexer, route_parser
+
+    route_parser_with_getchildren(route_parser)
 
     route_indexer.RouteIndexer = numbered_indexer(route_indexer.RouteIndexer, args.repetition)
     if args.stop_on_infraction:

@@ -31,7 +31,6 @@ the start; measure it before changing this.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import logging
 import os
 import signal
@@ -48,19 +47,22 @@ from tools.collect.base.routes import Route
 from tools.collect.base.scenario_types import PARAMETERS
 from tools.collect.base.town import user_cache
 from tools.collect.carla.agent import AGENT_FILE, AgentConfig
-from tools.collect.carla.server import CARLA_VERSION, CarlaServer, Ports, pick_gpu, start_server
+from tools.collect.carla.server import CarlaServer, Ports, pick_gpu, start_server
+from tools.collect.carla.versions import (
+    DEFAULT,
+    LEADERBOARD_URL,
+    RELEASES,
+    SCENARIO_RUNNER_URL,
+    Release,
+    VersionError,
+    check_release,
+)
 from tools.core.errors import ToolError
 from tools.dataset import claims, heartbeats, results
 from tools.dataset.layout import Layout, RunKey
 
 log = logging.getLogger("collect.carla")
 
-#: The leaderboard and scenario_runner this collector is built against (containers/carla.def's build
-#: arguments LEADERBOARD_COMMIT and SCENARIO_RUNNER_COMMIT must match: tests/collect/carla/test_carla_run.py checks).
-LEADERBOARD_COMMIT = "aec81319de6bec57372f25aa94083c9ab0bd4223"
-SCENARIO_RUNNER_COMMIT = "94ff3b8af752bad2b9d464ad5105868906aa34c0"  # tag v0.9.16
-LEADERBOARD_URL = "https://github.com/carla-simulator/leaderboard"
-SCENARIO_RUNNER_URL = "https://github.com/carla-simulator/scenario_runner"
 #: The folder that holds the `tools` package (a checkout, or site-packages in the image): the agent file the
 #: evaluator loads imports `tools.*`.
 TOOLS_HOME = Path(__file__).resolve().parents[3]
@@ -93,6 +95,8 @@ class CarlaSetup:
     carla_root: Path
     leaderboard_root: Path
     scenario_runner_root: Path
+    #: The CARLA release all of them are (tools.collect.carla.versions.check_release).
+    release: Release = RELEASES[DEFAULT]
 
     @property
     def evaluator(self) -> Path:
@@ -116,10 +120,12 @@ def _root(env: Mapping[str, str], var: str, fix: str, what: str = "--world=carla
 
 def check_setup(env: Mapping[str, str] | None = None, client_version: str | None = None) -> CarlaSetup:
     """The CARLA install, the leaderboard, scenario_runner and the carla client of a CARLA run, checked before
-    anything starts: one ToolError line for the first thing wrong (what, which variable, the fix).
-    `client_version`: the installed carla client's version (default: read from its package metadata)."""
+    anything starts: one ToolError line for the first thing wrong (what, which variable, the fix), a set-up whose
+    parts are different CARLA releases included (tools.collect.carla.versions.check_release).
+    `client_version`: the carla client's version (default: what the installed client says)."""
     env = os.environ if env is None else env
-    install = (f"set it to a CARLA {CARLA_VERSION} install (the folder holding CarlaUE4.sh), or build the CARLA "
+    supported = " or ".join(RELEASES)
+    install = (f"set it to a CARLA {supported} install (the folder holding CarlaUE4.sh), or build the CARLA "
                "image (make images: containers/carla.sif), which bin/collect then runs in")
     carla_root = _root(env, "CARLA_ROOT", install)
     if not (carla_root / "CarlaUE4.sh").is_file():
@@ -127,35 +133,28 @@ def check_setup(env: Mapping[str, str] | None = None, client_version: str | None
     if not (carla_root / "PythonAPI" / "carla" / "agents").is_dir():
         raise ToolError(f"--world=carla: CARLA_ROOT={carla_root} has no PythonAPI/carla/agents (CARLA's agents "
                         f"package, which scenario_runner imports); set CARLA_ROOT to a complete CARLA "
-                        f"{CARLA_VERSION} release")
+                        f"{supported} release")
     leaderboard = leaderboard_root(env)
     runner = scenario_runner_root(env)
-    if client_version is None:
-        try:
-            client_version = importlib.metadata.version("carla")
-        except importlib.metadata.PackageNotFoundError:
-            client_version = "none"
-    if client_version != CARLA_VERSION:
-        raise ToolError(f"--world=carla: the installed carla client is {client_version}, but this collector speaks "
-                        f"CARLA {CARLA_VERSION} (tools/collect/carla/server.py CARLA_VERSION); pip install "
-                        f"carla=={CARLA_VERSION}")
-    installed = install_versions(carla_root)
-    if installed and CARLA_VERSION not in installed:
-        raise ToolError(f"--world=carla: CARLA_ROOT={carla_root} is CARLA {', '.join(installed)} (its PythonAPI/carla/"
-                        f"dist), but this collector speaks CARLA {CARLA_VERSION}; set CARLA_ROOT to a CARLA "
-                        f"{CARLA_VERSION} release")
+    try:
+        release = check_release(env, carla_root, leaderboard, runner, client_version)
+    except VersionError as e:
+        raise ToolError(str(e)) from None
     crash_grace(env)  # a bad DRIVEKIT_CARLA_CRASH_GRACE_S is refused here too, before anything starts
-    return CarlaSetup(carla_root, leaderboard, runner)
+    return CarlaSetup(carla_root, leaderboard, runner, release)
 
 
-_CLONE = ("clone {url} at commit {commit} (containers/carla.def's {arg}) and set {var} to it; docs/carla.md shows "
-          "how")
+_CLONE = "clone {url} at commit {commits} and set {var} to it; docs/carla.md shows how"
+
+
+def _commits(field: str) -> str:
+    """Each release's commit of the leaderboard or scenario_runner, in words."""
+    return " or ".join(f"{getattr(r, field)} for CARLA {v}" for v, r in RELEASES.items())
 
 
 def leaderboard_root(env: Mapping[str, str], what: str = "--world=carla") -> Path:
     """LEADERBOARD_ROOT, checked: one ToolError line naming the variable and the fix."""
-    fix = _CLONE.format(url=LEADERBOARD_URL, commit=LEADERBOARD_COMMIT, arg="LEADERBOARD_COMMIT",
-                        var="LEADERBOARD_ROOT")
+    fix = _CLONE.format(url=LEADERBOARD_URL, commits=_commits("leaderboard_commit"), var="LEADERBOARD_ROOT")
     root = _root(env, "LEADERBOARD_ROOT", fix, what)
     if not (root / "leaderboard" / "leaderboard_evaluator.py").is_file():
         raise ToolError(f"{what}: LEADERBOARD_ROOT={root} has no leaderboard/leaderboard_evaluator.py; {fix}")
@@ -164,21 +163,12 @@ def leaderboard_root(env: Mapping[str, str], what: str = "--world=carla") -> Pat
 
 def scenario_runner_root(env: Mapping[str, str], what: str = "--world=carla") -> Path:
     """SCENARIO_RUNNER_ROOT, checked: one ToolError line naming the variable and the fix."""
-    fix = _CLONE.format(url=SCENARIO_RUNNER_URL, commit=SCENARIO_RUNNER_COMMIT, arg="SCENARIO_RUNNER_COMMIT",
+    fix = _CLONE.format(url=SCENARIO_RUNNER_URL, commits=_commits("scenario_runner_commit"),
                         var="SCENARIO_RUNNER_ROOT")
     root = _root(env, "SCENARIO_RUNNER_ROOT", fix, what)
     if not (root / "srunner").is_dir():
         raise ToolError(f"{what}: SCENARIO_RUNNER_ROOT={root} has no srunner/; {fix}")
     return root
-
-
-def install_versions(carla_root: Path) -> list[str]:
-    """The CARLA versions a release's client packages name (PythonAPI/carla/dist/carla-<version>-*.whl or .egg):
-    the server's version, known before it starts. [] when there are none (a source build): the server's answer
-    at start is then the only check."""
-    dist = carla_root / "PythonAPI" / "carla" / "dist"
-    names = [p.name for p in dist.glob("carla-*") if p.suffix in (".whl", ".egg")] if dist.is_dir() else []
-    return sorted({n.split("-")[1] for n in names if len(n.split("-")) > 2})
 
 
 def check_route(route_file: Path, route: Route) -> None:

@@ -48,8 +48,6 @@ from tools.core.errors import ToolError
 
 log = logging.getLogger("collect.carla")
 
-#: The CARLA version this client speaks (pyproject.toml's carla== pin and containers/carla.def's CARLA_VERSION).
-CARLA_VERSION = "0.9.16"
 POLL_S = 0.1  # readiness poll interval
 READY_TIMEOUT_S = 180.0  # a CARLA server loads its first map in 10 to 60 s on a cluster GPU
 #: The ports servers are given: blocks of len(Ports) from PORT_FIRST, below Linux's default ephemeral range
@@ -198,7 +196,7 @@ class CarlaServer:
         script = Path(carla_root) / "CarlaUE4.sh"
         if not script.is_file():
             raise ServerError(f"CARLA_ROOT {carla_root}: no CarlaUE4.sh there; set CARLA_ROOT to a CARLA "
-                              f"{CARLA_VERSION} install or run inside the CARLA image (containers/carla.def)")
+                              "install or run inside the CARLA image (containers/carla.def)")
         return [str(script), "-RenderOffScreen", "-nosound", f"-carla-rpc-port={ports.rpc}",
                 f"-carla-streaming-port={ports.streaming}", f"-carla-secondary-port={ports.secondary}",
                 f"-graphicsadapter={gpu}"]

@@ -65,14 +65,13 @@ TMERC_SCALE = 0.9996
 
 @functools.cache
 def carla_version() -> tuple[int, ...]:
-    """The installed CARLA client's version (what projects the GNSS sensor), 0.9.16 when it does not say; read
-    once (importlib.metadata takes milliseconds, every tick)."""
-    from importlib import metadata
+    """The CARLA client's version (what projects the GNSS sensor), as the library says (the 0.9.15 client for
+    Python 3.11 installs no `carla` distribution: its metadata would be missing or another's); 0.9.16 when there
+    is none; read once."""
+    from tools.collect.base.town import carla_client_version
 
-    try:
-        return tuple(int(p) for p in metadata.version("carla").split(".")[:3])
-    except (metadata.PackageNotFoundError, ValueError):
-        return (0, 9, 16)
+    version = carla_client_version()
+    return tuple(int(p) for p in version.split(".")) if version else (0, 9, 16)
 
 
 def reference_from_plan(lat: float, lon: float, x: float, y: float) -> tuple[float, float]:
