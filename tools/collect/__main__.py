@@ -14,6 +14,7 @@ Commands:
   info      the dataset's manifest with counts and sizes (bin/dataset-info)
   export-py123d  every finished route run as a Py123D log
   carla-check  our CARLA backend against the real leaderboard 2.0 and scenario_runner (no server)
+  scenario-placements  what the real scenario classes place for each block of route files, as JSON (no server)
 
 `python -m tools.collect COMMAND --help` explains each one.
 """
@@ -382,6 +383,24 @@ def carla_check(routes: str | None = None, rig: str | None = None) -> None:
         raise SystemExit(1)
 
 
+def scenario_placements(routes: str, out: str, towns: str | None = None) -> None:
+    """Record what the real scenario_runner classes place for each scenario block of route files, without a CARLA
+    server: each class built as the leaderboard builds it against a stand-in of the server that records its spawns
+    and flows (tools/collect/carla/scenario_build.py says what it models), or the error it raises. Needs
+    LEADERBOARD_ROOT, SCENARIO_RUNNER_ROOT and CARLA_ROOT as carla-check does. The format:
+    tests/data/scenario_placements/README.md.
+
+    Args:
+        routes: a route file or a folder of them.
+        out: the JSON file to write.
+        towns: the folder of the routes' towns (default: a towns/ folder above each route file).
+    """
+    from tools.collect.carla.placements import record
+
+    record(Path(cli.text(routes, "routes")), Path(cli.text(out, "out")),
+           Path(towns) if cli.optional_text(towns, "towns") else None)
+
+
 def _setting_switches() -> set[str]:
     from tools.collect.base.config import setting_switches  # here, not at the top: --help stays light
 
@@ -409,6 +428,8 @@ COMMANDS = {
     "export_py123d": export_py123d,
     "carla-check": carla_check,
     "carla_check": carla_check,
+    "scenario-placements": scenario_placements,
+    "scenario_placements": scenario_placements,
 }
 
 if __name__ == "__main__":

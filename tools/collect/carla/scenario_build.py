@@ -4,13 +4,15 @@ or the error that makes the leaderboard skip it.
 The leaderboard builds a route's scenarios in RouteScenario.build_scenarios: for each block, the class of its type
 (RouteScenario.get_all_scenario_classes: every class of SCENARIO_RUNNER_ROOT/srunner/scenarios) is called with
 (world, [ego], config, timeout=10000), the config as RouteParser.parse_routes_file made it, its `route` the route
-interpolate_trajectory traces and its `ego_vehicles` the hero's; an exception is "Skipping scenario ... due to setup
+interpolate_trajectory traces (here: our planner's trace of it, `planned_route`, unless `exact_route`) and its
+`ego_vehicles` the hero's (spawned at the route's start); an exception is "Skipping scenario ... due to setup
 error" and the route is driven without it. `build_route` does the same against a stand-in of the server:
 
 - CarlaDataProvider holds a stand-in world and client (set_world, as the leaderboard sets it); the world's map is
   the real carla.Map of the town (its OpenDRIVE), its blueprint library answers every lookup from a table of
   CARLA's blueprints (`_BLUEPRINTS`; sizes from scenario_types), its traffic lights are the OpenDRIVE's signals of
-  type 1000001 grouped by the junctions whose controllers name them (stop waypoints: the signal's lanes);
+  type 1000001 grouped by the junctions whose controllers name them (scenario_sites.light_junctions; stop
+  waypoints: the signal's lanes at its s);
 - spawning (world.spawn_actor / try_spawn_actor, which CarlaDataProvider.request_new_actor calls) is recorded and
   returns a stand-in actor that answers transform, location, velocity and bounding-box reads and records the
   set_* calls the classes make while they are built; nothing is simulated; world.tick and wait_for_tick return at
@@ -18,8 +20,8 @@ error" and the route is driven without it. `build_route` does the same against a
 - the flow behaviours (ActorFlow, OppositeActorFlow, InvadingActorFlow, BicycleFlow, WalkerFlow), which spawn only
   once the scenario runs, and ActorTransformSetter (where a behaviour puts an actor when the scenario starts) are
   recorded by wrapping them in the scenario module's namespace while its class is built;
-- the GlobalRoutePlanner of CARLA's `agents` (interpolate_trajectory's, and CarlaDataProvider's) is built once per
-  map and kept;
+- the GlobalRoutePlanner of CARLA's `agents` (CarlaDataProvider's, which EnterActorFlow's behaviour asks for, and
+  interpolate_trajectory's with `exact_route`) is built once per map, when first asked, and kept;
 - a call the stand-ins do not model ends the construction (`stopped`: what was called; the record holds what came
   before), an exception raised by the class is the block's `error`.
 
@@ -53,12 +55,13 @@ import io
 import math
 import os
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import carla
+import numpy as np
 
+from tools.collect.base.scenario_sites import light_junctions
 from tools.collect.base.scenario_types import (
     BICYCLE,
     BLOCKERS,
@@ -78,8 +81,6 @@ EGO_MODEL, EGO_LIFT_M = "vehicle.lincoln.mkz_2020", 0.5
 FLOWS = ("ActorFlow", "OppositeActorFlow", "InvadingActorFlow", "BicycleFlow", "WalkerFlow")
 #: The behaviour that puts an actor in place when the scenario starts.
 SETTER = "ActorTransformSetter"
-#: OpenDRIVE signal type of a traffic light (CARLA spawns one actor per such dynamic signal).
-_TRAFFIC_LIGHT_TYPE = "1000001"
 
 
 class ServerCall(BaseException):
@@ -333,23 +334,23 @@ class _Actor:
 class _TrafficLight:
     """A traffic light of the town: its OpenDRIVE signal, stop waypoints on the lanes it controls."""
 
-    def __init__(self, actor_id: int, signal_id: str, landmarks: list):
+    def __init__(self, actor_id: int, signal_id: str, stops: list):
         self.id = actor_id
         self.type_id = "traffic.traffic_light"
         self.attributes: dict[str, str] = {}
         self.is_alive = True
         self.signal_id = signal_id
-        self._landmarks = landmarks
+        self._stops = stops
         self._state = carla.TrafficLightState.Green
 
     def get_transform(self) -> carla.Transform:
-        return _copy(self._landmarks[0].transform)
+        return _copy(self._stops[0].transform) if self._stops else carla.Transform()
 
     def get_location(self) -> carla.Location:
         return self.get_transform().location
 
     def get_stop_waypoints(self) -> list:
-        return [lm.waypoint for lm in self._landmarks]
+        return list(self._stops)
 
     def get_affected_lane_waypoints(self) -> list:
         return self.get_stop_waypoints()
@@ -379,24 +380,6 @@ class _ActorList(list):
 
     def find(self, actor_id: int):
         return next((a for a in self if a.id == actor_id), None)
-
-
-def junction_lights(cmap) -> dict[int, list[str]]:
-    """The traffic light signals of each junction of a carla.Map: {junction id: [signal id]}, from its OpenDRIVE
-    (a junction's <controller> references, a controller's <control signalId>, signals of type 1000001)."""
-    controllers: dict[str, list[str]] = {}
-    junctions: dict[int, list[str]] = {}
-    lights: set[str] = set()
-    for _, elem in ET.iterparse(io.StringIO(cmap.to_opendrive()), events=("end",)):
-        if elem.tag == "signal" and elem.get("type") == _TRAFFIC_LIGHT_TYPE:
-            lights.add(str(elem.get("id")))
-        elif elem.tag == "controller" and elem.find("control") is not None:
-            controllers[str(elem.get("id"))] = [str(c.get("signalId")) for c in elem.findall("control")]
-        elif elem.tag == "junction":
-            junctions[int(elem.get("id"))] = [str(c.get("id")) for c in elem.findall("controller")]
-        if elem.tag in ("road", "junction", "controller"):
-            elem.clear()
-    return {j: [s for c in cs for s in controllers.get(c, []) if s in lights] for j, cs in junctions.items()}
 
 
 # ----------------------------------------------------------------------------- the world
@@ -465,8 +448,14 @@ class _World:
 
     def _light(self, signal_id: str) -> _TrafficLight:
         if signal_id not in self._lights:
-            landmarks = [lm for lm in self._map.get_all_landmarks_from_id(signal_id) if lm.waypoint is not None]
-            self._lights[signal_id] = _TrafficLight(100 + len(self._lights), signal_id, landmarks)
+            stops = []  # the lanes it is valid for, at its s on them (a landmark's own waypoint is not set offline)
+            for lm in self._map.get_all_landmarks_from_id(signal_id):
+                for first, last in lm.get_lane_validities():
+                    for lane in range(first, last + 1):
+                        wp = self._map.get_waypoint_xodr(lm.road_id, lane, lm.s) if lane else None
+                        if wp is not None:
+                            stops.append(wp)
+            self._lights[signal_id] = _TrafficLight(100 + len(self._lights), signal_id, stops)
         return self._lights[signal_id]
 
     def _all_lights(self) -> list[_TrafficLight]:
@@ -588,18 +577,40 @@ def _recording(module, flows: list[dict]) -> Iterator[None]:
 # ----------------------------------------------------------------------------- building
 
 
+def planned_route(planner, keypoints) -> list[tuple[carla.Transform, Any]]:
+    """The route RouteScenario runs through a route's keypoints (interpolate_trajectory: GlobalRoutePlanner's path
+    1 m apart, each point with its RoadOption) as our planner traces it (tools.expert.planner.RoutePlanner follows
+    GlobalRoutePlanner's graph and A*; its docstring says where the two differ), z of the nearest keypoint; the
+    options as CARLA's `agents` RoadOption where it is importable, else their numbers. Seconds where
+    interpolate_trajectory takes minutes (it builds a GlobalRoutePlanner per route: on Town12 a minute, then one
+    A* in Python per pair of keypoints)."""
+    try:
+        option = importlib.import_module("agents.navigation.local_planner").RoadOption
+    except ModuleNotFoundError:
+        option = int
+    points = np.array([[p.x, p.y, p.z] for p in keypoints], dtype=float)
+    dense = planner.trace(points)
+    nearest = np.hypot(dense.xy[:, None, 0] - points[None, :, 0], dense.xy[:, None, 1] - points[None, :, 1]).argmin(1)
+    return [(carla.Transform(carla.Location(float(x), float(y), float(points[k, 2])), carla.Rotation(yaw=float(yaw))),
+             option(int(o)))
+            for (x, y), yaw, o, k in zip(dense.xy, dense.yaw, dense.option, nearest, strict=True)]
+
+
 class Builder:
     """Builds the scenario blocks of route configurations (RouteParser.parse_routes_file's) on one town's
-    carla.Map, with the classes of the scenario_runner on sys.path (SCENARIO_RUNNER_ROOT: get_all_scenario_classes)
-    and the leaderboard's route code. Keeps the town's route planners and traffic lights between routes."""
+    carla.Map with `classes` (all_scenario_classes), the leaderboard and scenario_runner on sys.path; each route as
+    our planner traces it (planned_route), or with `exact_route` as the leaderboard's interpolate_trajectory does.
+    Keeps the town's route planners and traffic lights between routes."""
 
-    def __init__(self, cmap, classes: Mapping[str, type] | None = None):
+    def __init__(self, cmap, classes: Mapping[str, type], exact_route: bool = False):
         self.cmap = cmap
+        self.exact_route = exact_route
+        self._ours = None
         self._cdp = importlib.import_module("srunner.scenariomanager.carla_data_provider")
         self._config_data = importlib.import_module("srunner.scenarioconfigs.scenario_configuration")
-        self._manipulation = importlib.import_module("leaderboard.utils.route_manipulation")
+        self._manipulation = importlib.import_module("leaderboard.utils.route_manipulation") if exact_route else None
         self._parser = importlib.import_module("leaderboard.utils.route_parser").RouteParser
-        self.classes = dict(classes) if classes is not None else all_scenario_classes()
+        self.classes = dict(classes)
         self._planners: dict[float, Any] = {}
         self._lights: dict[int, list[str]] | None = None
 
@@ -621,7 +632,7 @@ class Builder:
         """CarlaDataProvider set to the stand-in world and client, as the leaderboard sets it; cleaned after."""
         cdp = self._cdp.CarlaDataProvider
         patched = [(self._cdp, "GlobalRoutePlanner"), (self._manipulation, "GlobalRoutePlanner")]
-        saved = [(m, n, m.__dict__[n]) for m, n in patched if n in m.__dict__]
+        saved = [(m, n, m.__dict__[n]) for m, n in patched if m is not None and n in m.__dict__]
         for module, name, _ in saved:
             module.__dict__[name] = self._planner
         try:
@@ -637,7 +648,14 @@ class Builder:
                 module.__dict__[name] = real
 
     def route(self, config) -> list:
-        """The route of a configuration as RouteScenario traces it: interpolate_trajectory of its keypoints."""
+        """The route of a configuration as RouteScenario traces it: interpolate_trajectory of its keypoints (with
+        exact_route), else planned_route."""
+        if not self.exact_route:
+            if self._ours is None:
+                from tools.expert.planner import RoutePlanner
+
+                self._ours = RoutePlanner(self.cmap)
+            return planned_route(self._ours, config.keypoints)
         with self._provider(_World(self.cmap, {})):
             return self._manipulation.interpolate_trajectory(config.keypoints)[1]
 
@@ -661,7 +679,7 @@ class Builder:
         """One scenario block (a ScenarioConfiguration of the route parser's) on `route`: {"error", "stopped",
         "actors", "flows"}."""
         if self._lights is None:
-            self._lights = junction_lights(self.cmap)
+            self._lights = light_junctions(self.cmap.to_opendrive())
         world = _World(self.cmap, self._lights)
         flows: list[dict] = []
         error = stopped = None
@@ -707,13 +725,14 @@ class _Lazy:
         return getattr(self._made, name)
 
 
-def all_scenario_classes() -> dict[str, type]:
-    """Every class of SCENARIO_RUNNER_ROOT/srunner/scenarios as RouteScenario.get_all_scenario_classes finds them:
+def all_scenario_classes(runner: str | os.PathLike) -> dict[str, type]:
+    """Every class of `runner`/srunner/scenarios (SCENARIO_RUNNER_ROOT) as RouteScenario.get_all_scenario_classes
+    finds them:
     each file imported as a top-level module (its folder first on sys.path), in glob's order, a later file's class
     of a name replacing an earlier one's. (Importing route_scenario itself would need what the route's own
     behaviours import: ephem for the weather.)"""
     classes: dict[str, type] = {}
-    for path in glob.glob(f"{os.getenv('SCENARIO_RUNNER_ROOT', './')}/srunner/scenarios/*.py"):
+    for path in glob.glob(f"{runner}/srunner/scenarios/*.py"):
         sys.path.insert(0, os.path.dirname(path))
         module = importlib.import_module(os.path.basename(path).split(".")[0])
         classes.update(inspect.getmembers(module, inspect.isclass))
