@@ -366,8 +366,9 @@ def carla_check(routes: str | None = None, rig: str | None = None) -> None:
     sensors pass the real validate_sensor_configuration (and our own check before a run agrees with it); every
     scenario type of our catalogue is a scenario_runner class reading the parameters the catalogue names; route
     files parse with the real RouteParser and every scenario carries a trigger point and the parameters its class
-    reads; our evaluator command line parses with the evaluator's argparse; checkpoints the real StatisticsManager
-    writes read as our results. One line per check, exit 1 when one fails.
+    reads; every scenario block builds with its class against a stand-in of the server (one the leaderboard would
+    skip, "due to setup error", fails); our evaluator command line parses with the evaluator's argparse;
+    checkpoints the real StatisticsManager writes read as our results. One line per check, exit 1 when one fails.
 
     Args:
         routes: a route file or a folder of them to check (default: routes generated now by `routes`, one per

@@ -4,7 +4,8 @@ makes sense, written as route files (their format, reading and checks are tools.
 A route is a random walk through the town's road network (`_random_walk`) that crosses a junction, does not
 revisit itself and ends outside a junction; its scenario is the flow of its first junction's turn (none going
 straight), or one of the asked types placed on the walk (`_place`: junction types before a junction of the right
-kind, obstacles and mid-block crossings on straight stretches); its waypoints are the planner's path every
+kind where their scenario_runner class finds the lanes it looks for (tools.collect.base.scenario_sites), obstacles
+and mid-block crossings on straight stretches); its waypoints are the planner's path every
 `spacing` metres (`_dense_waypoints`), kept only when every one lies on the road (what `run` would refuse).
 `python -m tools.collect routes` is the command.
 """
