@@ -51,7 +51,7 @@ from pathlib import Path
 from tools.collect.base.route_gen import generate_routes
 from tools.collect.base.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, read_routes
 from tools.collect.base.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
-from tools.collect.base.town import opendrive_map
+from tools.collect.base.town import Town
 from tools.collect.carla.agent import AGENT_FILE, MAX_RGB_CAMERAS, MAX_SENSOR_RADIUS_M, check_rig, declared_sensors
 from tools.collect.carla.run import (
     INSTALL_TOWNS,
@@ -322,7 +322,7 @@ def _triggers_off_route(parser, path: Path, configs, planners: dict[Path, RouteP
         if route is None or xodr is None or not xodr.is_file() or not config.scenario_configs:
             continue
         if xodr not in planners:
-            planners[xodr] = RoutePlanner(opendrive_map(xodr))
+            planners[xodr] = RoutePlanner(Town(xodr).carla_map)  # the town keeps its lane graph beside it
         points = [carla.Location(float(x), float(y), float(z)) for x, y, z in route.waypoints]
         try:
             traced = planned_route(planners[xodr], points)
@@ -344,7 +344,7 @@ def check_build(report: Report, files: list[Path], runner: Path, source: str,
     (the routes check names both) and routes whose town is not beside them are not built (said on the ok line)."""
     parser = _import("leaderboard.utils.route_parser").RouteParser
     classes = all_scenario_classes(runner) if classes is None else classes
-    builders: dict[Path, Builder] = {}
+    builders: dict[Path, tuple[Town, Builder]] = {}
     built = stopped = 0
     unbuilt: list[str] = []
     for path in files:
@@ -359,9 +359,10 @@ def check_build(report: Report, files: list[Path], runner: Path, source: str,
                 unbuilt.append(f"{path.name} ({config.town}: no {xodr})")
                 continue
             if xodr not in builders:
-                builders[xodr] = Builder(opendrive_map(xodr), classes)
+                town = Town(xodr)  # held: the lane graph our planner reads is kept with it
+                builders[xodr] = town, Builder(town.carla_map, classes)
             config.scenario_configs = [sc for sc in config.scenario_configs if sc.type in classes]
-            for block in builders[xodr].build_route(config):
+            for block in builders[xodr][1].build_route(config):
                 if block.get("ignored"):
                     continue  # the routes check names triggers off the route
                 built += 1

@@ -61,7 +61,7 @@ from typing import Any
 import carla
 import numpy as np
 
-from tools.collect.base.scenario_sites import light_junctions
+from tools.collect.base.scenario_sites import TRAFFIC_LIGHT_TYPE, light_junctions
 from tools.collect.base.scenario_types import (
     BICYCLE,
     BLOCKERS,
@@ -385,17 +385,33 @@ class _ActorList(list):
 # ----------------------------------------------------------------------------- the world
 
 
+def light_stops(cmap) -> dict[str, list]:
+    """The stop waypoints of every traffic light of a carla.Map, by signal id: the lanes each of its landmarks is
+    valid for, at the landmark's s (a landmark's own waypoint is not set on a map read offline). One pass over
+    the map's traffic light landmarks (asking by id scans them all, per id)."""
+    out: dict[str, list] = {}
+    for lm in cmap.get_all_landmarks_of_type(TRAFFIC_LIGHT_TYPE):
+        stops = out.setdefault(str(lm.id), [])
+        for first, last in lm.get_lane_validities():
+            for lane in range(first, last + 1):
+                wp = cmap.get_waypoint_xodr(lm.road_id, lane, lm.s) if lane else None
+                if wp is not None:
+                    stops.append(wp)
+    return out
+
+
 class _World:
     """carla.World as the scenario classes use it while they are built (see the module docstring)."""
 
-    def __init__(self, cmap, lights: Mapping[int, list[str]]):
+    def __init__(self, cmap, lights: Mapping[int, list[str]], stops: Mapping[str, list]):
         self._map = cmap
         self._library = _Library()
         self._actors: dict[int, _Actor] = {}
         self._next_id = 1000
         self._frame = 0
         self._lights_of = lights
-        self._lights: dict[str, _TrafficLight] = {}
+        self._lights = {signal: _TrafficLight(100 + k, signal, list(stops.get(signal, [])))
+                        for k, signal in enumerate(dict.fromkeys(s for ss in lights.values() for s in ss))}
         self.recording = True
         self.spawned: list[_Actor] = []
         self.debug = _Ignore()
@@ -447,19 +463,10 @@ class _World:
         return [self._light(s) for s in self._lights_of.get(int(junction_id), [])]
 
     def _light(self, signal_id: str) -> _TrafficLight:
-        if signal_id not in self._lights:
-            stops = []  # the lanes it is valid for, at its s on them (a landmark's own waypoint is not set offline)
-            for lm in self._map.get_all_landmarks_from_id(signal_id):
-                for first, last in lm.get_lane_validities():
-                    for lane in range(first, last + 1):
-                        wp = self._map.get_waypoint_xodr(lm.road_id, lane, lm.s) if lane else None
-                        if wp is not None:
-                            stops.append(wp)
-            self._lights[signal_id] = _TrafficLight(100 + len(self._lights), signal_id, stops)
         return self._lights[signal_id]
 
     def _all_lights(self) -> list[_TrafficLight]:
-        return [self._light(s) for signals in self._lights_of.values() for s in signals]
+        return list(self._lights.values())
 
     def get_weather(self) -> carla.WeatherParameters:
         return carla.WeatherParameters()
@@ -613,6 +620,7 @@ class Builder:
         self.classes = dict(classes)
         self._planners: dict[float, Any] = {}
         self._lights: dict[int, list[str]] | None = None
+        self._stops: dict[str, list] = {}
 
     def _planner(self, wmap, resolution: float):
         """CARLA's GlobalRoutePlanner of this map, built once per resolution (interpolate_trajectory builds one per
@@ -656,7 +664,7 @@ class Builder:
 
                 self._ours = RoutePlanner(self.cmap)
             return planned_route(self._ours, config.keypoints)
-        with self._provider(_World(self.cmap, {})):
+        with self._provider(_World(self.cmap, {}, {})):
             return self._manipulation.interpolate_trajectory(config.keypoints)[1]
 
     def build_route(self, config, where: Mapping[str, Any] | None = None) -> list[dict]:
@@ -680,7 +688,8 @@ class Builder:
         "actors", "flows"}."""
         if self._lights is None:
             self._lights = light_junctions(self.cmap.to_opendrive())
-        world = _World(self.cmap, self._lights)
+            self._stops = light_stops(self.cmap)
+        world = _World(self.cmap, self._lights, self._stops)
         flows: list[dict] = []
         error = stopped = None
         instance = None
