@@ -14,6 +14,7 @@ Commands:
   info      the dataset's manifest with counts and sizes (bin/dataset-info)
   export-py123d  every finished route run as a Py123D log
   carla-check  our CARLA backend against the real leaderboard 2.0 and scenario_runner (no server)
+  scenario-placements  what the real scenario classes place for each block of route files, as JSON (no server)
 
 `python -m tools.collect COMMAND --help` explains each one.
 """
@@ -369,8 +370,9 @@ def carla_check(routes: str | None = None, rig: str | None = None) -> None:
     sensors pass the real validate_sensor_configuration (and our own check before a run agrees with it); every
     scenario type of our catalogue is a scenario_runner class reading the parameters the catalogue names; route
     files parse with the real RouteParser and every scenario carries a trigger point and the parameters its class
-    reads; our evaluator command line parses with the evaluator's argparse; checkpoints the real StatisticsManager
-    writes read as our results. One line per check, exit 1 when one fails.
+    reads; every scenario block builds with its class against a stand-in of the server (one the leaderboard would
+    skip, "due to setup error", fails); our evaluator command line parses with the evaluator's argparse;
+    checkpoints the real StatisticsManager writes read as our results. One line per check, exit 1 when one fails.
 
     Args:
         routes: a route file or a folder of them to check (default: routes generated now by `routes`, one per
@@ -384,6 +386,24 @@ def carla_check(routes: str | None = None, rig: str | None = None) -> None:
     report = check(cli.optional_text(routes, "routes"), rig_config)
     if report.failed:
         raise SystemExit(1)
+
+
+def scenario_placements(routes: str, out: str, towns: str | None = None) -> None:
+    """Record what the real scenario_runner classes place for each scenario block of route files, without a CARLA
+    server: each class built as the leaderboard builds it against a stand-in of the server that records its spawns
+    and flows (tools/collect/carla/scenario_build.py says what it models), or the error it raises. Needs
+    LEADERBOARD_ROOT, SCENARIO_RUNNER_ROOT and CARLA_ROOT as carla-check does. The format:
+    tests/data/scenario_placements/README.md.
+
+    Args:
+        routes: a route file or a folder of them.
+        out: the JSON file to write.
+        towns: the folder of the routes' towns (default: a towns/ folder above each route file).
+    """
+    from tools.collect.carla.placements import record
+
+    record(Path(cli.text(routes, "routes")), Path(cli.text(out, "out")),
+           Path(towns) if cli.optional_text(towns, "towns") else None)
 
 
 def _setting_switches() -> set[str]:
@@ -413,6 +433,8 @@ COMMANDS = {
     "export_py123d": export_py123d,
     "carla-check": carla_check,
     "carla_check": carla_check,
+    "scenario-placements": scenario_placements,
+    "scenario_placements": scenario_placements,
 }
 
 if __name__ == "__main__":

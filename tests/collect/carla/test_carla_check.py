@@ -19,7 +19,7 @@ from conftest import PYTHON, TESTS, run_tool
 from tools.collect.base.route_gen import generate_routes
 from tools.collect.base.routes import read_routes, write_route
 from tools.collect.base.scenario_types import CATALOGUE, JUNCTION, LOCATION, PARAMETERS, SHAPE_KEYS, VALUE
-from tools.collect.carla import check
+from tools.collect.carla import check, scenario_build
 from tools.dataset.rig import CameraConfig, RigConfig
 from tools.expert.planner import RoutePlanner
 
@@ -28,6 +28,9 @@ STANDINS = TESTS / "standin_leaderboard"
 #: Stand-in scenario_runner source with every way a class reads its block (srunner/scenarios at v0.9.16 reads
 #: them so): a required location, a value tested with `in`, the helpers with defaults, a subclass adding one.
 SCENARIO_SOURCE = '''
+def convert_dict_to_location(actor_dict):
+    return (float(actor_dict['x']), float(actor_dict['y']), float(actor_dict['z']))
+
 def get_value_parameter(config, name, p_type, default):
     if name in config.other_parameters:
         return p_type(config.other_parameters[name]['value'])
@@ -97,7 +100,8 @@ def _read(name: str, shape: str, required: bool) -> str:
     if required:
         return (f"convert_dict_to_location(config.other_parameters[{name!r}])" if shape == LOCATION else
                 f"config.other_parameters[{name!r}][{SHAPE_KEYS[shape][0]!r}]")
-    return f"get_{'value' if shape == VALUE else 'interval'}_parameter(config, {name!r}, float, 0)"
+    return (f"get_value_parameter(config, {name!r}, str, 0)" if shape == VALUE else
+            f"get_interval_parameter(config, {name!r}, float, 0)")
 
 
 @pytest.fixture
@@ -111,7 +115,8 @@ def standin_trees(tmp_path, monkeypatch):
     lines = [SCENARIO_SOURCE]
     for kind, reads in PARAMETERS.items():
         body = [_read(name, shape, required) for name, (shape, required) in reads.items()] or ["pass"]
-        head = f"class {kind}(BasicScenario):\n    def __init__(self, config):\n        "
+        head = (f"class {kind}(BasicScenario):\n"
+                "    def __init__(self, world, ego_vehicles, config, timeout=60):\n        ")
         lines.append(head + "\n        ".join(body))
     (runner / "srunner" / "scenarios").mkdir()
     (runner / "srunner" / "scenarios" / "all.py").write_text("\n\n".join(lines) + "\n")
@@ -149,22 +154,29 @@ def _z_of_road(cmap, x: float, y: float, z: float) -> float:
     return float(wp.transform.location.z)
 
 
+@pytest.fixture(scope="module")
+def town03_routes(tmp_path_factory, carla_towns):
+    """Route files of our generator on Town03: EnterActorFlow, EnterActorFlowV2, HazardAtSideLaneTwoWays, then
+    three without --scenarios; the folder they are in and the town's carla.Map."""
+    xodr, folder = carla_towns / "Town03.xodr", tmp_path_factory.mktemp("town03")
+    files = generate_routes(str(xodr), 3, str(folder / "routes"), seed=2, min_length=150.0, max_length=400.0,
+                            scenarios="EnterActorFlow,EnterActorFlowV2,HazardAtSideLaneTwoWays")
+    files += generate_routes(str(xodr), 3, str(folder / "plain"), seed=9, min_length=150.0, max_length=400.0)
+    return files, folder, carla.Map("Town03", xodr.read_text())
+
+
 def test_generated_routes_carry_the_roads_z_and_every_parameter_their_class_reads_standin_route_parser(
-        tmp_path, carla_towns, standin_trees):
+        tmp_path, town03_routes, standin_trees):
     """On Town03 (roads from -0.9 to 8.4 m): waypoints and triggers at the road's z; EnterActorFlow's flow from a
     lane entering its junction to its exit on the route; routes without --scenarios typed by a class that exists.
     The route parser's stand-in then finds every parameter each class reads and every trigger on its route; a
     trigger moved off the route and an old-style file fail."""
-    xodr = carla_towns / "Town03.xodr"
-    files = generate_routes(str(xodr), 3, str(tmp_path / "routes"), seed=2, min_length=150.0, max_length=400.0,
-                            scenarios="EnterActorFlow,EnterActorFlowV2,HazardAtSideLaneTwoWays")
-    files += generate_routes(str(xodr), 3, str(tmp_path / "plain"), seed=9, min_length=150.0, max_length=400.0)
-    cmap = carla.Map("Town03", xodr.read_text())
+    files, folder, cmap = town03_routes
     heights = []
     for path in files:
         (route,) = read_routes(path)
         if not route.scenarios:  # without --scenarios, a straight first junction: no scenario
-            assert path.is_relative_to(tmp_path / "plain") and path.parent.name == "NoScenario"
+            assert path.is_relative_to(folder / "plain") and path.parent.name == "NoScenario"
         for block in route.scenarios:
             assert block["type"] in PARAMETERS and not check.scenario_problems(block["type"], block["params"],
                                                                                 PARAMETERS[block["type"]])
@@ -183,7 +195,7 @@ def test_generated_routes_carry_the_roads_z_and_every_parameter_their_class_read
             assert np.hypot(*(dense.xy - start[:2]).T).min() > 5.0, "the flow starts off it"
             wp = cmap.get_waypoint(carla.Location(*start.tolist()))
             assert math.dist((wp.transform.location.x, wp.transform.location.y), start[:2]) < 0.2
-        elif path.is_relative_to(tmp_path / "plain"):
+        elif path.is_relative_to(folder / "plain"):
             assert CATALOGUE[block["type"]].kind == JUNCTION
     assert max(heights) > 1.0, "Town03's routes ran on the flat only: the z check saw nothing"
 
@@ -215,6 +227,74 @@ def test_generated_routes_carry_the_roads_z_and_every_parameter_their_class_read
     assert report.failed and "no class of srunner/scenarios is called SignalizedJunctionStraight" in report.lines[0]
 
 
+class _Spawns:
+    """A stand-in scenario class that builds: a bicycle `distance` metres (else 10) ahead of its trigger on its lane,
+    and an ActorFlow from the trigger's lane to 30 m ahead (scenario_runner's signature)."""
+
+    def __init__(self, world, ego_vehicles, config, timeout=60):
+        from srunner.scenariomanager.carla_data_provider import CarlaDataProvider
+
+        wp = CarlaDataProvider.get_map().get_waypoint(config.trigger_points[0].location)
+        ahead = wp.next(float(config.other_parameters.get("distance", {"value": 10})["value"]))[0]
+        CarlaDataProvider.request_new_actor("vehicle.diamondback.century", ahead.transform)
+        ActorFlow(wp, wp.next(30.0)[0], [15, 25], actor_speed=8.0)
+
+
+class _Raises:
+    """A stand-in scenario class that raises what HazardAtSideLaneTwoWays' does without a lane on the left."""
+
+    def __init__(self, world, ego_vehicles, config, timeout=60):
+        raise ValueError("Couldnt find a left lane to spawn the opposite traffic")
+
+
+class ActorFlow:
+    """Stand-in of scenario_runner's ActorFlow behaviour (its arguments)."""
+
+    def __init__(self, source_wp, sink_wp, spawn_dist_interval, sink_dist=2, actor_speed=20 / 3.6,
+                 initial_actors=False, initial_junction=False, name="ActorFlow"):
+        self.source, self.sink = source_wp, sink_wp
+
+
+def test_each_scenario_block_is_built_with_its_class_spawns_and_flows_recorded_standin_scenarios(
+        town03_routes, standin_trees):
+    """check_build over the Town03 routes (a towns/ folder beside them): a class that raises is a FAIL naming the
+    file, route, block, type and error; one that spawns builds, its bicycle and its flow in the record."""
+    files, folder, cmap = town03_routes
+    runner = standin_trees[1]
+    hazard = next(f for f in files if f.parent.name == "HazardAtSideLaneTwoWays")
+    classes = {k: _Spawns for k in PARAMETERS}
+    report = check.Report()
+    check.check_build(report, files, runner, "ours", classes)
+    blocks = sum(len(read_routes(f)[0].scenarios) for f in files)
+    assert report.lines == [f"ok    build: {blocks} scenario blocks of 6 route files (ours) built with their classes "
+                            f"of {runner} without an error"], report.lines
+    report = check.Report()
+    check.check_build(report, [hazard], runner, "ours", {**classes, "HazardAtSideLaneTwoWays": _Raises})
+    assert report.lines == [f"FAIL  build: {hazard}: RouteScenario_2 scenario 'HazardAtSideLaneTwoWays_1' "
+                            "(HazardAtSideLaneTwoWays): its class raises ValueError: Couldnt find a left lane to "
+                            "spawn the opposite traffic: the leaderboard would skip it (\"Skipping scenario ... due "
+                            "to setup error\")"]
+
+    from leaderboard.utils.route_parser import RouteParser
+
+    (config,) = RouteParser.parse_routes_file(str(hazard))
+    (block,) = scenario_build.Builder(cmap, {"HazardAtSideLaneTwoWays": _Spawns}).build_route(config, {"file": "h"})
+    x, y, z, yaw = read_routes(hazard)[0].scenarios[0]["trigger"]
+    distance = float(config.scenario_configs[0].other_parameters["distance"]["value"])
+    ahead = cmap.get_waypoint(carla.Location(x, y, z)).next(distance)[0].transform
+    assert block["error"] is None and block["stopped"] is None and block["type"] == "HazardAtSideLaneTwoWays"
+    (bike,) = block["actors"]
+    assert bike["blueprint"] == "vehicle.diamondback.century" and bike["kind"] == "vehicle"
+    assert bike["base_type"] == "bicycle" and bike["role"] == "scenario" and bike["placed_by"] == "spawn"
+    assert math.dist((bike["x"], bike["y"]), (ahead.location.x, ahead.location.y)) < 0.01
+    source, sink = cmap.get_waypoint(carla.Location(x, y, z)), None
+    sink = source.next(30.0)[0].transform.location
+    (flow,) = block["flows"]  # recorded by wrapping ActorFlow in the class's module while it is built
+    assert flow["behaviour"] == "ActorFlow" and flow["speed"] == 8.0 and flow["interval"] == [15.0, 25.0]
+    assert math.dist(flow["source"][:2], (source.transform.location.x, source.transform.location.y)) < 0.01
+    assert math.dist(flow["sink"][:2], (sink.x, sink.y)) < 0.01
+
+
 def test_carla_check_passes_over_the_standin_trees_and_fails_on_an_old_route_file_standin_leaderboard(
         tmp_path, carla_towns, standin_trees):
     """The command as the image runs it: its lines, its verdict, its exit status (our routes generated on Town10HD)."""
@@ -225,10 +305,11 @@ def test_carla_check_passes_over_the_standin_trees_and_fails_on_an_old_route_fil
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[1:-1]] == [
-        "ok    agent", *["ok    sensors"] * 3, "ok    scenarios", "ok    routes", "ok    argv",
+        "ok    agent", *["ok    sensors"] * 3, "ok    scenarios", "ok    routes", "ok    build", "ok    argv",
         *["ok    checkpoint"] * 2]
     assert "26 route files (ours on Town10HD: one per placeable type and 4 without --scenarios)" in lines[6]
-    assert lines[-1].startswith("carla-check passed (0 failed of 9, ")
+    assert lines[7].startswith("ok    build: ") and f"built with their classes of {runner} without an error" in lines[7]
+    assert lines[-1].startswith("carla-check passed (0 failed of 10, ")
     old = tmp_path / "old" / "r.xml"  # a straight junction type, as the generator wrote them before
     old.parent.mkdir()
     old.write_text("<routes><route id='0' town='Town10HD'><waypoints><position x='1' y='2' z='0'/>"
@@ -239,7 +320,7 @@ def test_carla_check_passes_over_the_standin_trees_and_fails_on_an_old_route_fil
     assert proc.returncode == 1
     assert f"FAIL  routes: {old}: RouteScenario_0 scenario 'S_1' (SignalizedJunctionStraight): no class of " \
            "srunner/scenarios is called SignalizedJunctionStraight" in proc.stdout
-    assert proc.stdout.splitlines()[-1].startswith("carla-check FAILED (1 failed of 9, ")
+    assert proc.stdout.splitlines()[-1].startswith("carla-check FAILED (1 failed of 10, ")
 
 
 def test_carla_check_without_the_roots_is_one_line_naming_the_variable(tmp_path):

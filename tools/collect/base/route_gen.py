@@ -4,7 +4,8 @@ makes sense, written as route files (their format, reading and checks are tools.
 A route is a random walk through the town's road network (`_random_walk`) that crosses a junction, does not
 revisit itself and ends outside a junction; its scenario is the flow of its first junction's turn (none going
 straight), or one of the asked types placed on the walk (`_place`: junction types before a junction of the right
-kind, obstacles and mid-block crossings on straight stretches); its waypoints are the planner's path every
+kind where their scenario_runner class finds the lanes it looks for (tools.collect.base.scenario_sites), obstacles
+and mid-block crossings on straight stretches); its waypoints are the planner's path every
 `spacing` metres (`_dense_waypoints`), kept only when every one lies on the road (what `run` would refuse).
 `python -m tools.collect routes` is the command.
 """
@@ -20,6 +21,14 @@ import numpy as np
 from tqdm import tqdm
 
 from tools.collect.base.routes import TOWN_SUFFIX, TOWNS_FOLDER, Route, RouteError, off_road, write_route
+from tools.collect.base.scenario_sites import (
+    FLOW_SIDE,
+    entry_sides,
+    has_sidewalks,
+    junction_ahead,
+    light_junctions,
+    sidewalk_before_junction,
+)
 from tools.collect.base.scenario_types import (
     BEFORE_M,
     CATALOGUE,
@@ -31,6 +40,7 @@ from tools.collect.base.scenario_types import (
     PARAMETERS,
     PASS_ROOM_M,
     PLACEABLE,
+    SIDES,
 )
 from tools.collect.base.town import Town
 from tools.dataset.measurements import RoadOption
@@ -83,9 +93,10 @@ def _revisits(wps, radius: float = 5.0) -> bool:
     return bool((d[np.triu_indices(len(xy), k=1)] < radius).any())
 
 
-def _junctions(path, signalized: set[int]) -> list[dict]:
+def _junctions(path, signalized: set[int], lights: set[int] = frozenset()) -> list[dict]:
     """The junctions a walk passes, in order: {"start", "end" (walk indices inside), "turn" (LEFT, RIGHT,
-    STRAIGHT), "signalized", "exit" (the waypoint after it)}."""
+    STRAIGHT), "signalized" (SUMO runs it with traffic lights), "lights" (CARLA has traffic lights in it: the
+    OpenDRIVE's), "exit" (the waypoint after it)}."""
     out = []
     i = 0
     while i < len(path):
@@ -96,8 +107,9 @@ def _junctions(path, signalized: set[int]) -> list[dict]:
         while j < len(path) and path[j].is_junction:
             j += 1
         entry_wp, exit_wp = path[max(i - 1, 0)], path[min(j, len(path) - 1)]
-        out.append({"start": i, "end": j - 1, "exit": exit_wp, "signalized": path[i].get_junction().id in signalized,
-                    "turn": turn_option(entry_wp.transform.rotation.yaw, exit_wp.transform.rotation.yaw)})
+        jid = path[i].get_junction().id
+        out.append({"start": i, "end": j - 1, "exit": exit_wp, "signalized": jid in signalized, "lights": jid in lights,
+                    "id": jid, "turn": turn_option(entry_wp.transform.rotation.yaw, exit_wp.transform.rotation.yaw)})
         i = j
     return out
 
@@ -110,19 +122,57 @@ def _block(name: str, wp, params: dict[str, dict[str, str]] | None = None) -> di
             "params": params or {}}
 
 
-def _junction_type(first: dict) -> str | None:
+def _junction_type(first: dict, walk, cmap) -> str | None:
     """The junction scenario type of a walk's first junction (how routes without --scenarios are filed): the
     junction flow of its turn; None where it goes straight across (the leaderboard has no straight junction flow:
-    the route runs no scenario and is filed under NoScenario)."""
-    if first["turn"] not in (RoadOption.LEFT, RoadOption.RIGHT):
+    the route runs no scenario and is filed under NoScenario), where SUMO and CARLA disagree on its traffic lights,
+    or where the type's class would find no lane for its flow (_class_finds)."""
+    if first["turn"] not in (RoadOption.LEFT, RoadOption.RIGHT) or first["signalized"] != first["lights"]:
         return None
     kind = "Signalized" if first["signalized"] else "NonSignalized"
-    return f"{kind}Junction{'LeftTurn' if first['turn'] == RoadOption.LEFT else 'RightTurn'}"
+    name = f"{kind}Junction{'LeftTurn' if first['turn'] == RoadOption.LEFT else 'RightTurn'}"
+    at = _trigger_index(first)
+    return name if at > 0 and _class_finds(name, first, _class_lane(cmap, walk[at])) is not None else None
 
 
-def _junction_params(name: str, j: dict, walk, rng: random.Random) -> dict[str, dict[str, str]] | None:
+def _trigger_index(j: dict) -> int:
+    """The walk index a junction scenario is triggered at: 20 m (10 steps) before its junction."""
+    return max(j["start"] - 10, 0)
+
+
+def _class_lane(cmap, wp):
+    """The lane a scenario class finds under a trigger point: carla.Map.get_waypoint of the point as the route file
+    writes it (to 0.1 m)."""
+    import carla
+
+    t = wp.transform.location
+    return cmap.get_waypoint(carla.Location(round(t.x, 1), round(t.y, 1), round(t.z, 1)))
+
+
+def _class_finds(name: str, j: dict, lane, sidewalks: bool = True) -> dict | None:
+    """What the leaderboard class of junction or crossing type `name` finds from its trigger lane `lane` (the
+    queries of tools.collect.base.scenario_sites): {} or, for OppositeVehicle*, {"directions": the sides with an
+    entry lane}; None where it would raise (the junction it walks to is not the walk's `j`, no entry lane on the
+    side it takes its flow from, no sidewalk on the right: looked for only where the town has `sidewalks`)."""
+    walks = name in FLOW_SIDE or name.startswith("OppositeVehicle") or name == "PedestrianCrossing"
+    if not walks:
+        return {}
+    ahead = junction_ahead(lane)
+    if ahead is None or ahead[1].get_junction().id != j["id"]:
+        return None
+    if name == "PedestrianCrossing":
+        return {} if not sidewalks or sidewalk_before_junction(lane) is not None else None
+    sides = entry_sides(lane)
+    if name in FLOW_SIDE:
+        return {} if sides.get(FLOW_SIDE[name]) else None
+    found = [side for side in SIDES if sides.get(side)]
+    return {"directions": found} if found else None
+
+
+def _junction_params(name: str, j: dict, walk, rng: random.Random, found: dict) -> dict[str, dict[str, str]] | None:
     """The parameters of junction type `name` at junction `j` of a walk: every one its leaderboard class reads
-    (EnterActorFlow: where its flow starts and ends); None when the junction has no place for it."""
+    (EnterActorFlow: where its flow starts and ends; OppositeVehicle*: a `direction` among those its class finds
+    an entry lane on, `found`); None when the junction has no place for it."""
     if name.endswith(("LeftTurn", "RightTurn")) or name.startswith("EnterActorFlow"):
         lo = rng.choice((15, 20, 25))
         params = {"flow_speed": {"value": f"{rng.uniform(8.0, 12.0):.1f}"},
@@ -134,7 +184,7 @@ def _junction_params(name: str, j: dict, walk, rng: random.Random) -> dict[str, 
             params.update(ends)
         return params
     if name.startswith("OppositeVehicle"):
-        return {"direction": {"value": rng.choice(("left", "right"))}}
+        return {"direction": {"value": rng.choice(found["directions"])}}
     return {}
 
 
@@ -173,10 +223,11 @@ def _location(loc) -> dict[str, str]:
 _LEAD_STEPS = 25
 
 
-def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict | None:
-    """A scenario block of type `name` on a walk (2 m steps), where it makes sense; None when the walk has no
-    such place. Obstacles and mid-block crossings go on straight stretches without a junction (with the
-    neighbouring lane their pass needs), junction types before a junction of the right kind."""
+def _place(name: str, walk, junctions: list[dict], rng: random.Random, cmap, sidewalks: bool = True) -> dict | None:
+    """A scenario block of type `name` on a walk (2 m steps) of `cmap`, where it makes sense; None when the walk has
+    no such place. Obstacles and mid-block crossings go on straight stretches without a junction (with the
+    neighbouring lane their pass needs), junction types before a junction of the right kind where their class
+    finds the lanes it looks for (_class_finds)."""
     stype = CATALOGUE[name]
     if stype.kind == JUNCTION or name in ("PedestrianCrossing", "VehicleTurningRoutePedestrian"):
         def fits(j: dict) -> bool:
@@ -184,16 +235,20 @@ def _place(name: str, walk, junctions: list[dict], rng: random.Random) -> dict |
                 return False
             if ("RightTurn" in name or name == "VehicleTurningRoutePedestrian") and j["turn"] != RoadOption.RIGHT:
                 return False
+            # Traffic lights where both SUMO (the embedded world) and CARLA (the OpenDRIVE's, which the
+            # signalized classes look for) have them; none in either for the others.
             if name.startswith("Signalized") or name == "OppositeVehicleRunningRedLight":
-                return j["signalized"]
+                return j["signalized"] and j["lights"]
             if name.startswith("NonSignalized") or name == "OppositeVehicleTakingPriority":
-                return not j["signalized"]
+                return not j["signalized"] and not j["lights"]
             return True
         for j in junctions:
             if j["start"] >= _LEAD_STEPS and j["end"] + 20 < len(walk) and fits(j):
-                params = _junction_params(name, j, walk, rng)
+                trigger = walk[_trigger_index(j)]
+                found = _class_finds(name, j, _class_lane(cmap, trigger), sidewalks)
+                params = None if found is None else _junction_params(name, j, walk, rng, found)
                 if params is not None:
-                    return _block(name, walk[j["start"] - 10], params)
+                    return _block(name, trigger, params)
         return None
     # A straight stretch: the trigger, then `distance` metres to the site, then room to pass it.
     distance = rng.uniform(BEFORE_M, BEFORE_M + 15.0) if stype.kind == OBSTACLE else rng.uniform(12.0, 30.0)
@@ -308,6 +363,11 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     planner = RoutePlanner(t.carla_map)
     starts = [w for w in t.carla_map.generate_waypoints(5.0) if not w.is_junction]
     signalized = _signalized_junctions(t)
+    # CARLA's traffic lights (the signalized classes look for them); a town whose OpenDRIVE assigns none to its
+    # junctions (netconvert's, generated: no CARLA town) is taken to have SUMO's.
+    opendrive = t.xodr.read_text()
+    lights = {j for j, signals in light_junctions(opendrive).items() if signals} or set(signalized)
+    sidewalks = has_sidewalks(opendrive)  # else (a generated town) PedestrianCrossing is placed without one
     written = []
     with tqdm(total=count, desc="routes", unit="route") as bar:
         tries = 0
@@ -322,16 +382,16 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
             walk = _random_walk(rng, rng.choice(starts), length)
             if len(walk) * 2.0 < min_length:
                 continue
-            junctions = _junctions(walk, signalized)
+            junctions = _junctions(walk, signalized, lights)
             if not junctions:
                 continue
             if wanted:
-                scenario = _place(wanted, walk, junctions, rng)
+                scenario = _place(wanted, walk, junctions, rng, t.carla_map, sidewalks)
                 if scenario is None:
                     continue
             else:  # the flow of its first junction's turn with the class's defaults; none going straight
-                first = _junction_type(junctions[0])
-                scenario = first and _block(first, walk[max(junctions[0]["start"] - 10, 0)])
+                first = _junction_type(junctions[0], walk, t.carla_map)
+                scenario = first and _block(first, walk[_trigger_index(junctions[0])])
             pts = [walk[0]] + [j["exit"] for j in junctions] + [walk[-1]]
             if walk[-1].is_junction or _revisits(pts):
                 continue

@@ -16,6 +16,12 @@ runs the real code where it runs without a server and reads the real source wher
               class, and the parameters its class reads in the shape it reads them (value, from/to, x/y/z); its
               trigger point on the route as RouteParser.is_scenario_at_route finds it (the route traced by our
               planner, which follows GlobalRoutePlanner, when the town is in a towns/ folder above the file)
+  build       every scenario block of those route files built as RouteScenario.build_scenarios builds it: its class
+              (as get_all_scenario_classes finds it) called with (world, [ego], config, timeout) on the route
+              interpolate_trajectory traces, against a stand-in of the server on the town's carla.Map (found in a
+              towns/ folder above the file; tools.collect.carla.scenario_build); a class that raises is a block the
+              leaderboard skips ("Skipping scenario ... due to setup error"): a FAIL naming the file, route, block,
+              type and the class's error
   argv        tools.collect.carla.run.evaluator_command parsed by the evaluator's own argparse definitions (the
               add_argument calls of leaderboard_evaluator.py main(), executed)
   checkpoint  a checkpoint written by the real StatisticsManager in the evaluator's order (a finished route and a
@@ -42,12 +48,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from tools.collect.base.route_gen import generate_routes
 from tools.collect.base.routes import TOWN_SUFFIX, find_route_files, find_towns_dir, read_routes
 from tools.collect.base.scenario_types import INTERVAL, LOCATION, PARAMETERS, PLACEABLE, SHAPE_KEYS, VALUE
-from tools.collect.base.town import opendrive_map
+from tools.collect.base.town import Town
 from tools.collect.carla.agent import AGENT_FILE, MAX_RGB_CAMERAS, MAX_SENSOR_RADIUS_M, check_rig, declared_sensors
 from tools.collect.carla.evaluator import route_parser_with_getchildren
 from tools.collect.carla.run import (
@@ -59,6 +63,7 @@ from tools.collect.carla.run import (
     leaderboard_root,
     scenario_runner_root,
 )
+from tools.collect.carla.scenario_build import Builder, all_scenario_classes, planned_route
 from tools.collect.carla.server import Ports
 from tools.collect.carla.versions import VersionError, check_release, install_package
 from tools.core.errors import ToolError
@@ -304,8 +309,8 @@ def check_routes(report: Report, files: list[Path], reads: Mapping[str, Mapping[
 
 def _triggers_off_route(parser, path: Path, configs, planners: dict[Path, RoutePlanner]) -> list[str]:
     """Scenarios whose trigger point the leaderboard would find off its route, which it then ignores ("too far from
-    the route"): the real RouteParser.is_scenario_at_route on the route as our planner traces it (it follows
-    GlobalRoutePlanner's path; z from the nearest route waypoint). Routes whose town is not found beside them (a
+    the route"): the real RouteParser.is_scenario_at_route on the route as our planner traces it
+    (scenario_build.planned_route). Routes whose town is not found beside them (a
     towns/ folder above the file) are not traced."""
     import carla
 
@@ -321,23 +326,62 @@ def _triggers_off_route(parser, path: Path, configs, planners: dict[Path, RouteP
         if route is None or xodr is None or not xodr.is_file() or not config.scenario_configs:
             continue
         if xodr not in planners:
-            planners[xodr] = RoutePlanner(opendrive_map(xodr))
+            planners[xodr] = RoutePlanner(Town(xodr).carla_map)  # the town keeps its lane graph beside it
+        points = [carla.Location(float(x), float(y), float(z)) for x, y, z in route.waypoints]
         try:
-            dense = planners[xodr].trace(route.waypoints)
+            traced = planned_route(planners[xodr], points)
         except NoRoute as e:
             out.append(f"{path}: {config.name}: our planner finds no route through its waypoints ({e})")
             continue
-        nearest = np.hypot(dense.xy[:, None, 0] - route.waypoints[None, :, 0],
-                           dense.xy[:, None, 1] - route.waypoints[None, :, 1]).argmin(axis=1)
-        traced = [(carla.Transform(carla.Location(float(x), float(y), float(route.waypoints[k, 2])),
-                                   carla.Rotation(yaw=float(yaw))), None)
-                  for (x, y), yaw, k in zip(dense.xy, dense.yaw, nearest, strict=True)]
         for sc in config.scenario_configs:
             if sc.trigger_points and not parser.is_scenario_at_route(sc.trigger_points[0], traced):
                 out.append(f"{path}: {config.name} scenario {sc.name!r} ({sc.type}): its trigger point is off the "
                            "route as the leaderboard traces it (RouteParser.is_scenario_at_route): it would ignore "
                            "the scenario")
     return out
+
+
+def check_build(report: Report, files: list[Path], runner: Path, source: str,
+                classes: Mapping[str, type] | None = None) -> None:
+    """Every scenario block of the route files built with its real class (scenario_build); `classes`: those of
+    `runner` (all_scenario_classes) unless given. Files the RouteParser refuses, blocks of a type without a class
+    (the routes check names both) and routes whose town is not beside them are not built (said on the ok line)."""
+    parser = _import("leaderboard.utils.route_parser").RouteParser
+    classes = all_scenario_classes(runner) if classes is None else classes
+    builders: dict[Path, tuple[Town, Builder]] = {}
+    built = stopped = 0
+    unbuilt: list[str] = []
+    for path in files:
+        try:
+            configs = parser.parse_routes_file(str(path))
+            towns = find_towns_dir(path, None)
+        except Exception:  # noqa: BLE001  the routes check reports what the parser refuses
+            continue
+        for config in configs:
+            xodr = towns / f"{config.town}{TOWN_SUFFIX}"
+            if not xodr.is_file():
+                unbuilt.append(f"{path.name} ({config.town}: no {xodr})")
+                continue
+            if xodr not in builders:
+                town = Town(xodr)  # held: the lane graph our planner reads is kept with it
+                builders[xodr] = town, Builder(town.carla_map, classes)
+            config.scenario_configs = [sc for sc in config.scenario_configs if sc.type in classes]
+            for block in builders[xodr][1].build_route(config):
+                if block.get("ignored"):
+                    continue  # the routes check names triggers off the route
+                built += 1
+                stopped += bool(block["stopped"])
+                if block["error"]:
+                    e = block["error"]
+                    report.fail("build", f"{path}: {config.name} scenario {block['name']!r} ({block['type']}): "
+                                         f"its class raises {e['type']}: {e['message']}: the leaderboard would skip "
+                                         "it (\"Skipping scenario ... due to setup error\")")
+    if not any(line.startswith("FAIL  build") for line in report.lines):
+        notes = [f"{stopped} of them up to a server call the stand-in does not model"] if stopped else []
+        if unbuilt:
+            notes.append(f"not built, no town beside them: {', '.join(unbuilt)}")
+        report.ok("build", f"{built} scenario blocks of {len(files)} route files ({source}) built with their classes "
+                           f"of {runner} without an error{'; ' + '; '.join(notes) if notes else ''}")
 
 
 def evaluator_flags(leaderboard: Path) -> argparse.ArgumentParser:
@@ -446,8 +490,10 @@ def check_checkpoint(report: Report, folder: Path) -> None:
 
 #: The CARLA town our route files are generated on (every placeable type has a place there).
 ROUTE_TOWN = "Town10HD"
-#: The types that pass through the oncoming lane: the generated grid towns have no place for them.
-_ONCOMING = tuple(n for n in PLACEABLE if n.endswith("TwoWays") or n == "InvadingTurn")
+#: The types a generated grid town has no place for: those passing through the oncoming lane (one-way streets),
+#: and those whose class looks for what netconvert does not write (CARLA's traffic lights, sidewalks).
+_NOT_ON_GRID = tuple(n for n in PLACEABLE if n.endswith("TwoWays") or n == "InvadingTurn"
+                     or n.startswith("SignalizedJunction") or n == "PedestrianCrossing")
 
 
 def route_town(env: Mapping[str, str]) -> Path | None:
@@ -465,8 +511,8 @@ def route_town(env: Mapping[str, str]) -> Path | None:
 
 def our_routes(folder: Path, town: Path | None) -> tuple[list[Path], str]:
     """Route files as `routes` writes them: one per placeable scenario type and four without --scenarios, on
-    `town` (ROUTE_TOWN), else on a generated grid town, where the types passing through the oncoming lane have no
-    place (left out, and said so). The files and where they come from, in words."""
+    `town` (ROUTE_TOWN), else on a generated grid town, where the types of _NOT_ON_GRID have no place (left out,
+    and said so). The files and where they come from, in words."""
     kinds = list(PLACEABLE)
     if town is not None:  # a copy: what the town's SUMO network is made into lands beside it, not in the install
         town = Path(shutil.copy(town, folder / town.name))
@@ -474,7 +520,7 @@ def our_routes(folder: Path, town: Path | None) -> tuple[list[Path], str]:
         from tools.collect.base.town import make_town
 
         town = make_town(folder / "town.xodr", grid="3x3", seed=1, lanes=2, block=110.0)
-        kinds = [n for n in kinds if n not in _ONCOMING]
+        kinds = [n for n in kinds if n not in _NOT_ON_GRID]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its progress
         files = generate_routes(str(town), len(kinds), str(folder / "routes"), seed=3, min_length=150.0,
                                 max_length=450.0, scenarios=",".join(kinds))
@@ -515,6 +561,7 @@ def carla_check(routes: str | None = None, rig: RigConfig | None = None,
                  ("scenarios", lambda: check_scenarios(report, reads)),
                  ("routes", lambda: made or made.append(our_routes(Path(tmp), route_town(env)))),
                  ("routes", lambda: made and check_routes(report, made[0][0], reads, made[0][1])),
+                 ("build", lambda: made and check_build(report, made[0][0], runner, made[0][1])),
                  ("argv", lambda: check_argv(report, leaderboard, runner)),
                  ("checkpoint", lambda: check_checkpoint(report, Path(tmp)))]
         for name, step in steps:

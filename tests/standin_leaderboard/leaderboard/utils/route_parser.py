@@ -1,5 +1,6 @@
 """Stand-in of leaderboard/utils/route_parser.py (leaderboard aec81319): RouteParser.parse_routes_file as the
-evaluator uses it: one config per <route> (name RouteScenario_<id>), each <scenario> a config with its name, type,
+evaluator uses it: one config per <route> (name RouteScenario_<id>, its town, keypoints: a carla.Location per
+<position>), each <scenario> a config with its name, type,
 trigger_points (a carla.Transform per <trigger_point>) and other_parameters (every other child: its tag -> its
 attributes); is_scenario_at_route: a route point within 2 m (in x, y), the trigger at most 2 m above it, and the
 yaws within 10 degrees. Written here from their description."""
@@ -22,7 +23,7 @@ class RouteParser:
             scenarios = []
             for scenario in route.find("scenarios").iter("scenario"):
                 sc = SimpleNamespace(name=scenario.attrib.get("name"), type=scenario.attrib.get("type"),
-                                     trigger_points=[], other_parameters={})
+                                     trigger_points=[], other_parameters={}, route=None, ego_vehicles=[])
                 for elem in scenario:
                     if elem.tag == "trigger_point":
                         x, y, z, yaw = (float(elem.attrib[k]) for k in ("x", "y", "z", "yaw"))
@@ -30,8 +31,10 @@ class RouteParser:
                     else:
                         sc.other_parameters[elem.tag] = elem.attrib
                 scenarios.append(sc)
+            keypoints = [carla.Location(*(float(p.attrib[k]) for k in ("x", "y", "z")))
+                         for p in route.find("waypoints").iter("position")]
             configs.append(SimpleNamespace(name=f"RouteScenario_{route.attrib['id']}", town=route.attrib["town"],
-                                           scenario_configs=scenarios))
+                                           keypoints=keypoints, scenario_configs=scenarios))
         return configs
 
     @staticmethod
