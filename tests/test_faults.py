@@ -239,6 +239,49 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning
     assert checkpoint.latest(logdir).name == "step-00000005"
 
 
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 64):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("part", ["optimizer.pt", "model.pt"])
+def test_a_run_whose_checkpoints_are_all_damaged_never_starts_over_silently_and_purge_keeps_the_intact(
+        train_root, four_steps, tmp_path, part):
+    """`part` damaged in steps 2 and 4, and a step 9 whose model.pt is damaged (numbered above what the resumed run
+    writes). optimizer.pt: step 4's model, schedule and data position are resumed with one line, and purge (keep=1)
+    keeps the new step 5, not the damaged 9. model.pt: one line naming them and how to start over, nothing written."""
+    from tools.train import checkpoint
+
+    logdir = Path(shutil.copytree(four_steps, tmp_path / "run"))
+    shutil.copytree(checkpoint.step_dir(logdir, 4), checkpoint.step_dir(logdir, 9))
+    _flip(checkpoint.step_dir(logdir, 9) / "model.pt")
+    for step in (2, 4):
+        _flip(checkpoint.step_dir(logdir, step) / part)
+    before = tree(logdir)
+    proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN,
+                    "max_steps=5", "keep=1", timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "checksum mismatch" in line]
+    if part == "optimizer.pt":
+        assert proc.returncode == 0, proc.stderr
+        assert len(lines) == 2 and "step-00000009/model.pt" in lines[0] and "falling back" in lines[0], proc.stderr
+        assert "resuming step-00000004 from its intact model.pt" in lines[1], lines[1]
+        assert "new optimizer moments" in lines[1]
+        assert "step 4/5" in proc.stderr and "from scratch" not in proc.stderr, proc.stderr
+        kept = [p.name for p in checkpoint.complete_checkpoints(logdir)]
+        assert kept == ["step-00000005", "step-00000009"], kept  # the intact new step kept, not only the damaged
+        assert checkpoint.latest(logdir) == checkpoint.step_dir(logdir, 5)
+    else:
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert [line for line in proc.stderr.splitlines() if line.strip()] == lines, proc.stderr
+        assert all(s in lines[0] for s in ("none of its 3 checkpoints", "step-00000009 model.pt checksum mismatch",
+                                            "step-00000004 model.pt", "step-00000002 model.pt",
+                                            "to start over from step 0 on purpose", "mv "))
+        assert tree(logdir) == before, "a refused resume wrote into the run folder"
+
+
 def test_a_planted_pickled_session_cache_is_refused_before_training_reads_it(train_root, tmp_path):
     import diskcache
 
