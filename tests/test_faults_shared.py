@@ -81,6 +81,27 @@ def test_a_link_made_after_a_tool_started_is_refused_before_a_run_is_claimed_or_
     assert tree(elsewhere) == before and layout.run_dir(key).is_dir()
 
 
+def test_a_root_reached_through_a_symlink_is_nested_and_the_outer_roots_clean_failed_never_deletes_an_inner_one(
+        collected_root, short_routes, tmp_path):
+    outer = copy_root(collected_root, tmp_path / "outer")
+    layout = Layout(outer)
+    key = next(iter(layout.iter_runs()))
+    link = tmp_path / "link"
+    link.symlink_to(layout.frames_dir(key))  # LINK -> OUTER/data/<S>/<run>/frames
+    before = tree(outer)
+    proc = run_bin("collect", short_routes, "--root", link / "inner", "--workers", "1")
+    one_line(proc, f"--root {link / 'inner'} ({layout.frames_dir(key) / 'inner'})", f"inside the dataset root {outer}")
+    assert tree(outer) == before
+    # A root already inside a run folder, deeper than a tool looks when it starts (made by hand, or by an older
+    # drivekit through such a link), and that run crashed: clean-failed deletes the run, never the root in it.
+    inner = layout.frames_dir(key) / "inner"
+    inner.mkdir()
+    shutil.copy(layout.manifest, inner / "manifest.json")
+    layout.result_path(key).unlink()
+    one_line(run_bin("clean-failed", outer, "--yes"), f"{layout.run_dir(key)} holds another dataset root, {inner}")
+    assert (inner / "manifest.json").is_file() and layout.attempt_logs(key)
+
+
 # ----------------------------------------------------------------------------- no flock, clock skew
 
 

@@ -140,9 +140,14 @@ def inherited_claim(layout: Layout, key: RunKey, attempt: int) -> RunClaim:
     return RunClaim(key, int(attempt), layout.attempt_log(key, int(attempt)), fd)
 
 
-def discard_run(layout: Layout, key: RunKey) -> None:
-    """Remove a run's data and result (result first, so the run never looks finished meanwhile); never through a
-    symbolic link (Layout.check_run_paths)."""
+def discard_run(layout: Layout, key: RunKey, logs: bool = False) -> None:
+    """Remove a run's data and result (result first, so the run never looks finished meanwhile), with `logs` its log
+    folder too (its attempts start over); never through a symbolic link (Layout.check_run_paths), and never a folder
+    that holds another dataset root (Layout.check_holds_no_root: looked at before anything is deleted)."""
     layout.check_run_paths(key)
+    folders = [layout.run_dir(key), *([layout.log_dir(key)] if logs else [])]
+    for folder in folders:
+        layout.check_holds_no_root(folder)
     layout.result_path(key).unlink(missing_ok=True)
-    atomic.remove_tree(layout.run_dir(key))
+    for folder in folders:
+        atomic.remove_tree(folder)

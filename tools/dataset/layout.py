@@ -134,32 +134,48 @@ _REP_SUFFIX = re.compile(r"_rep([0-9]+)$")
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """`--root`, else `$DATA_ROOT`, else `./data`; ToolError for a root inside another dataset root or
+    """`--root`, else `$DATA_ROOT`, else `./data`, as its resolved path (symbolic links followed: two roots are
+    compared where they are, not by the way they were named); ToolError for a root inside another dataset root or
     holding one (`check_not_nested`)."""
     if root is None or str(root) == "":
         root = os.environ.get("DATA_ROOT") or "data"
-    path = Path(root).expanduser().absolute()
-    check_not_nested(path)
+    given = Path(root).expanduser()
+    try:
+        path = given.resolve()
+    except (OSError, RuntimeError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise ToolError(f"--root {given}: cannot be resolved ({e}); give a --root without a loop of links") from None
+    check_not_nested(path, given)
     return path
 
 
-#: How deep below a root `check_not_nested` looks for another root's manifest (ROOT/data/<Scenario>/<run>).
+#: How deep below a root `check_not_nested` looks for another root's manifest (ROOT/data/<Scenario>/<run>) when a
+#: tool starts; a folder a tool deletes is looked through at any depth first (`Layout.check_holds_no_root`).
 _NESTED_DEPTH = 3
 
 
-def check_not_nested(root: Path) -> None:
-    """Refuse a root inside another dataset root (an ancestor holds manifest.json) or one holding a root
-    (a folder up to three levels down holds manifest.json): their runs would be read, listed and cleaned
-    as each other's."""
+def check_not_nested(root: Path, given: Path | None = None) -> None:
+    """Refuse a root (a resolved path) inside another dataset root (an ancestor holds manifest.json, at any height)
+    or one holding a root (a folder up to three levels down holds manifest.json): their runs would be read, listed
+    and cleaned as each other's. `given`: the path as the user named it, for the message when it differs."""
+    named = f"{given} ({root})" if given is not None and given.absolute() != root else str(root)
     for parent in root.parents:
         if (parent / MANIFEST).is_file():
-            raise ToolError(f"--root {root}: inside the dataset root {parent}; give a --root outside it "
+            raise ToolError(f"--root {named}: inside the dataset root {parent}; give a --root outside it "
                             f"(or {parent} itself)")
     if root.is_dir():
         for depth in range(1, _NESTED_DEPTH + 1):
             for found in root.glob("/".join(["*"] * depth) + "/" + MANIFEST):
-                raise ToolError(f"--root {root}: holds another dataset root {found.parent}; give each dataset "
+                raise ToolError(f"--root {named}: holds another dataset root {found.parent}; give each dataset "
                                 "its own --root, side by side")
+
+
+def nested_root(folder: Path) -> Path | None:
+    """The first folder at or below `folder`, at any depth, that holds a manifest.json (another dataset root), None
+    when there is none; symbolic links are not followed (deleting a tree removes a link, not what it points to)."""
+    for top, _dirs, names in os.walk(folder):
+        if MANIFEST in names:
+            return Path(top)
+    return None
 
 
 def unwritable(folder: Path) -> str | None:
@@ -513,6 +529,15 @@ class Layout:
             link = find_link(self.root, path)
             if link is not None:
                 raise link_error(self.root, link)
+
+    def check_holds_no_root(self, folder: Path) -> None:
+        """ToolError when `folder`, which a tool is about to delete, holds another dataset root at any depth (one
+        made inside this root's run folder by hand, or by an older drivekit through a symbolic link): nothing of
+        another root is ever deleted with a run."""
+        found = nested_root(folder)
+        if found is not None:
+            raise ToolError(f"{folder} holds another dataset root, {found}: not deleted; move that root out of "
+                            f"{self.root} (each dataset its own --root, side by side), then run this again")
 
     def iter_runs(self) -> Iterator[RunKey]:
         """Every route run that has anything on disk (a folder, a result or a log), sorted: the union of

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from tools.collect.inspect.tables import count_states, crash_lines, format_table, known_runs
-from tools.core import atomic, cli
+from tools.core import cli
 from tools.core.errors import ToolError
 from tools.dataset.claims import attempts, discard_run, exclusive
 from tools.dataset.layout import SLURM, Layout, RunKey, open_root
@@ -111,8 +111,7 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
             if not is_failed(now):
                 print(f"{key}: now {now.value}, left alone", file=sys.stderr)
                 continue
-            discard_run(layout, key)  # result first, then the data folder
-            atomic.remove_tree(layout.log_dir(key))
+            discard_run(layout, key, logs=True)  # result first, then the data and log folders
         deleted += 1
     print(f"deleted {deleted} failed route runs; bin/collect with the same ROUTES_DIR and --root "
           f"{layout.root} collects them again")
