@@ -9,6 +9,7 @@ in the tool's process (a sitecustomize on PYTHONPATH), as NFS without its lock d
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import json
 import os
@@ -79,6 +80,19 @@ def test_a_link_made_after_a_tool_started_is_refused_before_a_run_is_claimed_or_
         with pytest.raises(ToolError, match="symbolic link"):
             act()
     assert tree(elsewhere) == before and layout.run_dir(key).is_dir()
+
+
+def test_validate_never_writes_its_report_through_a_symlinked_report_folder(collected_root, tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "report.json").write_text("{}")
+    today = root / "reports" / datetime.date.today().isoformat()
+    today.parent.mkdir(exist_ok=True)
+    today.symlink_to(elsewhere)  # ROOT/reports/<date> -> a folder elsewhere
+    before = tree(elsewhere)
+    one_line(run_bin("validate", root, "--workers", "1"), str(today), "symbolic link")
+    assert tree(elsewhere) == before and (elsewhere / "report.json").read_text() == "{}"
 
 
 def test_a_root_reached_through_a_symlink_is_nested_and_the_outer_roots_clean_failed_never_deletes_an_inner_one(

@@ -84,9 +84,6 @@ PY123D = "py123d"
 SLURM = "slurm"  # a SLURM collection's waves (tools.collect.runner.slurm)
 BENCH2DRIVE = "bench2drive"  # an evaluation root's Bench2Drive metrics (tools.evaluate.bench2drive)
 
-#: The folders of ROOT that tools write into (`Layout.links` refuses a symbolic link among them).
-ROOT_FOLDERS = frozenset({DATA, RESULTS, LOGS, BUCKETS, CACHE, REPORTS, PY123D, SLURM, BENCH2DRIVE})
-
 RUN_SETTINGS = "run.json"
 RUN_MEASUREMENTS = "measurements.msgpack"
 #: The name Bench2Drive's agents give it (SAVE_PATH/<save_name>/metric_info.json).
@@ -117,6 +114,23 @@ BENCH2DRIVE_MERGED = "merged.json"
 BENCH2DRIVE_ABILITY = "merged_ability.json"
 RECORD_NAME = "{index:05d}.rec"
 FILM_NAME = "{run}.webp"
+
+#: Every level below ROOT at which a tool writes, for `Layout.links`: a name (or "*", any other entry) -> the levels
+#: inside it (None: the entry itself only). ROOT's own files are atomic writes (a rename replaces a link, never writes
+#: through it), named so that a link among them is refused all the same.
+WRITTEN: dict[str, dict | None] = {
+    DATA: {"*": {"*": None}},  # data/<Scenario>/<run>
+    LOGS: {"*": {"*": None}},  # logs/<Scenario>/<run>, logs/slurm/<array>_<task>.log
+    RESULTS: {"*": {"*": None}},  # results/<Scenario>/<run>.json, .webp
+    REPORTS: {"*": {"*": None}},  # reports/<date>/report.json, report.html
+    BUCKETS: {"*": None},  # buckets/<collection>.json, index.json
+    CACHE: {"*": {"*": None, DATA: {"*": {"*": None}}}},  # cache/<key>/settings.json, cache/<key>/data/<S>/<run>
+    PY123D: {"*": {"*": {"*": None}}},  # py123d/logs/<split>/<log>, py123d/maps/<dataset>/<file>
+    SLURM: {"*": {"*": None}},  # slurm/waves/wave-<NNNN>.json
+    BENCH2DRIVE: {"*": None},  # bench2drive/merged.json, merged_ability.json
+    **dict.fromkeys((MANIFEST, CARD, EVALUATION, EVALUATION_RESULT)),
+}
+_NOT_NAMED = object()
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -487,32 +501,30 @@ class Layout:
         return found
 
     def links(self) -> list[Path]:
-        """The symbolic links at the levels the layout names, sorted: ROOT's folders, their scenario (and cache key)
-        folders, route run folders under data/ and logs/, and a cache's data/<Scenario>/<run> folders. A tool
-        that followed one would write or delete in another place (another root's runs): `check_no_links`."""
+        """The symbolic links at every level the layout names a tool writes (`WRITTEN`), sorted: ROOT's files and
+        folders, scenario and route run folders under data/, logs/ and results/, report folders, bucket files, a
+        cache's key, scenario and run folders, Py123D's split, log and map folders, SLURM's waves, Bench2Drive's
+        files. A tool that followed one would write or delete in another place (another root's runs): `check_no_links`.
+        Below these levels (a run's frames and logs) a writer checks as it goes: `check_run_paths` for the folders,
+        `tools.core.files.open_for_writing` (O_NOFOLLOW) for the files it opens in place."""
         found: list[Path] = []
 
-        def entries(folder: Path, names: frozenset[str] | None = None) -> list[os.DirEntry]:
+        def look(folder: Path, spec: dict[str, dict | None]) -> None:
             try:
                 with os.scandir(folder) as it:
-                    listed = [e for e in it if not e.name.startswith(TMP_PREFIX) and (names is None or e.name in names)]
+                    listed = [e for e in it if not e.name.startswith(TMP_PREFIX)]
             except OSError:  # no such folder (or not one)
-                return []
-            found.extend(Path(e.path) for e in listed if e.is_symlink())
-            return [e for e in listed if not e.is_symlink() and e.is_dir()]
+                return
+            for e in listed:
+                inside = spec.get(e.name, spec.get("*", _NOT_NAMED))
+                if inside is _NOT_NAMED:
+                    continue
+                if e.is_symlink():
+                    found.append(Path(e.path))
+                elif inside is not None and e.is_dir():
+                    look(Path(e.path), inside)
 
-        tops = {e.name: e for e in entries(self.root, ROOT_FOLDERS)}
-        for top, depth in ((DATA, 2), (LOGS, 2), (RESULTS, 1)):
-            if top in tops:
-                for scen in entries(Path(tops[top].path)):
-                    if depth == 2:
-                        entries(Path(scen.path))
-        if CACHE in tops:
-            for key in entries(Path(tops[CACHE].path)):
-                for sub in entries(Path(key.path)):
-                    if sub.name == DATA:
-                        for scen in entries(Path(sub.path)):
-                            entries(Path(scen.path))
+        look(self.root, WRITTEN)
         return sorted(found)
 
     def check_no_links(self) -> None:
