@@ -116,6 +116,33 @@ def test_a_root_reached_through_a_symlink_is_nested_and_the_outer_roots_clean_fa
     assert (inner / "manifest.json").is_file() and layout.attempt_logs(key)
 
 
+def test_a_dangling_symlink_as_a_lock_is_refused_in_one_line_naming_it_and_nothing_is_created_where_it_points(
+        collected_root, tmp_path):
+    from tools.train import checkpoint
+
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = next(iter(layout.iter_runs()))
+    layout.result_path(key).unlink()  # crashed: clean-failed deletes it, collect runs it again
+    (tmp_path / "outside").mkdir()
+    targets = []
+    for lock in (layout.run_lock(key), layout.bucket_lock, tmp_path / "run" / checkpoint.RUN_LOCK):
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.unlink(missing_ok=True)
+        targets.append(tmp_path / "outside" / lock.name)
+        lock.symlink_to(targets[-1])  # dangling: an O_CREAT through it would create the file outside
+    run_lock = str(layout.run_lock(key))
+    one_line(run_bin("clean-failed", root, "--yes"), run_lock, "symbolic link")
+    collect = run_bin("collect", collected_root.parent / "routes", "--root", root, "--workers", "1")
+    assert collect.returncode == 2 and "Traceback" not in collect.stderr, collect.stderr  # after its header line:
+    assert run_lock in collect.stderr.splitlines()[-1] and "symbolic link" in collect.stderr.splitlines()[-1]
+    one_line(run_bin("build-buckets", "--root", root), str(layout.bucket_lock), "symbolic link")
+    with pytest.raises(ToolError, match="train.lock is a symbolic link"):
+        checkpoint.lock_run_folder(tmp_path / "run")
+    assert not any(t.exists() for t in targets), "a file was created through a link"
+    assert layout.run_dir(key).is_dir()
+
+
 # ----------------------------------------------------------------------------- no flock, clock skew
 
 

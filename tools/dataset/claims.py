@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.core import atomic, locks
+from tools.core import atomic, files, locks
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import RunState, held_run_state
@@ -59,7 +59,7 @@ def _lock(path: Path) -> int | None:
     deadline = time.monotonic() + _LOCK_RETRY_S
     while True:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        fd = files.open_for_writing(path, os.O_CREAT | os.O_RDWR)  # a link or a FIFO there: ToolError
         try:
             taken = locks.try_lock(fd, path)  # a file system without locks: ToolError, nothing claimed
         except BaseException:
@@ -101,7 +101,7 @@ def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo
         n = attempts(layout, key) + 1
         log = layout.attempt_log(key, n)
         try:
-            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
         except FileExistsError:  # only without working locks: another host counted this attempt
             os.close(fd)
             return RunState.RUNNING
