@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, copy_root, read_only, run_bin, run_tool, start_tool, tree
+from conftest import PYTHON, REPO, copy_root, read_only, run_bin, run_tool, start_tool, tree
 from processes import Process, live_processes
 
 from tools.dataset.claims import attempts
@@ -160,6 +160,52 @@ def test_kill9_of_the_cache_builder_then_a_rerun_builds_a_verified_cache(collect
     assert verify.returncode == 0, verify.stderr
     assert "0 damaged, 0 missing" in verify.stderr
     assert not [p for p in (root / "cache").rglob(".tmp-*")], "a killed builder's temporary file was left"
+
+
+#: sitecustomize of a deleter killed mid-delete: once it has deleted 3 files of a folder it renamed aside to delete,
+#: it ends itself with SIGKILL (the moment a kill -9 would leave the most behind, made exact).
+KILLED_MID_DELETE = (
+    "import os, shutil, signal\n"
+    "_rmtree = shutil.rmtree\n"
+    "def rmtree(path, *args, **kwargs):\n"
+    "    if os.path.basename(str(path)).startswith('.tmp-trash-'):\n"
+    "        for top, _dirs, names in os.walk(path):\n"
+    "            for name in names[:3]:\n"
+    "                os.unlink(os.path.join(top, name))\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return _rmtree(path, *args, **kwargs)\n"
+    "shutil.rmtree = rmtree\n")
+
+
+def test_kill9_of_clean_failed_mid_delete_is_counted_and_finished_by_the_next_clean_failed_and_collect_shim(
+        collected_root, tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(KILLED_MID_DELETE)
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    keys = sorted(layout.iter_runs())
+    routes = Path(shutil.copytree(collected_root.parent / "routes", tmp_path / "routes"))
+    for key in keys[:-1]:  # collect's routes: only the last run's, finished (collect starts, finds it done)
+        (routes / key.scenario / f"{key.name.split('_route')[0]}.xml").unlink()
+    env = {"PYTHONPATH": f"{shim}:{REPO}"}
+    for finisher, key in (("clean-failed", keys[0]), ("collect", keys[1])):
+        layout.result_path(key).unlink()  # crashed: clean-failed --yes deletes it
+        killed = run_tool(PYTHON, "-m", "tools.collect", "clean-failed", root, "--yes", env=env)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        trash = sorted(layout.run_dir(key).parent.glob(".tmp-trash-*"))
+        assert len(trash) == 1 and not layout.run_dir(key).exists(), trash
+        progress = run_bin("progress", root)
+        counted = f"1 route run folder ({trash[0].relative_to(root)}) left half deleted"
+        assert counted in progress.stdout, progress.stdout
+        if finisher == "clean-failed":
+            proc = run_bin("clean-failed", root, "--yes")
+            assert proc.returncode == 0 and "finished deleting 1 route run folder" in proc.stdout, proc.stdout
+            assert not layout.log_dir(key).exists()  # and the crashed run, as asked
+        else:
+            proc = collect(routes, root)
+            assert "finished deleting 1 route run folder" in proc.stderr and "1 skipped" in proc.stderr, proc.stderr
+        assert not list(root.glob("data/*/.tmp-*")) and not list(root.glob("logs/*/.tmp-*"))
 
 
 # train_root: the session's collected root with its buckets and cache (conftest.py; read-only).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -138,6 +139,26 @@ def inherited_claim(layout: Layout, key: RunKey, attempt: int) -> RunClaim:
         raise ToolError(f"--attempt {attempt}: no claim of {key} handed over by a collector; leave --attempt "
                         "out (it is for tools.collect collect), the run claims its own attempt") from None
     return RunClaim(key, int(attempt), layout.attempt_log(key, int(attempt)), fd)
+
+
+def finish_deletes(layout: Layout) -> list[Path]:
+    """Finish the deletes of route run folders that a killed clean-failed or collector left half done
+    (Layout.leftover_trash: their folders were renamed aside, so no run counts them); returns those finished. A
+    trash folder holding another dataset root (an older drivekit's) is refused, as a run folder is."""
+    found = layout.leftover_trash()
+    for trash in found:
+        layout.check_holds_no_root(trash)
+    for trash in found:
+        shutil.rmtree(trash, ignore_errors=True)
+    return found
+
+
+def trash_text(layout: Layout, trash: list[Path]) -> str:
+    """How progress, clean-failed and collect name interrupted deletes: "2 route run folders (data/S/.tmp-trash-...,
+    ...) left half deleted by a killed clean-failed or collector"."""
+    shown = ", ".join(str(p.relative_to(layout.root)) for p in trash[:3]) + (", ..." if len(trash) > 3 else "")
+    return (f"{len(trash)} route run folder{'s' if len(trash) != 1 else ''} ({shown}) left half deleted by a killed "
+            "clean-failed or collector")
 
 
 def discard_run(layout: Layout, key: RunKey, logs: bool = False) -> None:

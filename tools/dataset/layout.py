@@ -56,7 +56,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tools.core import cli
+from tools.core import atomic, cli
 from tools.core.atomic import TMP_PREFIX
 from tools.core.errors import ToolError
 
@@ -550,6 +550,21 @@ class Layout:
         if found is not None:
             raise ToolError(f"{folder} holds another dataset root, {found}: not deleted; move that root out of "
                             f"{self.root} (each dataset its own --root, side by side), then run this again")
+
+    def leftover_trash(self) -> list[Path]:
+        """Route run folders (under data/<Scenario>/ and logs/<Scenario>/) whose deletion was interrupted: the
+        `.tmp-trash-*` folders of a clean-failed or collector killed mid-delete (atomic.leftover_trash), sorted."""
+        found: list[Path] = []
+        for top in (DATA, LOGS):
+            try:
+                with os.scandir(self.root / top) as it:
+                    scenarios = [Path(e.path) for e in it if not e.name.startswith(TMP_PREFIX)
+                                 and e.is_dir(follow_symlinks=False)]
+            except OSError:  # no such folder (or not one)
+                continue
+            for folder in scenarios:
+                found.extend(atomic.leftover_trash(folder))
+        return sorted(found)
 
     def iter_runs(self) -> Iterator[RunKey]:
         """Every route run that has anything on disk (a folder, a result or a log), sorted: the union of
