@@ -121,7 +121,7 @@ FILM_NAME = "{run}.webp"
 WRITTEN: dict[str, dict | None] = {
     DATA: {"*": {"*": None}},  # data/<Scenario>/<run>
     LOGS: {"*": {"*": None}},  # logs/<Scenario>/<run>, logs/slurm/<array>_<task>.log
-    RESULTS: {"*": {"*": None}},  # results/<Scenario>/<run>.json, .webp
+    RESULTS: {"*": None},  # results/<Scenario> (result files are atomic writes; one that is a link reads as damaged)
     REPORTS: {"*": {"*": None}},  # reports/<date>/report.json, report.html
     BUCKETS: {"*": None},  # buckets/<collection>.json, index.json
     CACHE: {"*": {"*": None, DATA: {"*": {"*": None}}}},  # cache/<key>/settings.json, cache/<key>/data/<S>/<run>
@@ -502,7 +502,7 @@ class Layout:
 
     def links(self) -> list[Path]:
         """The symbolic links at every level the layout names a tool writes (`WRITTEN`), sorted: ROOT's files and
-        folders, scenario and route run folders under data/, logs/ and results/, report folders, bucket files, a
+        folders, scenario folders, route run folders under data/ and logs/, report folders, bucket files, a
         cache's key, scenario and run folders, Py123D's split, log and map folders, SLURM's waves, Bench2Drive's
         files. A tool that followed one would write or delete in another place (another root's runs): `check_no_links`.
         Below these levels (a run's frames and logs) a writer checks as it goes: `check_run_paths` for the folders,
