@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, copy_root, read_only, run_bin, run_tool, start_tool, train, tree
+from conftest import PYTHON, REPO, copy_root, read_only, run_bin, run_tool, start_tool, train, tree
 from processes import Process, live_processes
 
 from tools.collect.base.routes import read_routes
@@ -166,6 +166,52 @@ def test_kill9_of_the_cache_builder_then_a_rerun_builds_a_verified_cache(collect
     assert not [p for p in (root / "cache").rglob(".tmp-*")], "a killed builder's temporary file was left"
 
 
+#: sitecustomize of a deleter killed mid-delete: once it has deleted 3 files of a folder it renamed aside to delete,
+#: it ends itself with SIGKILL (the moment a kill -9 would leave the most behind, made exact).
+KILLED_MID_DELETE = (
+    "import os, shutil, signal\n"
+    "_rmtree = shutil.rmtree\n"
+    "def rmtree(path, *args, **kwargs):\n"
+    "    if os.path.basename(str(path)).startswith('.tmp-trash-'):\n"
+    "        for top, _dirs, names in os.walk(path):\n"
+    "            for name in names[:3]:\n"
+    "                os.unlink(os.path.join(top, name))\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return _rmtree(path, *args, **kwargs)\n"
+    "shutil.rmtree = rmtree\n")
+
+
+def test_kill9_of_clean_failed_mid_delete_is_counted_and_finished_by_the_next_clean_failed_and_collect_shim(
+        collected_root, tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(KILLED_MID_DELETE)
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    keys = sorted(layout.iter_runs())
+    routes = Path(shutil.copytree(collected_root.parent / "routes", tmp_path / "routes"))
+    for key in keys[:-1]:  # collect's routes: only the last run's, finished (collect starts, finds it done)
+        (routes / key.scenario / f"{key.name.split('_route')[0]}.xml").unlink()
+    env = {"PYTHONPATH": f"{shim}:{REPO}"}
+    for finisher, key in (("clean-failed", keys[0]), ("collect", keys[1])):
+        layout.result_path(key).unlink()  # crashed: clean-failed --yes deletes it
+        killed = run_tool(PYTHON, "-m", "tools.collect", "clean-failed", root, "--yes", env=env)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        trash = sorted(layout.run_dir(key).parent.glob(".tmp-trash-*"))
+        assert len(trash) == 1 and not layout.run_dir(key).exists(), trash
+        progress = run_bin("progress", root)
+        counted = f"1 route run folder ({trash[0].relative_to(root)}) left half deleted"
+        assert counted in progress.stdout, progress.stdout
+        if finisher == "clean-failed":
+            proc = run_bin("clean-failed", root, "--yes")
+            assert proc.returncode == 0 and "finished deleting 1 route run folder" in proc.stdout, proc.stdout
+            assert not layout.log_dir(key).exists()  # and the crashed run, as asked
+        else:
+            proc = collect(routes, root)
+            assert "finished deleting 1 route run folder" in proc.stderr and "1 skipped" in proc.stderr, proc.stderr
+        assert not list(root.glob("data/*/.tmp-*")) and not list(root.glob("logs/*/.tmp-*"))
+
+
 # train_root: the session's collected root with its buckets and cache (conftest.py; read-only).
 
 
@@ -241,6 +287,49 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning
     assert len(warnings) == 1 and "falling back" in warnings[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert checkpoint.latest(logdir).name == "step-00000005"
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 64):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("part", ["optimizer.pt", "model.pt"])
+def test_a_run_whose_checkpoints_are_all_damaged_never_starts_over_silently_and_purge_keeps_the_intact(
+        train_root, four_steps, tmp_path, part):
+    """`part` damaged in steps 2 and 4, and a step 9 whose model.pt is damaged (numbered above what the resumed run
+    writes). optimizer.pt: step 4's model, schedule and data position are resumed with one line, and purge (keep=1)
+    keeps the new step 5, not the damaged 9. model.pt: one line naming them and how to start over, nothing written."""
+    from tools.train import checkpoint
+
+    logdir = Path(shutil.copytree(four_steps, tmp_path / "run"))
+    shutil.copytree(checkpoint.step_dir(logdir, 4), checkpoint.step_dir(logdir, 9))
+    _flip(checkpoint.step_dir(logdir, 9) / "model.pt")
+    for step in (2, 4):
+        _flip(checkpoint.step_dir(logdir, step) / part)
+    before = tree(logdir)
+    proc = run_tool(PYTHON, "-m", "tools.train", "pretrain", f"root={train_root}", f"logdir={logdir}", *TINY_TRAIN,
+                    "max_steps=5", "keep=1", timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "checksum mismatch" in line]
+    if part == "optimizer.pt":
+        assert proc.returncode == 0, proc.stderr
+        assert len(lines) == 2 and "step-00000009/model.pt" in lines[0] and "falling back" in lines[0], proc.stderr
+        assert "resuming step-00000004 from its intact model.pt" in lines[1], lines[1]
+        assert "new optimizer moments" in lines[1]
+        assert "step 4/5" in proc.stderr and "from scratch" not in proc.stderr, proc.stderr
+        kept = [p.name for p in checkpoint.complete_checkpoints(logdir)]
+        assert kept == ["step-00000005", "step-00000009"], kept  # the intact new step kept, not only the damaged
+        assert checkpoint.latest(logdir) == checkpoint.step_dir(logdir, 5)
+    else:
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert [line for line in proc.stderr.splitlines() if line.strip()] == lines, proc.stderr
+        assert all(s in lines[0] for s in ("none of its 3 checkpoints", "step-00000009 model.pt checksum mismatch",
+                                            "step-00000004 model.pt", "step-00000002 model.pt",
+                                            "to start over from step 0 on purpose", "mv "))
+        assert tree(logdir) == before, "a refused resume wrote into the run folder"
 
 
 def test_a_planted_pickled_session_cache_is_refused_before_training_reads_it(train_root, tmp_path):

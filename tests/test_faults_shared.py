@@ -9,6 +9,7 @@ in the tool's process (a sitecustomize on PYTHONPATH), as NFS without its lock d
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import json
 import os
@@ -80,6 +81,67 @@ def test_a_link_made_after_a_tool_started_is_refused_before_a_run_is_claimed_or_
         with pytest.raises(ToolError, match="symbolic link"):
             act()
     assert tree(elsewhere) == before and layout.run_dir(key).is_dir()
+
+
+def test_validate_never_writes_its_report_through_a_symlinked_report_folder(collected_root, tmp_path):
+    root = copy_root(collected_root, tmp_path / "root")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "report.json").write_text("{}")
+    today = root / "reports" / datetime.date.today().isoformat()
+    today.parent.mkdir(exist_ok=True)
+    today.symlink_to(elsewhere)  # ROOT/reports/<date> -> a folder elsewhere
+    before = tree(elsewhere)
+    one_line(run_bin("validate", root, "--workers", "1"), str(today), "symbolic link")
+    assert tree(elsewhere) == before and (elsewhere / "report.json").read_text() == "{}"
+
+
+def test_a_root_reached_through_a_symlink_is_nested_and_the_outer_roots_clean_failed_never_deletes_an_inner_one(
+        collected_root, short_routes, tmp_path):
+    outer = copy_root(collected_root, tmp_path / "outer")
+    layout = Layout(outer)
+    key = next(iter(layout.iter_runs()))
+    link = tmp_path / "link"
+    link.symlink_to(layout.frames_dir(key))  # LINK -> OUTER/data/<S>/<run>/frames
+    before = tree(outer)
+    proc = run_bin("collect", short_routes, "--root", link / "inner", "--workers", "1")
+    one_line(proc, f"--root {link / 'inner'} ({layout.frames_dir(key) / 'inner'})", f"inside the dataset root {outer}")
+    assert tree(outer) == before
+    # A root already inside a run folder, deeper than a tool looks when it starts (made by hand, or by an older
+    # drivekit through such a link), and that run crashed: clean-failed deletes the run, never the root in it.
+    inner = layout.frames_dir(key) / "inner"
+    inner.mkdir()
+    shutil.copy(layout.manifest, inner / "manifest.json")
+    layout.result_path(key).unlink()
+    one_line(run_bin("clean-failed", outer, "--yes"), f"{layout.run_dir(key)} holds another dataset root, {inner}")
+    assert (inner / "manifest.json").is_file() and layout.attempt_logs(key)
+
+
+def test_a_dangling_symlink_as_a_lock_is_refused_in_one_line_naming_it_and_nothing_is_created_where_it_points(
+        collected_root, tmp_path):
+    from tools.train import checkpoint
+
+    root = copy_root(collected_root, tmp_path / "root")
+    layout = Layout(root)
+    key = next(iter(layout.iter_runs()))
+    layout.result_path(key).unlink()  # crashed: clean-failed deletes it, collect runs it again
+    (tmp_path / "outside").mkdir()
+    targets = []
+    for lock in (layout.run_lock(key), layout.bucket_lock, tmp_path / "run" / checkpoint.RUN_LOCK):
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.unlink(missing_ok=True)
+        targets.append(tmp_path / "outside" / lock.name)
+        lock.symlink_to(targets[-1])  # dangling: an O_CREAT through it would create the file outside
+    run_lock = str(layout.run_lock(key))
+    one_line(run_bin("clean-failed", root, "--yes"), run_lock, "symbolic link")
+    collect = run_bin("collect", collected_root.parent / "routes", "--root", root, "--workers", "1")
+    assert collect.returncode == 2 and "Traceback" not in collect.stderr, collect.stderr  # after its header line:
+    assert run_lock in collect.stderr.splitlines()[-1] and "symbolic link" in collect.stderr.splitlines()[-1]
+    one_line(run_bin("build-buckets", "--root", root), str(layout.bucket_lock), "symbolic link")
+    with pytest.raises(ToolError, match="train.lock is a symbolic link"):
+        checkpoint.lock_run_folder(tmp_path / "run")
+    assert not any(t.exists() for t in targets), "a file was created through a link"
+    assert layout.run_dir(key).is_dir()
 
 
 # ----------------------------------------------------------------------------- no flock, clock skew

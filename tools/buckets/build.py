@@ -25,7 +25,7 @@ from tools.buckets import splits as _splits
 from tools.buckets.index import index_text, label_runs, read_index, run_towns
 from tools.buckets.plans import Built, assemble, collection_text, load_weights, make_plans, precheck
 from tools.buckets.splits import balance_lines
-from tools.core import atomic, cli
+from tools.core import atomic, cli, files
 from tools.core.errors import ToolError, space_for
 from tools.dataset.bucket_rules import BUCKETS
 from tools.dataset.buckets import COLLECTIONS, SPLITS, dataset_state, describe_change, outdated, read_collection
@@ -61,7 +61,7 @@ def build_lock(layout: Layout) -> Iterator[bool]:
     waited for another builder."""
     layout.buckets.mkdir(parents=True, exist_ok=True)
     waited = False
-    with open(layout.bucket_lock, "a") as f:
+    with open(files.open_for_writing(layout.bucket_lock, os.O_WRONLY | os.O_CREAT), "a") as f:  # not via a link
         try:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -272,7 +272,8 @@ def progress(root: str | None = None) -> None:
 def clean_failed(root: str | None = None, yes: bool = False) -> None:
     """List failed and unfinished (crashed) route runs; delete their data, result and logs with --yes.
 
-    Runs still in progress are never touched.
+    Runs still in progress are never touched. With --yes, run folders a killed clean-failed left half deleted
+    are finished too.
 
     Args:
         root: dataset root (default: $DATA_ROOT, else ./data).

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 TMP_PREFIX = ".tmp-"
+#: A folder `remove_tree` renamed aside to delete: `.tmp-trash-<name>.<host>~<pid>`. One whose deleter was killed is
+#: finished by whoever finds it (`leftover_trash`).
+TRASH_PREFIX = f"{TMP_PREFIX}trash-"
 #: A temporary file of `write_bytes` is `.tmp-<name>.<host>~<pid>.<n>`: whoever finds one can tell
 #: whether its writer is still alive (`stale_temporaries`).
 _OWNER_SEP = "~"
@@ -97,13 +100,21 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a folder so that no reader ever sees it half deleted: rename it aside first, then delete."""
+    """Remove a folder so that no reader ever sees it half deleted: rename it aside first (`.tmp-trash-<name>.<host>~
+    <pid>`), then delete. A deleter killed meanwhile leaves the trash folder: `leftover_trash` finds it."""
     path = Path(path)
     if not path.exists():
         return
-    trash = path.with_name(f"{TMP_PREFIX}trash-{path.name}-{os.getpid()}")
+    trash = path.with_name(f"{TRASH_PREFIX}{path.name}.{owner_tag()}")
     os.replace(path, trash)
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def leftover_trash(folder: Path) -> list[Path]:
+    """The folders `remove_tree` renamed aside in `folder` and whose deleter is gone (killed mid-delete), sorted: what
+    is left of them is to be deleted. (Names of older versions, `.tmp-trash-<name>-<pid>`, name no host: by age.)"""
+    return [p for p in stale_temporaries(folder, folders=True)
+            if p.name.startswith(TRASH_PREFIX) and not p.is_symlink()]
 
 
 def is_temporary(path: Path) -> bool:

@@ -1,4 +1,5 @@
-"""The one reader of a dataset file: a regular file, read whole up to a size bound.
+"""The one reader of a dataset file: a regular file, read whole up to a size bound; and the one way to open a
+file of a root for writing in place (`open_for_writing`: locks, logs appended to), never through a link.
 
 A shared root is written by many hands. A result file, a manifest, a bucket file, run.json, a frame or a cache
 record that is a symlink to /dev/zero, a FIFO or a device would make a plain `read_bytes` read without end or
@@ -7,15 +8,23 @@ tools/dataset (and the stages, through it) opens with `O_NONBLOCK` (opening a FI
 fstat that it holds a regular file (a symlink to one is fine) no larger than the bound, and reads at most the
 bound. What is refused is an `UnreadableFile`, an OSError: callers that treat an unreadable file already handle
 it, and its message names the file and what it is.
+
+A file written in place (not by `tools.core.atomic`, whose rename replaces a link rather than writing through it)
+is opened with `O_NOFOLLOW`: a lock or a log that is a symbolic link, a dangling one too, would otherwise create or
+change a file wherever it points (as root, /etc/nologin). The folders above it are checked by the layout
+(`Layout.links`, `Layout.check_run_paths`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from pathlib import Path
 from typing import IO, Any
+
+from tools.core.errors import ToolError
 
 #: JSON files of a root (results, run.json, heartbeats, manifest, bucket files, cache settings): a manifest of
 #: 100,000 planned runs is about 15 MB, a bucket file of a million frames a few MB.
@@ -83,3 +92,33 @@ def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, **kwargs: An
     """The JSON value of a regular file of at most `limit` bytes (ValueError when not JSON, nested too deep
     included; `kwargs` go to json.loads)."""
     return loads(read_bytes(Path(path), limit), **kwargs)
+
+
+def open_for_writing(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of `path` opened with `flags` (os.O_RDWR, os.O_CREAT, os.O_APPEND, ...) as the file itself: never
+    through a symbolic link (O_NOFOLLOW; a link there, dangling or not, is a ToolError naming it and where it points)
+    and only a regular file (a FIFO or a device is a ToolError; the open does not wait for a FIFO's reader)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(path):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise ToolError(f"{path} is a symbolic link (to {target}): drivekit opens the files of a dataset root for "
+                            "writing only where they are, never through a link (it would create or change a file "
+                            f"elsewhere); remove the link (rm {path}) and run this again") from None
+        if e.errno == errno.ENXIO:  # a FIFO opened for writing without a reader
+            raise ToolError(f"{path}: a FIFO, not a regular file; not opened (remove it)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise ToolError(f"{path}: {what}, not a regular file; not opened (remove it)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tools.core.atomic import TMP_PREFIX, owner_tag
 from tools.core.errors import ToolError
+from tools.core.files import open_for_writing
 
 #: The errors of a file system without working flock.
 NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
@@ -44,8 +45,8 @@ def try_lock(fd: int, path: Path) -> bool:
 def held(path: Path) -> bool:
     """True while a process holds a lock on `path` (a run's run.lock: it runs an attempt of the run). Never creates
     anything; False without the file, and on a file system without locks (there heartbeats decide)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # not through a link (a link there is refused when a run is claimed), never waiting on a FIFO
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -61,10 +62,11 @@ def held(path: Path) -> bool:
 
 def hold(path: Path) -> int | None:
     """An open descriptor of `path` (created when missing) holding its exclusive flock until it is closed (or the
-    process ends), or None when another process holds it. ToolError on a file system without locks."""
+    process ends), or None when another process holds it. ToolError on a file system without locks, and for a
+    `path` that is a symbolic link or not a regular file (files.open_for_writing)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+    fd = open_for_writing(path, os.O_CREAT | os.O_RDWR)
     try:
         if try_lock(fd, path):
             return fd
@@ -83,7 +85,7 @@ def require_flock(folder: Path) -> None:
         probe_dir = probe_dir.parent
     probe = probe_dir / f"{TMP_PREFIX}flock-probe.{owner_tag()}"
     try:
-        fd = os.open(probe, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
         raise ToolError(f"{probe_dir}: cannot create a file to test its locks ({e.strerror})") from None
     try:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.core import atomic, locks
+from tools.core import atomic, files, locks
 from tools.core.errors import ToolError
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.results import RunState, held_run_state
@@ -59,7 +60,7 @@ def _lock(path: Path) -> int | None:
     deadline = time.monotonic() + _LOCK_RETRY_S
     while True:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        fd = files.open_for_writing(path, os.O_CREAT | os.O_RDWR)  # a link or a FIFO there: ToolError
         try:
             taken = locks.try_lock(fd, path)  # a file system without locks: ToolError, nothing claimed
         except BaseException:
@@ -101,7 +102,7 @@ def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo
         n = attempts(layout, key) + 1
         log = layout.attempt_log(key, n)
         try:
-            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
         except FileExistsError:  # only without working locks: another host counted this attempt
             os.close(fd)
             return RunState.RUNNING
@@ -140,9 +141,34 @@ def inherited_claim(layout: Layout, key: RunKey, attempt: int) -> RunClaim:
     return RunClaim(key, int(attempt), layout.attempt_log(key, int(attempt)), fd)
 
 
-def discard_run(layout: Layout, key: RunKey) -> None:
-    """Remove a run's data and result (result first, so the run never looks finished meanwhile); never through a
-    symbolic link (Layout.check_run_paths)."""
+def finish_deletes(layout: Layout) -> list[Path]:
+    """Finish the deletes of route run folders that a killed clean-failed or collector left half done
+    (Layout.leftover_trash: their folders were renamed aside, so no run counts them); returns those finished. A
+    trash folder holding another dataset root (an older drivekit's) is refused, as a run folder is."""
+    found = layout.leftover_trash()
+    for trash in found:
+        layout.check_holds_no_root(trash)
+    for trash in found:
+        shutil.rmtree(trash, ignore_errors=True)
+    return found
+
+
+def trash_text(layout: Layout, trash: list[Path]) -> str:
+    """How progress, clean-failed and collect name interrupted deletes: "2 route run folders (data/S/.tmp-trash-...,
+    ...) left half deleted by a killed clean-failed or collector"."""
+    shown = ", ".join(str(p.relative_to(layout.root)) for p in trash[:3]) + (", ..." if len(trash) > 3 else "")
+    return (f"{len(trash)} route run folder{'s' if len(trash) != 1 else ''} ({shown}) left half deleted by a killed "
+            "clean-failed or collector")
+
+
+def discard_run(layout: Layout, key: RunKey, logs: bool = False) -> None:
+    """Remove a run's data and result (result first, so the run never looks finished meanwhile), with `logs` its log
+    folder too (its attempts start over); never through a symbolic link (Layout.check_run_paths), and never a folder
+    that holds another dataset root (Layout.check_holds_no_root: looked at before anything is deleted)."""
     layout.check_run_paths(key)
+    folders = [layout.run_dir(key), *([layout.log_dir(key)] if logs else [])]
+    for folder in folders:
+        layout.check_holds_no_root(folder)
     layout.result_path(key).unlink(missing_ok=True)
-    atomic.remove_tree(layout.run_dir(key))
+    for folder in folders:
+        atomic.remove_tree(folder)

@@ -56,7 +56,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tools.core import cli
+from tools.core import atomic, cli
 from tools.core.atomic import TMP_PREFIX
 from tools.core.errors import ToolError
 
@@ -83,9 +83,6 @@ CACHE = "cache"
 PY123D = "py123d"
 SLURM = "slurm"  # a SLURM collection's waves (tools.collect.runner.slurm)
 BENCH2DRIVE = "bench2drive"  # an evaluation root's Bench2Drive metrics (tools.evaluate.bench2drive)
-
-#: The folders of ROOT that tools write into (`Layout.links` refuses a symbolic link among them).
-ROOT_FOLDERS = frozenset({DATA, RESULTS, LOGS, BUCKETS, CACHE, REPORTS, PY123D, SLURM, BENCH2DRIVE})
 
 RUN_SETTINGS = "run.json"
 RUN_MEASUREMENTS = "measurements.msgpack"
@@ -118,6 +115,23 @@ BENCH2DRIVE_ABILITY = "merged_ability.json"
 RECORD_NAME = "{index:05d}.rec"
 FILM_NAME = "{run}.webp"
 
+#: Every level below ROOT at which a tool writes, for `Layout.links`: a name (or "*", any other entry) -> the levels
+#: inside it (None: the entry itself only). ROOT's own files are atomic writes (a rename replaces a link, never writes
+#: through it), named so that a link among them is refused all the same.
+WRITTEN: dict[str, dict | None] = {
+    DATA: {"*": {"*": None}},  # data/<Scenario>/<run>
+    LOGS: {"*": {"*": None}},  # logs/<Scenario>/<run>, logs/slurm/<array>_<task>.log
+    RESULTS: {"*": None},  # results/<Scenario> (result files are atomic writes; one that is a link reads as damaged)
+    REPORTS: {"*": {"*": None}},  # reports/<date>/report.json, report.html
+    BUCKETS: {"*": None},  # buckets/<collection>.json, index.json
+    CACHE: {"*": {"*": None, DATA: {"*": {"*": None}}}},  # cache/<key>/settings.json, cache/<key>/data/<S>/<run>
+    PY123D: {"*": {"*": {"*": None}}},  # py123d/logs/<split>/<log>, py123d/maps/<dataset>/<file>
+    SLURM: {"*": {"*": None}},  # slurm/waves/wave-<NNNN>.json
+    BENCH2DRIVE: {"*": None},  # bench2drive/merged.json, merged_ability.json
+    **dict.fromkeys((MANIFEST, CARD, EVALUATION, EVALUATION_RESULT)),
+}
+_NOT_NAMED = object()
+
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -134,32 +148,48 @@ _REP_SUFFIX = re.compile(r"_rep([0-9]+)$")
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """`--root`, else `$DATA_ROOT`, else `./data`; ToolError for a root inside another dataset root or
+    """`--root`, else `$DATA_ROOT`, else `./data`, as its resolved path (symbolic links followed: two roots are
+    compared where they are, not by the way they were named); ToolError for a root inside another dataset root or
     holding one (`check_not_nested`)."""
     if root is None or str(root) == "":
         root = os.environ.get("DATA_ROOT") or "data"
-    path = Path(root).expanduser().absolute()
-    check_not_nested(path)
+    given = Path(root).expanduser()
+    try:
+        path = given.resolve()
+    except (OSError, RuntimeError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise ToolError(f"--root {given}: cannot be resolved ({e}); give a --root without a loop of links") from None
+    check_not_nested(path, given)
     return path
 
 
-#: How deep below a root `check_not_nested` looks for another root's manifest (ROOT/data/<Scenario>/<run>).
+#: How deep below a root `check_not_nested` looks for another root's manifest (ROOT/data/<Scenario>/<run>) when a
+#: tool starts; a folder a tool deletes is looked through at any depth first (`Layout.check_holds_no_root`).
 _NESTED_DEPTH = 3
 
 
-def check_not_nested(root: Path) -> None:
-    """Refuse a root inside another dataset root (an ancestor holds manifest.json) or one holding a root
-    (a folder up to three levels down holds manifest.json): their runs would be read, listed and cleaned
-    as each other's."""
+def check_not_nested(root: Path, given: Path | None = None) -> None:
+    """Refuse a root (a resolved path) inside another dataset root (an ancestor holds manifest.json, at any height)
+    or one holding a root (a folder up to three levels down holds manifest.json): their runs would be read, listed
+    and cleaned as each other's. `given`: the path as the user named it, for the message when it differs."""
+    named = f"{given} ({root})" if given is not None and given.absolute() != root else str(root)
     for parent in root.parents:
         if (parent / MANIFEST).is_file():
-            raise ToolError(f"--root {root}: inside the dataset root {parent}; give a --root outside it "
+            raise ToolError(f"--root {named}: inside the dataset root {parent}; give a --root outside it "
                             f"(or {parent} itself)")
     if root.is_dir():
         for depth in range(1, _NESTED_DEPTH + 1):
             for found in root.glob("/".join(["*"] * depth) + "/" + MANIFEST):
-                raise ToolError(f"--root {root}: holds another dataset root {found.parent}; give each dataset "
+                raise ToolError(f"--root {named}: holds another dataset root {found.parent}; give each dataset "
                                 "its own --root, side by side")
+
+
+def nested_root(folder: Path) -> Path | None:
+    """The first folder at or below `folder`, at any depth, that holds a manifest.json (another dataset root), None
+    when there is none; symbolic links are not followed (deleting a tree removes a link, not what it points to)."""
+    for top, _dirs, names in os.walk(folder):
+        if MANIFEST in names:
+            return Path(top)
+    return None
 
 
 def unwritable(folder: Path) -> str | None:
@@ -471,32 +501,30 @@ class Layout:
         return found
 
     def links(self) -> list[Path]:
-        """The symbolic links at the levels the layout names, sorted: ROOT's folders, their scenario (and cache key)
-        folders, route run folders under data/ and logs/, and a cache's data/<Scenario>/<run> folders. A tool
-        that followed one would write or delete in another place (another root's runs): `check_no_links`."""
+        """The symbolic links at every level the layout names a tool writes (`WRITTEN`), sorted: ROOT's files and
+        folders, scenario folders, route run folders under data/ and logs/, report folders, bucket files, a
+        cache's key, scenario and run folders, Py123D's split, log and map folders, SLURM's waves, Bench2Drive's
+        files. A tool that followed one would write or delete in another place (another root's runs): `check_no_links`.
+        Below these levels (a run's frames and logs) a writer checks as it goes: `check_run_paths` for the folders,
+        `tools.core.files.open_for_writing` (O_NOFOLLOW) for the files it opens in place."""
         found: list[Path] = []
 
-        def entries(folder: Path, names: frozenset[str] | None = None) -> list[os.DirEntry]:
+        def look(folder: Path, spec: dict[str, dict | None]) -> None:
             try:
                 with os.scandir(folder) as it:
-                    listed = [e for e in it if not e.name.startswith(TMP_PREFIX) and (names is None or e.name in names)]
+                    listed = [e for e in it if not e.name.startswith(TMP_PREFIX)]
             except OSError:  # no such folder (or not one)
-                return []
-            found.extend(Path(e.path) for e in listed if e.is_symlink())
-            return [e for e in listed if not e.is_symlink() and e.is_dir()]
+                return
+            for e in listed:
+                inside = spec.get(e.name, spec.get("*", _NOT_NAMED))
+                if inside is _NOT_NAMED:
+                    continue
+                if e.is_symlink():
+                    found.append(Path(e.path))
+                elif inside is not None and e.is_dir():
+                    look(Path(e.path), inside)
 
-        tops = {e.name: e for e in entries(self.root, ROOT_FOLDERS)}
-        for top, depth in ((DATA, 2), (LOGS, 2), (RESULTS, 1)):
-            if top in tops:
-                for scen in entries(Path(tops[top].path)):
-                    if depth == 2:
-                        entries(Path(scen.path))
-        if CACHE in tops:
-            for key in entries(Path(tops[CACHE].path)):
-                for sub in entries(Path(key.path)):
-                    if sub.name == DATA:
-                        for scen in entries(Path(sub.path)):
-                            entries(Path(scen.path))
+        look(self.root, WRITTEN)
         return sorted(found)
 
     def check_no_links(self) -> None:
@@ -513,6 +541,30 @@ class Layout:
             link = find_link(self.root, path)
             if link is not None:
                 raise link_error(self.root, link)
+
+    def check_holds_no_root(self, folder: Path) -> None:
+        """ToolError when `folder`, which a tool is about to delete, holds another dataset root at any depth (one
+        made inside this root's run folder by hand, or by an older drivekit through a symbolic link): nothing of
+        another root is ever deleted with a run."""
+        found = nested_root(folder)
+        if found is not None:
+            raise ToolError(f"{folder} holds another dataset root, {found}: not deleted; move that root out of "
+                            f"{self.root} (each dataset its own --root, side by side), then run this again")
+
+    def leftover_trash(self) -> list[Path]:
+        """Route run folders (under data/<Scenario>/ and logs/<Scenario>/) whose deletion was interrupted: the
+        `.tmp-trash-*` folders of a clean-failed or collector killed mid-delete (atomic.leftover_trash), sorted."""
+        found: list[Path] = []
+        for top in (DATA, LOGS):
+            try:
+                with os.scandir(self.root / top) as it:
+                    scenarios = [Path(e.path) for e in it if not e.name.startswith(TMP_PREFIX)
+                                 and e.is_dir(follow_symlinks=False)]
+            except OSError:  # no such folder (or not one)
+                continue
+            for folder in scenarios:
+                found.extend(atomic.leftover_trash(folder))
+        return sorted(found)
 
     def iter_runs(self) -> Iterator[RunKey]:
         """Every route run that has anything on disk (a folder, a result or a log), sorted: the union of

@@ -12,8 +12,12 @@ One checkpoint folder holds
 The folder is assembled under a `.tmp-` name beside its final place and renamed into place, so a
 reader sees a complete checkpoint or none. The marker records a SHA-256 of every file: `latest` checks
 them and falls back to the newest intact checkpoint with one warning line when a file was damaged
-afterwards (a flipped byte, a truncated copy). Everything is saved with `torch.save` of tensors and plain
-containers and loaded with `torch.load(weights_only=True)`: a checkpoint cannot run code on the reader.
+afterwards (a flipped byte, a truncated copy). A resume (`find_resume`) takes the newest intact checkpoint;
+when none is intact but one has only its optimizer.pt damaged, it resumes that one's model, schedule, RNG and
+data position with new optimizer moments, and says so in one line; when none can be resumed it stops in one
+line naming them. `purge` counts only intact checkpoints towards `keep`: it never deletes an intact checkpoint
+to keep a damaged one. Everything is saved with `torch.save` of tensors and plain containers and loaded with
+`torch.load(weights_only=True)`: a checkpoint cannot run code on the reader.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import random
 import re
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +44,16 @@ STEP_DIR = "step-{step:08d}"
 MARKER = "COMPLETE"
 _STEP_RE = re.compile(r"^step-(\d{8})$")
 PARTS = ("model.pt", "optimizer.pt", "state.pt", "config.json")
+#: The part a resume can do without: AdamW's running averages start over (`find_resume`).
+OPTIMIZER = "optimizer.pt"
 
 
 #: LOGDIR/train.lock: locked (flock) by the training process that writes the run folder (rank 0), for its life.
 RUN_LOCK = "train.lock"
 _held: dict[Path, int] = {}  # run folders this process holds the lock of
+#: Checkpoints this process knows to be intact (True: it wrote them, or checked them) or damaged (False):
+#: `purge` counts the intact ones without hashing them again at every save.
+_intact: dict[Path, bool] = {}
 
 
 def lock_run_folder(logdir: Path) -> None:
@@ -88,8 +98,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def verify(path: Path) -> None:
-    """Check a complete checkpoint's files against the checksums in its marker; CheckpointError if not."""
+def damaged_parts(path: Path) -> dict[str, str]:
+    """The files of a complete checkpoint that do not match the checksums in its marker, each with what is wrong
+    ({} when intact; an unreadable marker: {MARKER: why}). Remembered for `purge`."""
     path = Path(path)
     try:
         marker = json.loads((path / MARKER).read_text())
@@ -97,14 +108,29 @@ def verify(path: Path) -> None:
         if not isinstance(sums, dict) or set(sums) != set(PARTS):
             raise ValueError("no checksum of every part")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{path}: unreadable completion marker ({e})") from None
-    for name in PARTS:
-        try:
-            ok = _sha256(path / name) == sums[name]
-        except OSError as e:
-            raise CheckpointError(f"{path / name}: unreadable ({e.strerror})") from None
-        if not ok:
-            raise CheckpointError(f"{path / name}: checksum mismatch (damaged since it was written)")
+        bad = {MARKER: f"unreadable completion marker ({e})"}
+    else:
+        bad = {}
+        for name in PARTS:
+            try:
+                if _sha256(path / name) != sums[name]:
+                    bad[name] = "checksum mismatch (damaged since it was written)"
+            except OSError as e:
+                bad[name] = f"unreadable ({e.strerror})"
+    _intact[path] = not bad
+    return bad
+
+
+def _first_damage(path: Path, bad: dict[str, str]) -> str:
+    name, why = next(iter(bad.items()))
+    return f"{path / name}: {why}"
+
+
+def verify(path: Path) -> None:
+    """Check a complete checkpoint's files against the checksums in its marker; CheckpointError if not."""
+    bad = damaged_parts(path)
+    if bad:
+        raise CheckpointError(_first_damage(Path(path), bad))
 
 
 def latest(folder: Path) -> Path | None:
@@ -117,6 +143,50 @@ def latest(folder: Path) -> Path | None:
         except CheckpointError as e:
             print(f"train: warning: {e}; falling back to an older checkpoint", file=sys.stderr)
     return None
+
+
+@dataclass
+class Resume:
+    """What a run folder resumes from (`find_resume`): `path` None for a folder without checkpoints; `optimizer`
+    False when its optimizer.pt is damaged and the optimizer's moments start over; `warnings`, one line each."""
+
+    path: Path | None
+    optimizer: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+
+def find_resume(logdir: Path) -> Resume:
+    """The checkpoint a rerun in `logdir` resumes: the newest intact one (as `latest`); else, when none is intact,
+    the newest whose only damaged part is its optimizer.pt, resumed with new optimizer moments (its weights, schedule,
+    RNG and data position are kept, not thrown away); else, for a folder that has checkpoints, CheckpointError in
+    one line naming them and how to start over on purpose: never a silent start from step 0. The warnings name the
+    damaged checkpoints newer than the one taken."""
+    logdir = Path(logdir)
+    found = list(reversed(complete_checkpoints(logdir)))  # newest first
+    damaged: dict[Path, dict[str, str]] = {}
+
+    def skipped(newer: list[Path]) -> list[str]:
+        return [f"{_first_damage(p, damaged[p])}; falling back to an older checkpoint" for p in newer]
+
+    for i, path in enumerate(found):  # hashed newest first, up to the first intact one
+        damaged[path] = damaged_parts(path)
+        if not damaged[path]:
+            return Resume(path, True, skipped(found[:i]))
+    for i, path in enumerate(found):
+        if set(damaged[path]) == {OPTIMIZER}:
+            return Resume(path, False, [*skipped(found[:i]), (
+                f"{_first_damage(path, damaged[path])}, and no checkpoint of {logdir} is intact: resuming "
+                f"{path.name} from its intact model.pt, state.pt and config.json (weights, schedule, RNG, data "
+                "position) with new optimizer moments (AdamW's running averages start over; the loss curve will "
+                "not match an uninterrupted run)")])
+    if not found:
+        return Resume(None)
+    shown = "; ".join(f"{p.name} " + ", ".join(f"{name} {why}" for name, why in bad.items())
+                      for p, bad in damaged.items())
+    folder = found[0].parent
+    raise CheckpointError(f"logdir {logdir}: none of its {len(found)} checkpoints can be resumed ({shown}); to "
+                          f"start over from step 0 on purpose, move them aside (mv {folder} {folder}.damaged) or "
+                          "give a new --logdir=")
 
 
 def resolve(path: Path) -> Path | None:
@@ -173,7 +243,7 @@ class _Keeping:
 
 
 def _save(obj: Any, path: Path) -> None:
-    with open(path, "wb") as f:
+    with open(path, "xb") as f:  # a new file in a new folder: never through a link planted there
         out = _Keeping(f)
         try:
             torch.save(obj, out)
@@ -217,15 +287,29 @@ def save(logdir: Path, step: int, model: dict, optimizer: dict, state: dict[str,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(final.parent)
+    _intact[final] = True
     purge(logdir, keep)
     return final
 
 
 def purge(logdir: Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` complete checkpoints, and leftovers of interrupted writes."""
+    """Delete every complete checkpoint older than the `keep`-th newest intact one, and leftovers of interrupted
+    writes. Damaged checkpoints never count towards `keep`: an intact checkpoint is never deleted to keep a damaged
+    one (damaged ones newer than the oldest kept go when enough intact ones are newer than them)."""
     folder = Path(logdir) / CHECKPOINTS
-    removed = complete_checkpoints(folder)[:-keep]
+    found = complete_checkpoints(folder)
+    intact = 0
+    removed: list[Path] = []
+    for i in range(len(found) - 1, -1, -1):
+        path = found[i]
+        if path not in _intact:
+            damaged_parts(path)
+        intact += _intact[path]
+        if intact == keep:
+            removed = found[:i]
+            break
     for path in removed:
+        _intact.pop(path, None)
         try:
             atomic.remove_tree(path)
         except FileNotFoundError:  # removed meanwhile (by hand): nothing left to do
@@ -236,11 +320,13 @@ def purge(logdir: Path, keep: int) -> list[Path]:
     return removed
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A checkpoint's parts: model, optimizer, state (tensors and plain containers) and config (a dict)."""
+def load(path: Path, optimizer: bool = True) -> dict[str, Any]:
+    """A checkpoint's parts: model, optimizer (None without `optimizer`: a resume whose optimizer.pt is damaged),
+    state (tensors and plain containers) and config (a dict)."""
     path = Path(path)
 
-    return {"path": path, "model": _part(path, "model.pt"), "optimizer": _part(path, "optimizer.pt"),
+    return {"path": path, "model": _part(path, "model.pt"),
+            "optimizer": _part(path, OPTIMIZER) if optimizer else None,
             "state": _part(path, "state.pt"), "config": _part(path, "config.json")}
 
 

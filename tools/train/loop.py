@@ -182,13 +182,16 @@ RESUME_FIXED = ("lr", "weight_decay", "seed", "collection")
 
 
 def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | None, dict | None]:
-    """Where the weights come from: (cfg, ckpt, start). `ckpt`: LOGDIR's newest complete checkpoint, to resume
-    (checkpoint.load); else for posttrain `start`: the pre-training checkpoint (checkpoint.load_model_only); else
-    neither: a fresh model. The model preset is the checkpoint's: the config is settled here, before anything
-    uses it."""
-    resume = checkpoint.latest(logdir)
+    """Where the weights come from: (cfg, ckpt, start). `ckpt`: the checkpoint of LOGDIR to resume
+    (checkpoint.find_resume, checkpoint.load); else for posttrain `start`: the pre-training checkpoint
+    (checkpoint.load_model_only); else neither: a fresh model. The model preset is the checkpoint's: the config is
+    settled here, before anything uses it."""
+    found = checkpoint.find_resume(logdir)  # a folder whose checkpoints are all damaged: one line, no start from 0
+    resume = found.path
     if resume is not None:
-        ckpt = checkpoint.load(resume)
+        for line in found.warnings:
+            data.warn(line)
+        ckpt = checkpoint.load(resume, optimizer=found.optimizer)
         if ckpt["config"].get("phase") != cfg.phase:
             raise ToolError(f"logdir {logdir} holds {ckpt['config'].get('phase')} checkpoints, not {cfg.phase}: "
                             "give another --logdir=")
@@ -317,7 +320,8 @@ def init_loop(cfg: TrainConfig, rt: Runtime, opt: Optimization, ckpt: dict[str, 
     loop = {"step": 0, "epoch": 0, "consumed": 0, "skipped": 0, "rebuilt": 0, "replaced": 0, "samples": 0,
             "world": rt.world, "batch_size": cfg.batch_size}
     if ckpt is not None:
-        opt.optimizer.load_state_dict(ckpt["optimizer"])
+        if ckpt["optimizer"] is not None:  # None: its optimizer.pt was damaged, the moments start over (find_resume)
+            opt.optimizer.load_state_dict(ckpt["optimizer"])
         opt.scheduler.load_state_dict(ckpt["state"]["scheduler"])
         if opt.scaler is not None and ckpt["state"].get("scaler"):
             opt.scaler.load_state_dict(ckpt["state"]["scaler"])

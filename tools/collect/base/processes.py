@@ -13,6 +13,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from tools.core import files
+
 #: SIGTERM to a group, then SIGKILL after this many seconds.
 STOP_GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -54,7 +56,7 @@ def start_group(argv: list[str], log: Path, env: dict[str, str] | None = None, c
                 ) -> subprocess.Popen:
     """Start `argv` in a process group (session) of its own, its output appended to `log`; it gets SIGKILL
     when the collector dies (PR_SET_PDEATHSIG). End it with `end_group`."""
-    with open(log, "ab") as out:
+    with open(files.open_for_writing(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:  # not via a link
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=die_with_parent, env=env, cwd=cwd)
 

@@ -26,6 +26,7 @@ Who drives is the caller's choice (`driver`): `python -m tools.collect run` driv
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from tools.collect.runner.jobs import route_run_bytes, take_back
 from tools.collect.runner.record import collection_record
 from tools.collect.runner.world import World, world_for
 from tools.collect.sim.drive import DriverFactory
-from tools.core import atomic, cli
+from tools.core import atomic, cli, files
 from tools.core.errors import DiskFull, ToolError, disk_full, is_disk_full
 from tools.core.locks import require_flock
 from tools.dataset import attempts, claims, results
@@ -161,7 +162,8 @@ def run_route(spec: RunSpec, layout: Layout, attempt: int | None = None, force: 
         if claim is results.RunState.DAMAGED:
             raise ToolError(f"{key}: its result file {layout.result_path(key)} is damaged; look at it, then "
                             "--force redoes the run")
-        handler = logging.FileHandler(claim.log)
+        # the attempt log claim_run created, appended to as itself (logging.FileHandler would follow a link)
+        handler = logging.StreamHandler(open(files.open_for_writing(claim.log, os.O_WRONLY | os.O_APPEND), "a"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
     else:  # a collector claimed it and handed us the lock

@@ -25,6 +25,7 @@ from tools.collect.runner.world import world_for
 from tools.core import cli
 from tools.core.errors import ToolError
 from tools.core.locks import require_flock
+from tools.dataset.claims import finish_deletes, trash_text
 from tools.dataset.layout import Layout, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
 
@@ -95,6 +96,9 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         layout.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ToolError(f"--root {layout.root}: cannot create it ({e.strerror})") from None
+    finished = finish_deletes(layout)  # what a killed clean-failed (or collector) left half deleted
+    if finished:
+        print(f"collect: finished deleting {trash_text(layout, finished)}", file=sys.stderr)
     if changed:
         print(f"collect: --replace: {replace_changed(layout, changed)} of {len(changed)} finished runs whose route "
               "changed discarded, to be driven again", file=sys.stderr)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 
 from tools.collect.inspect.tables import count_states, crash_lines, format_table, known_runs
-from tools.core import atomic, cli
+from tools.core import cli
 from tools.core.errors import ToolError
-from tools.dataset.claims import attempts, discard_run, exclusive
+from tools.dataset.claims import attempts, discard_run, exclusive, finish_deletes, trash_text
 from tools.dataset.layout import SLURM, Layout, RunKey, open_root
 from tools.dataset.manifest import read_manifest
 from tools.dataset.results import FAILED_STATES, RunState, held_run_state, is_failed, read_status, run_states
@@ -46,6 +46,10 @@ def print_progress(root: str | None) -> None:
         shown = ", ".join(str(k) for k in damaged[:5]) + (", ..." if len(damaged) > 5 else "")
         print(f"{len(damaged)} route runs have a damaged result file (counted in none of the columns): {shown}; "
               f"bin/clean-failed {layout.root} names them")
+    trash = layout.leftover_trash()
+    if trash:
+        print(f"{trash_text(layout, trash)} (counted in none of the columns); bin/clean-failed {layout.root} --yes, "
+              "or the next bin/collect, finishes deleting them")
 
 
 def _slurm_queue(layout: Layout, strict: bool = False):
@@ -82,8 +86,9 @@ def _damaged_note(layout: Layout, damaged: list[RunKey]) -> None:
 
 
 def clean_failed_runs(root: str | None, yes: bool = False) -> None:
-    """List failed and crashed route runs; with `yes`, delete their result, data and logs. Runs with a
-    damaged result file are named and never deleted."""
+    """List failed and crashed route runs; with `yes`, delete their result, data and logs, and finish the deletes a
+    killed clean-failed or collector left half done (claims.finish_deletes). Runs with a damaged result file are
+    named and never deleted."""
     yes = cli.switch(yes, "yes")
     layout, keys = _open_root(root)
     states = run_states(layout, keys)
@@ -94,6 +99,11 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
     failed = [(key, state) for key, state in states.items() if is_failed(state) and key not in queued]
     damaged = [key for key, state in states.items() if state is RunState.DAMAGED]
     _damaged_note(layout, damaged)
+    # deletes a killed clean-failed (or collector) left half done: the user asked for them already
+    trash = finish_deletes(layout) if yes else layout.leftover_trash()
+    if trash:
+        print(f"finished deleting {trash_text(layout, trash)}" if yes else
+              f"{trash_text(layout, trash)}; --yes finishes deleting them")
     if not failed:
         print(f"no failed route runs under {layout.root}")
         return
@@ -111,8 +121,7 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
             if not is_failed(now):
                 print(f"{key}: now {now.value}, left alone", file=sys.stderr)
                 continue
-            discard_run(layout, key)  # result first, then the data folder
-            atomic.remove_tree(layout.log_dir(key))
+            discard_run(layout, key, logs=True)  # result first, then the data and log folders
         deleted += 1
     print(f"deleted {deleted} failed route runs; bin/collect with the same ROUTES_DIR and --root "
           f"{layout.root} collects them again")

@@ -45,6 +45,7 @@ from tools.collect.carla.server import GPU_ENV
 from tools.collect.runner.jobs import Job, route_run_bytes, take_back
 from tools.collect.runner.world import world_for
 from tools.collect.runner.zygote import RouteRun, Zygote
+from tools.core import files
 from tools.core.errors import EXIT_DISK_FULL, DiskFull, disk_full, is_disk_full
 from tools.dataset.attempts import crash_message, record_attempt
 from tools.dataset.claims import LOCK_FD_ENV, RunClaim, attempts, claim_run, exclusive
@@ -149,7 +150,7 @@ class Collector:
             if self.gpus:
                 env[GPU_ENV] = self.gpus[slot]
                 where = f", worker {slot} on GPU {self.gpus[slot]}"
-            with open(claim.log, "ab") as out:
+            with open(files.open_for_writing(claim.log, os.O_WRONLY | os.O_APPEND), "ab") as out:
                 out.write(f"# collect: attempt {claim.attempt} of at most {self.max_attempts}{where}\n"
                           f"$ {shlex.join(cmd)}\n".encode())
                 out.flush()

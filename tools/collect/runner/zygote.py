@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 
 from tools.collect.base.processes import die_with_parent
+from tools.core import files
 from tools.core.atomic import process_alive
 from tools.dataset.claims import LOCK_FD_ENV
 
@@ -238,7 +239,7 @@ def _child(argv: list[str], log: str, lock_fd: int, zygote: int, note: str) -> N
         die_with_parent(zygote)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
-        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        out = files.open_for_writing(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never through a link
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
