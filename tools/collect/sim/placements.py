@@ -333,11 +333,14 @@ def placement_markdown() -> str:
 def recorded_pairs(folder: Path, towns: Path, version: str = "v0.9.16") -> Iterator[tuple[dict, dict]]:
     """(ours, real) records of every block recorded in `folder` (tests/data/scenario_placements: `version`.json
     and the route files under routes/), ours computed on the towns' OpenDRIVE files in `towns` (TownXX.xodr),
-    each town loaded once (Town12 and Town13 take seconds and 1 to 2 GB each)."""
+    each town loaded once (Town12 and Town13 take seconds and 1 to 2 GB each) and kept while its blocks are placed:
+    the route planner reads the lane graph the Town keeps beside it only while the Town lives (a map whose Town is
+    gone has its graph walked again, a minute per route on Town13)."""
     folder, towns = Path(folder), Path(towns)
     blocks = json.loads((folder / f"{version}.json").read_text())["blocks"]
     for town in sorted({b["town"] for b in blocks}):
-        cmap = Town(towns / f"{town}.xodr").carla_map
+        kept = Town(towns / f"{town}.xodr")
+        cmap = kept.carla_map
         ours: dict[tuple[str, str], dict[str, dict]] = {}
         for b in (b for b in blocks if b["town"] == town):
             key = (b["file"], b["route"])
@@ -345,5 +348,5 @@ def recorded_pairs(folder: Path, towns: Path, version: str = "v0.9.16") -> Itera
                 route = next(r for r in read_routes(folder / "routes" / b["file"]) if r.id == b["route"])
                 ours[key] = {rec["name"]: rec for rec in placements(route, cmap)}
             yield ours[key][b["name"]], real_record(b)
-        del cmap, ours
+        del kept, cmap, ours
         gc.collect()  # one big town at a time
