@@ -11,6 +11,9 @@ it (tools.collect.base.route_gen) and the embedded world picks the lanes the cla
   RightTurn: "left", OppositeVehicle*: its `direction`);
 - the signalized variants need traffic lights in the junction (world.get_traffic_lights_in_junction): CARLA
   spawns one per OpenDRIVE signal of type 1000001 that a controller of the junction names (`light_junctions`);
+- obstacles (Accident, ParkedObstacle, HazardAtSideLane and their TwoWays): from the trigger point's lane,
+  `distance` 1 m steps forward, short of a junction (`lane_forward`), then the next car or bicycle as many steps
+  on from there;
 - PedestrianCrossing: the same walk to the junction, its last waypoint before it, then right lane after right lane
   to a sidewalk (`sidewalk_before_junction`): "Couldn't find a waypoint to start the flow" where there is none.
 
@@ -48,6 +51,20 @@ def junction_ahead(wp):
             return None
         before, wp = wp, nxt[0]
     return None
+
+
+def lane_forward(wp, metres: float):
+    """`wp`'s lane walked forward `metres` (rounded up) in 1 m steps on the first successor, stopping at the last
+    waypoint before a junction: where the obstacle classes put their obstacles (`_move_waypoint_forward`). CARLA
+    measures a step along its road's reference line: on a curve a lane away from it is longer or shorter than
+    the metres walked (Town10HD: 33 steps were 37.8 m of lane)."""
+    walked = 0
+    while walked < metres:
+        nxt = wp.next(1.0)
+        if not nxt or nxt[0].is_junction:
+            break
+        wp, walked = nxt[0], walked + 1
+    return wp
 
 
 def _lane_key(wp) -> str:

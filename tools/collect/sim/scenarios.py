@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tools.collect.base.scenario_sites import lane_forward
 from tools.collect.base.scenario_types import (
     BEFORE_M,
     BICYCLE,
@@ -364,6 +365,46 @@ class Scenarios:
             raise ValueError(f"no driving lane at ({x:.1f}, {y:.1f})")
         return wp
 
+    def _trigger_lane(self, a: Active):
+        """The lane under the block's trigger point, as the classes take it (carla.Map.get_waypoint of the trigger)."""
+        trig = a.block["trigger"]
+        wp = lane_at(self.map, float(trig[0]), float(trig[1]), float(trig[2]) if len(trig) > 2 else None)
+        return wp if wp is not None else self._lane(*self._point(a.trigger_s)[:2])
+
+    def _route_s(self, wp, near: tuple[float, float]) -> float:
+        """Route s of the point of the route nearest a waypoint, among the route's stretch `near` (from, to)."""
+        r = self.route
+        loc = wp.transform.location
+        span = np.flatnonzero((r.s >= near[0]) & (r.s <= near[1]))
+        if len(span) < 2:
+            span = np.arange(len(r.s))
+        xy = r.xy[span]
+        k = int(np.argmin(np.hypot(xy[:, 0] - loc.x, xy[:, 1] - loc.y)))
+        k = min(max(k, 1), len(span) - 1)  # between samples k-1 and k: projected onto that piece
+        a, b = xy[k - 1], xy[k]
+        d = b - a
+        t = float(np.clip(np.dot([loc.x - a[0], loc.y - a[1]], d) / max(float(d @ d), 1e-9), 0.0, 1.0))
+        return float(r.s[span[k - 1]] + t * (r.s[span[k]] - r.s[span[k - 1]]))
+
+    def _class_spacing(self, a: Active, distance: float, gaps: tuple[float, ...] = (),
+                       whole: bool = False) -> list[float]:
+        """Where an obstacle class puts its obstacles, in route metres: the first `distance` steps along the trigger
+        point's lane (scenario_sites.lane_forward; `whole`: one Waypoint.next(distance), as ConstructionObstacle
+        walks), each next one `gaps` steps on from the one before; as route s beyond the trigger, the first, then
+        each one's beyond the first. CARLA's steps are metres of the road's reference line: on curves the lane's
+        own length differs (by 15 % on Town10HD)."""
+        wp = self._trigger_lane(a)
+        if whole:
+            ahead = wp.next(distance) if distance > 0 else [wp]
+            wps = [ahead[0] if ahead else wp]
+        else:
+            wps = [lane_forward(wp, distance)]
+        for gap in gaps:
+            wps.append(lane_forward(wps[-1], gap))
+        near = (a.trigger_s - 5.0, a.trigger_s + 2.0 * (distance + sum(gaps)) + 20.0)
+        s = [self._route_s(w, near) for w in wps]
+        return [s[0] - a.trigger_s] + [v - s[0] for v in s[1:]]
+
     @staticmethod
     def _side_vector(yaw: float, side: str) -> np.ndarray:
         """Unit vector to the right (side 'right') or left of a heading, world frame (CARLA: y to the right)."""
@@ -402,14 +443,15 @@ class Scenarios:
         return world.add_static(cls, x + v[0], y + v[1], yaw + yaw_offset, length, width, height, block=block)
 
     # ------------------------------------------------------------------ obstacles
-    def _warning(self, world, s: float, side: str) -> int:
-        """The warning prop of an obstacle at route s (its trigger point), as scenario_runner's `_spawn_side_prop`
-        puts it: in the first lane beyond the road's driving and parking lanes on the obstacle's side (a sidewalk, a
-        shoulder), 0.3 of the outermost driving or parking lane's width further out than that lane's centre, turned
-        90 degrees to it. Where no lane is beyond (the class then fails), beside the road's edge."""
+    def _warning(self, world, a: Active, side: str) -> int:
+        """The warning prop of an obstacle, as scenario_runner's `_spawn_side_prop` puts it: from the trigger
+        point's lane, in the first lane beyond the road's driving and parking lanes on the obstacle's side (a
+        sidewalk, a shoulder), 0.3 of the outermost driving or parking lane's width further out than that lane's
+        centre, turned 90 degrees to it. Where no lane is beyond (the class then fails), beside the road's edge."""
         import carla
 
-        wp = self._lane(*self._point(s)[:2])
+        s = a.trigger_s
+        wp = self._trigger_lane(a)
         outer = wp
         while True:
             beyond = outer.get_right_lane() if side == "right" else outer.get_left_lane()
@@ -436,27 +478,31 @@ class Scenarios:
             side = direction(p)  # the classes' default: right (the generator writes `left` where it takes that)
         ids = a.statics
         if name.startswith("Accident"):
-            site = self._site(a.trigger_s, value(p, "distance", 120.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
+            # The police car `distance` steps along the lane, the cars 10 and 6 steps on (Accident's class).
+            at, first, second = self._class_spacing(a, value(p, "distance", 120.0), (10.0, 6.0))
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             off = 0.6 * width / 2
-            ids.append(self._warning(world, a.trigger_s, side))
+            ids.append(self._warning(world, a, side))
             ids.append(self._place(world, site, POLICE_CAR, off, side, 0.0, block=True))
-            ids.append(self._place(world, site + 10.0, PARKED_CAR, off, side, 0.0, block=True))
-            ids.append(self._place(world, site + 16.0, PARKED_CAR, off, side, 0.0, block=True))
-            a.site_s = site + 16.0
+            ids.append(self._place(world, site + first, PARKED_CAR, off, side, 0.0, block=True))
+            ids.append(self._place(world, site + second, PARKED_CAR, off, side, 0.0, block=True))
+            a.site_s = site + second
         elif name.startswith("ParkedObstacle") or name == "VehicleOpensDoorTwoWays":
-            site = self._site(a.trigger_s, value(p, "distance", 120.0 if name != "VehicleOpensDoorTwoWays" else 50.0),
-                              EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             door = name == "VehicleOpensDoorTwoWays"
+            # ParkedObstacle's class walks `distance` steps along the lane, VehicleOpensDoor's one next(distance).
+            (at,) = self._class_spacing(a, value(p, "distance", 50.0 if door else 120.0), whole=door)
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             length, w, h, cls = PARKED_CAR
             size = (length, w + 1.0, h, cls) if door else PARKED_CAR  # the open door: a metre more into the lane
             off = width / 2 + 0.7 - w / 2 if door else 0.7 * width / 2  # the car at the lane's edge, its door in
             if not door:
-                ids.append(self._warning(world, a.trigger_s, side))
+                ids.append(self._warning(world, a, side))
             ids.append(self._place(world, site, size, off, side, 0.0, block=True))
             a.site_s = site
         elif name.startswith("ConstructionObstacle"):
-            site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
-            ids.append(self._warning(world, a.trigger_s, side))
+            (at,) = self._class_spacing(a, value(p, "distance", 100.0), whole=True)  # its class: next(distance)
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
+            ids.append(self._warning(world, a, side))
             # As its class sets it up, on the line of the lane's heading at the site: the arrow board 5 m before
             # it in the lane's centre, turned to face the traffic; debris 2 m past it; cones along the edge the ego
             # passes by (0.85 of the half lane width from the centre) 2 to 8 m past it, and three across the lane at
@@ -476,12 +522,13 @@ class Scenarios:
             ids += [put(8.0, edge + k, CONE, 90.0 if side == "right" else -90.0) for k in (1.0, 2.0, 3.0)]
             a.site_s = site + EXTENT_M[name]
         elif name.startswith("HazardAtSideLane"):
-            site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
+            at, gap = self._class_spacing(a, value(p, "distance", 100.0), (9.0,))  # the second 9 steps on
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             speed = value(p, "bicycle_speed", 10.0) / 3.6
             drive = value(p, "bicycle_drive_distance", 50.0)
-            end = max(min(site + 9.0 + drive, self._limit(a.trigger_s) - PASS_ROOM_M), site + EXTENT_M[name])
-            for start in (site, site + 9.0):
-                path = self._lane_path(start, end - (site + 9.0 - start), 0.55 * width / 2, side)
+            end = max(min(site + gap + drive, self._limit(a.trigger_s) - PASS_ROOM_M), site + EXTENT_M[name])
+            for start in (site, site + gap):
+                path = self._lane_path(start, end - (site + gap - start), 0.55 * width / 2, side)
                 # SUMO's traffic keeps behind them (it used to drive through them, into the ego passing them).
                 yaw = math.degrees(math.atan2(*(path[1] - path[0])[::-1]))
                 mover = Mover(world.add_static(BICYCLE[3], *path[0], yaw, *BICYCLE[:3], block=True), BICYCLE, path,
