@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.collect.base.scenario_sites import lane_forward
+from tools.collect.base.scenario_sites import FLOW_SIDE, entry_sides, lane_forward, straight_through
 from tools.collect.base.scenario_types import (
     BEFORE_M,
     BICYCLE,
@@ -60,7 +60,6 @@ from tools.collect.base.scenario_types import (
     ScenarioType,
     direction,
     interval,
-    junction_side,
     value,
 )
 from tools.dataset import semantics as sem
@@ -600,11 +599,9 @@ class Scenarios:
         wp = self._lane(float(x), float(y))
         if not wp.is_junction:
             raise ValueError("the route's junction is not one of the map")
-        junction = wp.get_junction()
-        ego_yaw = float(r.yaw[max(i0 - 1, 0)])
         a.site_s = float(r.s[i1])
         if name.startswith("OppositeVehicle"):
-            self._adversary(a, p, world, s_ego, junction, ego_yaw, float(r.s[i0]))
+            self._adversary(a, p, world, s_ego, float(r.s[i0]))
             return
         if name.startswith("EnterActorFlow"):
             flow_speed = value(p, "flow_speed", 10.0)
@@ -613,7 +610,7 @@ class Scenarios:
         else:
             flow_speed = value(p, "flow_speed", 20.0)
             gaps = interval(p, "source_dist_interval", (25.0, 50.0))
-            ends = self._crossing_flows(name, junction, ego_yaw, flow_speed)
+            ends = self._crossing_flows(a, name, flow_speed)
         for src, sink in ends:
             found = world.flow_route(src, sink)
             if found is None:
@@ -623,65 +620,50 @@ class Scenarios:
         if not a.flows:
             raise ValueError("SUMO has no route for the flow")
 
-    def _adversary(self, a: Active, p: dict, world, s_ego: float, junction, ego_yaw: float, entry_s: float) -> None:
-        """OppositeVehicle*'s adversary: a SUMO car from the junction's side `direction` (an other side where the
-        junction has none, a T-junction), straight through where a lane goes straight, ignoring lights and right of
-        way, timed to meet the ego."""
-        import carla
-
+    def _adversary(self, a: Active, p: dict, world, s_ego: float, entry_s: float) -> None:
+        """OppositeVehicle*'s adversary: a SUMO car in the first lane entering the junction from the side
+        `direction` as its class finds it (scenario_sites.entry_sides; another side where the junction has none,
+        a T-junction), straight across the junction to 10 m past it (scenario_sites.straight_through), ignoring
+        lights and right of way, timed to meet the ego: it starts as far up its lane as it drives while the ego gets
+        to the junction (15 to 60 m; the class's waits 30 m up, started by the ego's time to arrival)."""
         sides = [value(p, "direction", "right", str)]
-        by_side: dict[str, list] = {}
-        for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
-            # the sides as the class filters the junction's entries (its `direction`)
-            side = junction_side(wrap_degrees(entry.transform.rotation.yaw - ego_yaw))
-            turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
-            by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
+        by_side = entry_sides(self._trigger_lane(a))
         sides += [sd for sd in ("opposite", "left", "right") if sd not in sides]
         side = next((sd for sd in sides if by_side.get(sd)), None)
         if side is None:
             raise ValueError(f"no lane enters the junction from the {sides[0]}")
-        ranked = sorted(by_side[side], key=lambda p: p[0])
-        paths = [(entry, exit_) for turning, entry, exit_ in ranked if turning == ranked[0][0]]
-        entry, exit_ = self.rng.choice(paths)
+        entry = by_side[side][0]
         speed = 60.0 / 3.6  # scenario_runner's adversary speed
         # Timed to meet the ego: as far from the junction as it drives while the ego gets there.
         ego_time = (entry_s - s_ego) / max(world.ego_box().speed, 6.0)
         src = self._along(entry, -max(min(speed * ego_time, 60.0), 15.0))
-        found = world.flow_route(src, self._along(exit_, 20.0))
+        exit_ = straight_through(entry)
+        sink = exit_.next(10.0) if exit_ is not None else None
+        if not sink:
+            raise ValueError(f"no way across the junction from the {side}")
+        found = world.flow_route(src, _xy(sink[0]))
         if found is None:
             raise ValueError("SUMO has no route for the adversary")
         edges, lane, pos = found
         a.flows.append(Flow(edges, lane, pos, speed, (1e6, 1e6), until=world.time + 1.0, rules=False,
                             next_time=world.time))
-        log.info("scenario %s: its adversary enters the junction from the %s, %s, on SUMO edge %s",
-                 a.block["name"], side, "turning" if ranked[0][0] else "straight through", edges[0])
+        log.info("scenario %s: its adversary enters the junction from the %s on SUMO edge %s",
+                 a.block["name"], side, edges[0])
 
-    def _crossing_flows(self, name: str, junction, ego_yaw: float, flow_speed: float) -> list[tuple]:
+    def _crossing_flows(self, a: Active, name: str, flow_speed: float) -> list[tuple]:
         """Source and sink points of the junction types' flows, as their scenario_runner classes place them: from
-        the lanes entering the junction from the side the type names (oncoming for left turns, from the left for
-        right turns; scenario_types.junction_side of the entry's yaw), `flow_speed` times 4 s (left turns) or 5 s
-        (right turns) up the lane in 5 m steps (not into another junction), to 2.5 s or 3 s of `flow_speed` past
-        the junction going straight from there. A right turn's flow comes in the rightmost lane of the first
-        entry; a left turn's class draws one entry lane at random: here each has a flow."""
+        the lanes entering the junction ahead of the trigger point from the side the type names (oncoming for left
+        turns, from the left for right turns; scenario_sites.entry_sides), `flow_speed` times 4 s (left turns) or
+        5 s (right turns) up the lane in 5 m steps (not into another junction), to 2.5 s or 3 s of `flow_speed`
+        past the junction going straight from there (scenario_sites.straight_through). A right turn's flow comes
+        in the rightmost lane of the first entry; a left turn's class draws one entry lane at random: here each
+        has a flow."""
         import carla
 
         left_turn = "LeftTurn" in name
-        side = "opposite" if left_turn else "left"
+        side = FLOW_SIDE[name]
         source_m, sink_m = (4.0, 2.5) if left_turn else (5.0, 3.0)
-        entries, seen = [], set()
-        for entry, _ in junction.get_waypoints(carla.LaneType.Driving):
-            for _ in range(200):  # out of the junction, back onto the lane entering it
-                if not entry.is_junction:
-                    break
-                before = entry.previous(0.2)
-                if not before:
-                    break
-                entry = before[0]
-            key = (entry.road_id, entry.lane_id)
-            if not entry.is_junction and key not in seen:
-                seen.add(key)
-                if junction_side(entry.transform.rotation.yaw - ego_yaw) == side:
-                    entries.append(entry)
+        entries = entry_sides(self._trigger_lane(a)).get(side, [])
         if not entries:
             raise ValueError(f"no lane enters the junction from the {side}")
         if not left_turn:
@@ -697,7 +679,8 @@ class Scenarios:
                 if not before or before[0].is_junction:
                     break
                 wp, back = before[0], back + 5.0
-            sink = _straight_through(wp).next(sink_m * flow_speed)
+            across = straight_through(wp)
+            sink = across.next(sink_m * flow_speed) if across is not None else None
             if sink:
                 ends.append((_xy(wp), _xy(sink[0])))
         return ends
@@ -781,31 +764,6 @@ def _same_direction(wp) -> list:
            and left.lane_id * lanes[0].lane_id > 0):
         lanes.insert(0, left)
     return lanes
-
-
-def _deviation(wp, at) -> float:
-    """How far `at` lies to the side of a waypoint's heading line, metres."""
-    rad, a, b = math.radians(wp.transform.rotation.yaw), wp.transform.location, at.transform.location
-    return abs(math.cos(rad) * (b.y - a.y) - math.sin(rad) * (b.x - a.x))
-
-
-def _straight_through(wp):
-    """The first waypoint past the next junction on a lane, going straight across it (of the ways on, the one
-    whose point 10 m in deviates least from the lane's heading, walked on from there), as scenario_runner's
-    generate_target_waypoint with turn 0 finds the sink of a flow."""
-    in_junction = False
-    for _ in range(2000):  # metre steps: a lane that never reaches a junction ends the walk
-        ahead = wp.next(1.0)
-        if not ahead:
-            break
-        if not in_junction and (len(ahead) > 1 or ahead[0].is_junction):
-            in_junction = True
-            wp = min((option.next(10.0)[0] for option in ahead), key=lambda at, wp=wp: _deviation(wp, at))
-        else:
-            wp = ahead[0]
-        if in_junction and not wp.is_junction:
-            break
-    return wp
 
 
 class _NoSite(Exception):
