@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.collect.base.scenario_sites import FLOW_SIDE, entry_sides, lane_forward, straight_through
+from tools.collect.base.scenario_sites import (
+    FLOW_SIDE,
+    entry_sides,
+    junction_ahead,
+    lane_forward,
+    sidewalk_before_junction,
+    straight_through,
+)
 from tools.collect.base.scenario_types import (
     BEFORE_M,
     BICYCLE,
@@ -706,7 +713,42 @@ class Scenarios:
         return [(_xy(a), _xy(b)) for a, b in zip(_same_direction(source), _same_direction(sink), strict=False)]
 
     # ------------------------------------------------------------------ pedestrians
+    #: PedestrianCrossing's walkers as its class stands them on the sidewalk: metres forward and to the right of
+    #: the sidewalk's waypoint, each turned 270 degrees from it (to walk across the road, leftwards).
+    CROSSWALK = ((0.4, 1.5), (1.0, 2.5), (1.6, 0.5))
+
+    def _crosswalk(self, a: Active, world) -> bool:
+        """PedestrianCrossing as its class places it: three walkers on the sidewalk right of the trigger point's
+        lane where it enters the junction ahead (scenario_sites.sidewalk_before_junction), each crossing the road
+        leftwards 2.3 times its distance to the lane's last waypoint before the junction, the crossing point. False
+        where the road has no sidewalk there (a generated town): the walkers then cross after the junction."""
+        found = junction_ahead(self._trigger_lane(a))
+        walk = sidewalk_before_junction(self._trigger_lane(a))
+        if found is None or walk is None:
+            return False
+        collision = found[0].transform.location
+        a.cross_at = self._route_s(found[0], (a.trigger_s - 5.0, a.trigger_s + 400.0))
+        t = walk.transform
+        fwd, right = t.get_forward_vector(), t.get_right_vector()
+        yaw = t.rotation.yaw + 270.0
+        heading = np.array([math.cos(math.radians(yaw)), math.sin(math.radians(yaw))])
+        width = found[0].lane_width
+        for k, (ahead, aside) in enumerate(self.CROSSWALK):
+            start = np.array([t.location.x + ahead * fwd.x + aside * right.x,
+                              t.location.y + ahead * fwd.y + aside * right.y])
+            to_lane = math.hypot(start[0] - collision.x, start[1] - collision.y)
+            path = np.array([start, start + heading * 2.3 * to_lane])
+            speed = 1.3 + 0.1 * k
+            mid = world.add_static(WALKER[3], *start, yaw, *WALKER[:3])
+            a.movers.append(Mover(mid, WALKER, path, speed, yaw_still=yaw))
+            if k == 0:
+                a.crossing_time = (to_lane - width / 2) / speed
+        a.site_s = a.cross_at
+        return True
+
     def _pedestrian(self, a: Active, name: str, p: dict, world) -> None:
+        if name == "PedestrianCrossing" and self._crosswalk(a, world):
+            return
         side = direction(p)
         if name in ("PedestrianCrossing", "VehicleTurningRoutePedestrian"):
             _, i1 = self._junction_span(a.trigger_s)
