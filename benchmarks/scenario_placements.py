@@ -12,7 +12,7 @@ have no counterpart on either side.
     .venv/bin/python benchmarks/scenario_placements.py
     .venv/bin/python benchmarks/scenario_placements.py --version v0.9.15 --towns .cache/carla-towns
 
-About 30 s on this machine, most of it loading Town12 and Town13.
+About 10 s on this machine, most of it loading Town12 and Town13.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main() -> None:
                 if not m.within:
                     far = "-" if m.distance is None else f"{m.distance:.2f}"
                     turned = "-" if m.heading is None else f"{m.heading:.1f}"
-                    print(f"{real['name']:<40} {m.kind:<16} {far} m {turned} deg")
+                    print(f"{real['town']:<9} {real['name']:<34} {m.kind:<16} {far} m {turned} deg")
     print(differences_markdown(differences(pairs)), end="")
     print(f"\n{len(pairs)} blocks in {time.perf_counter() - started:.0f} s")
 

@@ -11,6 +11,11 @@ it (tools.collect.base.route_gen) and the embedded world picks the lanes the cla
   RightTurn: "left", OppositeVehicle*: its `direction`);
 - the signalized variants need traffic lights in the junction (world.get_traffic_lights_in_junction): CARLA
   spawns one per OpenDRIVE signal of type 1000001 that a controller of the junction names (`light_junctions`);
+- the junction flows' and OppositeVehicle*'s sink: straight across the junction from the source
+  (`straight_through`, generate_target_waypoint);
+- obstacles (Accident, ParkedObstacle, HazardAtSideLane and their TwoWays): from the trigger point's lane,
+  `distance` 1 m steps forward, short of a junction (`lane_forward`), then the next car or bicycle as many steps
+  on from there;
 - PedestrianCrossing: the same walk to the junction, its last waypoint before it, then right lane after right lane
   to a sidewalk (`sidewalk_before_junction`): "Couldn't find a waypoint to start the flow" where there is none.
 
@@ -48,6 +53,20 @@ def junction_ahead(wp):
             return None
         before, wp = wp, nxt[0]
     return None
+
+
+def lane_forward(wp, metres: float):
+    """`wp`'s lane walked forward `metres` (rounded up) in 1 m steps on the first successor, stopping at the last
+    waypoint before a junction: where the obstacle classes put their obstacles (`_move_waypoint_forward`). CARLA
+    measures a step along its road's reference line: on a curve a lane away from it is longer or shorter than
+    the metres walked (Town10HD: 33 steps were 37.8 m of lane)."""
+    walked = 0
+    while walked < metres:
+        nxt = wp.next(1.0)
+        if not nxt or nxt[0].is_junction:
+            break
+        wp, walked = nxt[0], walked + 1
+    return wp
 
 
 def _lane_key(wp) -> str:
@@ -100,6 +119,38 @@ def sidewalk_before_junction(trigger_wp):
         if wp is None:
             return None
     return wp
+
+
+def straight_through(wp):
+    """The first waypoint past the next junction on a lane, going straight across it, as scenario_runner's
+    generate_target_waypoint(wp, 0) finds the sink of a flow or an adversary's way: 1 m steps on the first
+    successor to where the way forks or enters a junction; there, of each way on 10 m in, the one whose direction
+    from the last waypoint makes the smallest cross product with that waypoint's heading (unit vectors; of equal
+    ones the last, as the class keys them by it); 1 m steps on until out of the junction. None where a lane ends
+    first (the class raises)."""
+    import math
+
+    in_junction = False
+    for _ in range(_MAX_STEPS):
+        ahead = wp.next(1.0)
+        if not ahead:
+            return None
+        if not in_junction and (len(ahead) > 1 or ahead[0].is_junction):
+            in_junction = True
+            at = wp.transform.location
+            rad = math.radians(wp.transform.rotation.yaw)
+            by_cross = {}
+            for option in ahead:
+                to = option.next(10.0)[0]
+                d = to.transform.location - at
+                norm = math.sqrt(d.x * d.x + d.y * d.y + d.z * d.z) or 1.0
+                by_cross[(math.cos(rad) * d.y - math.sin(rad) * d.x) / norm] = to
+            wp = by_cross[min(by_cross, key=abs)]
+        else:
+            wp = ahead[0]
+        if in_junction and not wp.is_junction:
+            return wp
+    return None
 
 
 def has_sidewalks(opendrive: str) -> bool:

@@ -48,35 +48,34 @@ MATCH_M, MATCH_DEG = 1.0, 10.0
 #: "Placements"): "" for as the real class (every actor and flow within MATCH_M and MATCH_DEG of the class's:
 #: tests/collect/sim/test_placements.py checks it on the recorded blocks), else how it differs.
 PLACEMENT = {
-    "Accident": "", "ParkedObstacle": "", "ParkedObstacleTwoWays": "", "ConstructionObstacle": "",
-    "ConstructionObstacleTwoWays": "", "HazardAtSideLane": "", "EnterActorFlow": "", "EnterActorFlowV2": "",
-    "AccidentTwoWays": "as Accident; on curves the cars lie up to about 1.3 m from the class's (our distances are "
-                       "along the route, the class's in metre steps along the lane)",
-    "HazardAtSideLaneTwoWays": "as HazardAtSideLane, with an oncoming SUMO flow; the class changes the background "
-                               "traffic's oncoming spawn distance instead",
-    "InvadingTurn": "three cars of ours on fixed paths in the oncoming lane; the class runs an InvadingActorFlow "
-                    "there and lines it with cones",
-    "VehicleOpensDoorTwoWays": "the car, its open door a metre wider, at the edge of the ego's lane; the class's "
-                               "in the lane beside it, moved towards the ego's; the oncoming flow around the oncoming "
-                               "lane, the class's around the ego's own",
-    "SignalizedJunctionLeftTurn": "a flow in every oncoming lane entering the junction; the class draws one",
-    "NonSignalizedJunctionLeftTurn": "as SignalizedJunctionLeftTurn",
-    "SignalizedJunctionRightTurn": "the class's rule (the rightmost lane from the left, 5 s of flow_speed up it, "
-                                   "3 s past the junction); not measured yet",
-    "NonSignalizedJunctionRightTurn": "as SignalizedJunctionRightTurn",
-    "OppositeVehicleRunningRedLight": "the adversary's source timed to meet the ego (15 to 60 m up its lane); the "
-                                      "class's 30 m up the first lane entering from `direction`, started by time to "
-                                      "arrival",
+    "Accident": "", "AccidentTwoWays": "", "ParkedObstacle": "", "ParkedObstacleTwoWays": "",
+    "ConstructionObstacle": "", "ConstructionObstacleTwoWays": "", "HazardAtSideLane": "", "EnterActorFlow": "",
+    "EnterActorFlowV2": "", "SignalizedJunctionRightTurn": "", "NonSignalizedJunctionRightTurn": "",
+    "PedestrianCrossing": "",
+    "HazardAtSideLaneTwoWays": "the cyclists as HazardAtSideLane's (within 0.15 m), and an oncoming SUMO flow of "
+                               "ours (no counterpart); the class changes the background traffic's oncoming spawn "
+                               "distance instead",
+    "InvadingTurn": "three cars of ours on fixed paths in the oncoming lane (12 to 71 m from the class's); the class "
+                    "runs an InvadingActorFlow there and lines it with cones",
+    "VehicleOpensDoorTwoWays": "the car, its open door a metre wider, at the edge of the ego's lane; the class's in "
+                               "the lane beside it, moved towards the ego's (1.5 m apart); the oncoming flow around "
+                               "the oncoming lane, the class's around the ego's own (3.5 m)",
+    "SignalizedJunctionLeftTurn": "a flow in every oncoming lane entering the junction (the class's within 0.01 m); "
+                                  "the class draws one of them at random",
+    "NonSignalizedJunctionLeftTurn": "as SignalizedJunctionLeftTurn (the recorded junctions have one oncoming lane)",
+    "OppositeVehicleRunningRedLight": "the adversary a SUMO vehicle started at once 15 to 60 m up the class's lane "
+                                      "(timed to meet the ego), across the junction to the class's sink; the "
+                                      "class's car waits 30 m up that lane and starts by the ego's time to arrival "
+                                      "(compared: a flow of ours, a car of the class's, no counterparts)",
     "OppositeVehicleTakingPriority": "as OppositeVehicleRunningRedLight",
     "DynamicObjectCrossing": "the walker 1.2 m beyond the road's edge at the crossing point, the blocker behind it; "
-                             "the class's on the sidewalk's centre, the walker beside the blocker",
+                             "the class's on the sidewalk's centre, the walker beside the blocker (up to 3.5 m and "
+                             "90 degrees apart: the blocker turned along the road, the class's across)",
     "ParkingCrossingPedestrian": "the parked car half a car and 0.8 m before the crossing point, the walker beyond "
                                  "the road's edge; the class's car at `distance`, the walker a lane's width beside "
-                                 "the ego's lane just past it",
-    "PedestrianCrossing": "the walkers cross just after the junction; the class's just before it, from the sidewalk "
-                          "right of the ego's lane",
+                                 "the ego's lane just past it (3.7 m and 6.4 m apart)",
     "VehicleTurningRoutePedestrian": "the walker crosses the route's exit lane 4 m past the junction; the class's "
-                                     "where the ego's lane leaves it",
+                                     "from the sidewalk where the ego's lane leaves it (24 m apart)",
 }
 #: The types placed as the real class.
 AS_THE_CLASS = frozenset(name for name, how in PLACEMENT.items() if not how)
@@ -260,8 +259,8 @@ def real_record(block: dict) -> dict:
         else:
             flows.append({"source": f["source"][:2], "sink": f["sink"][:2] if f.get("sink") else None,
                           "speed": f.get("speed"), "behaviour": f.get("behaviour")})
-    return {"name": block["name"], "type": block["type"], "error": block.get("error"), "actors": actors,
-            "flows": flows}
+    return {"name": block["name"], "type": block["type"], "town": block.get("town"), "error": block.get("error"),
+            "actors": actors, "flows": flows}
 
 
 # ----------------------------------------------------------------------------- per type
@@ -333,11 +332,14 @@ def placement_markdown() -> str:
 def recorded_pairs(folder: Path, towns: Path, version: str = "v0.9.16") -> Iterator[tuple[dict, dict]]:
     """(ours, real) records of every block recorded in `folder` (tests/data/scenario_placements: `version`.json
     and the route files under routes/), ours computed on the towns' OpenDRIVE files in `towns` (TownXX.xodr),
-    each town loaded once (Town12 and Town13 take seconds and 1 to 2 GB each)."""
+    each town loaded once (Town12 and Town13 take seconds and 1 to 2 GB each) and kept while its blocks are placed:
+    the route planner reads the lane graph the Town keeps beside it only while the Town lives (a map whose Town is
+    gone has its graph walked again, a minute per route on Town13)."""
     folder, towns = Path(folder), Path(towns)
     blocks = json.loads((folder / f"{version}.json").read_text())["blocks"]
     for town in sorted({b["town"] for b in blocks}):
-        cmap = Town(towns / f"{town}.xodr").carla_map
+        kept = Town(towns / f"{town}.xodr")
+        cmap = kept.carla_map
         ours: dict[tuple[str, str], dict[str, dict]] = {}
         for b in (b for b in blocks if b["town"] == town):
             key = (b["file"], b["route"])
@@ -345,5 +347,5 @@ def recorded_pairs(folder: Path, towns: Path, version: str = "v0.9.16") -> Itera
                 route = next(r for r in read_routes(folder / "routes" / b["file"]) if r.id == b["route"])
                 ours[key] = {rec["name"]: rec for rec in placements(route, cmap)}
             yield ours[key][b["name"]], real_record(b)
-        del cmap, ours
+        del kept, cmap, ours
         gc.collect()  # one big town at a time

@@ -32,6 +32,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tools.collect.base.scenario_sites import (
+    FLOW_SIDE,
+    entry_sides,
+    junction_ahead,
+    lane_forward,
+    sidewalk_before_junction,
+    straight_through,
+)
 from tools.collect.base.scenario_types import (
     BEFORE_M,
     BICYCLE,
@@ -59,7 +67,6 @@ from tools.collect.base.scenario_types import (
     ScenarioType,
     direction,
     interval,
-    junction_side,
     value,
 )
 from tools.dataset import semantics as sem
@@ -364,6 +371,46 @@ class Scenarios:
             raise ValueError(f"no driving lane at ({x:.1f}, {y:.1f})")
         return wp
 
+    def _trigger_lane(self, a: Active):
+        """The lane under the block's trigger point, as the classes take it (carla.Map.get_waypoint of the trigger)."""
+        trig = a.block["trigger"]
+        wp = lane_at(self.map, float(trig[0]), float(trig[1]), float(trig[2]) if len(trig) > 2 else None)
+        return wp if wp is not None else self._lane(*self._point(a.trigger_s)[:2])
+
+    def _route_s(self, wp, near: tuple[float, float]) -> float:
+        """Route s of the point of the route nearest a waypoint, among the route's stretch `near` (from, to)."""
+        r = self.route
+        loc = wp.transform.location
+        span = np.flatnonzero((r.s >= near[0]) & (r.s <= near[1]))
+        if len(span) < 2:
+            span = np.arange(len(r.s))
+        xy = r.xy[span]
+        k = int(np.argmin(np.hypot(xy[:, 0] - loc.x, xy[:, 1] - loc.y)))
+        k = min(max(k, 1), len(span) - 1)  # between samples k-1 and k: projected onto that piece
+        a, b = xy[k - 1], xy[k]
+        d = b - a
+        t = float(np.clip(np.dot([loc.x - a[0], loc.y - a[1]], d) / max(float(d @ d), 1e-9), 0.0, 1.0))
+        return float(r.s[span[k - 1]] + t * (r.s[span[k]] - r.s[span[k - 1]]))
+
+    def _class_spacing(self, a: Active, distance: float, gaps: tuple[float, ...] = (),
+                       whole: bool = False) -> list[float]:
+        """Where an obstacle class puts its obstacles, in route metres: the first `distance` steps along the trigger
+        point's lane (scenario_sites.lane_forward; `whole`: one Waypoint.next(distance), as ConstructionObstacle
+        walks), each next one `gaps` steps on from the one before; as route s beyond the trigger, the first, then
+        each one's beyond the first. CARLA's steps are metres of the road's reference line: on curves the lane's
+        own length differs (by 15 % on Town10HD)."""
+        wp = self._trigger_lane(a)
+        if whole:
+            ahead = wp.next(distance) if distance > 0 else [wp]
+            wps = [ahead[0] if ahead else wp]
+        else:
+            wps = [lane_forward(wp, distance)]
+        for gap in gaps:
+            wps.append(lane_forward(wps[-1], gap))
+        near = (a.trigger_s - 5.0, a.trigger_s + 2.0 * (distance + sum(gaps)) + 20.0)
+        s = [self._route_s(w, near) for w in wps]
+        return [s[0] - a.trigger_s] + [v - s[0] for v in s[1:]]
+
     @staticmethod
     def _side_vector(yaw: float, side: str) -> np.ndarray:
         """Unit vector to the right (side 'right') or left of a heading, world frame (CARLA: y to the right)."""
@@ -402,14 +449,15 @@ class Scenarios:
         return world.add_static(cls, x + v[0], y + v[1], yaw + yaw_offset, length, width, height, block=block)
 
     # ------------------------------------------------------------------ obstacles
-    def _warning(self, world, s: float, side: str) -> int:
-        """The warning prop of an obstacle at route s (its trigger point), as scenario_runner's `_spawn_side_prop`
-        puts it: in the first lane beyond the road's driving and parking lanes on the obstacle's side (a sidewalk, a
-        shoulder), 0.3 of the outermost driving or parking lane's width further out than that lane's centre, turned
-        90 degrees to it. Where no lane is beyond (the class then fails), beside the road's edge."""
+    def _warning(self, world, a: Active, side: str) -> int:
+        """The warning prop of an obstacle, as scenario_runner's `_spawn_side_prop` puts it: from the trigger
+        point's lane, in the first lane beyond the road's driving and parking lanes on the obstacle's side (a
+        sidewalk, a shoulder), 0.3 of the outermost driving or parking lane's width further out than that lane's
+        centre, turned 90 degrees to it. Where no lane is beyond (the class then fails), beside the road's edge."""
         import carla
 
-        wp = self._lane(*self._point(s)[:2])
+        s = a.trigger_s
+        wp = self._trigger_lane(a)
         outer = wp
         while True:
             beyond = outer.get_right_lane() if side == "right" else outer.get_left_lane()
@@ -436,27 +484,31 @@ class Scenarios:
             side = direction(p)  # the classes' default: right (the generator writes `left` where it takes that)
         ids = a.statics
         if name.startswith("Accident"):
-            site = self._site(a.trigger_s, value(p, "distance", 120.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
+            # The police car `distance` steps along the lane, the cars 10 and 6 steps on (Accident's class).
+            at, first, second = self._class_spacing(a, value(p, "distance", 120.0), (10.0, 6.0))
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             off = 0.6 * width / 2
-            ids.append(self._warning(world, a.trigger_s, side))
+            ids.append(self._warning(world, a, side))
             ids.append(self._place(world, site, POLICE_CAR, off, side, 0.0, block=True))
-            ids.append(self._place(world, site + 10.0, PARKED_CAR, off, side, 0.0, block=True))
-            ids.append(self._place(world, site + 16.0, PARKED_CAR, off, side, 0.0, block=True))
-            a.site_s = site + 16.0
+            ids.append(self._place(world, site + first, PARKED_CAR, off, side, 0.0, block=True))
+            ids.append(self._place(world, site + second, PARKED_CAR, off, side, 0.0, block=True))
+            a.site_s = site + second
         elif name.startswith("ParkedObstacle") or name == "VehicleOpensDoorTwoWays":
-            site = self._site(a.trigger_s, value(p, "distance", 120.0 if name != "VehicleOpensDoorTwoWays" else 50.0),
-                              EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             door = name == "VehicleOpensDoorTwoWays"
+            # ParkedObstacle's class walks `distance` steps along the lane, VehicleOpensDoor's one next(distance).
+            (at,) = self._class_spacing(a, value(p, "distance", 50.0 if door else 120.0), whole=door)
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             length, w, h, cls = PARKED_CAR
             size = (length, w + 1.0, h, cls) if door else PARKED_CAR  # the open door: a metre more into the lane
             off = width / 2 + 0.7 - w / 2 if door else 0.7 * width / 2  # the car at the lane's edge, its door in
             if not door:
-                ids.append(self._warning(world, a.trigger_s, side))
+                ids.append(self._warning(world, a, side))
             ids.append(self._place(world, site, size, off, side, 0.0, block=True))
             a.site_s = site
         elif name.startswith("ConstructionObstacle"):
-            site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
-            ids.append(self._warning(world, a.trigger_s, side))
+            (at,) = self._class_spacing(a, value(p, "distance", 100.0), whole=True)  # its class: next(distance)
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
+            ids.append(self._warning(world, a, side))
             # As its class sets it up, on the line of the lane's heading at the site: the arrow board 5 m before
             # it in the lane's centre, turned to face the traffic; debris 2 m past it; cones along the edge the ego
             # passes by (0.85 of the half lane width from the centre) 2 to 8 m past it, and three across the lane at
@@ -476,12 +528,13 @@ class Scenarios:
             ids += [put(8.0, edge + k, CONE, 90.0 if side == "right" else -90.0) for k in (1.0, 2.0, 3.0)]
             a.site_s = site + EXTENT_M[name]
         elif name.startswith("HazardAtSideLane"):
-            site = self._site(a.trigger_s, value(p, "distance", 100.0), EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
+            at, gap = self._class_spacing(a, value(p, "distance", 100.0), (9.0,))  # the second 9 steps on
+            site = self._site(a.trigger_s, at, EXTENT_M[name] + PASS_ROOM_M, BEFORE_M)
             speed = value(p, "bicycle_speed", 10.0) / 3.6
             drive = value(p, "bicycle_drive_distance", 50.0)
-            end = max(min(site + 9.0 + drive, self._limit(a.trigger_s) - PASS_ROOM_M), site + EXTENT_M[name])
-            for start in (site, site + 9.0):
-                path = self._lane_path(start, end - (site + 9.0 - start), 0.55 * width / 2, side)
+            end = max(min(site + gap + drive, self._limit(a.trigger_s) - PASS_ROOM_M), site + EXTENT_M[name])
+            for start in (site, site + gap):
+                path = self._lane_path(start, end - (site + gap - start), 0.55 * width / 2, side)
                 # SUMO's traffic keeps behind them (it used to drive through them, into the ego passing them).
                 yaw = math.degrees(math.atan2(*(path[1] - path[0])[::-1]))
                 mover = Mover(world.add_static(BICYCLE[3], *path[0], yaw, *BICYCLE[:3], block=True), BICYCLE, path,
@@ -553,11 +606,9 @@ class Scenarios:
         wp = self._lane(float(x), float(y))
         if not wp.is_junction:
             raise ValueError("the route's junction is not one of the map")
-        junction = wp.get_junction()
-        ego_yaw = float(r.yaw[max(i0 - 1, 0)])
         a.site_s = float(r.s[i1])
         if name.startswith("OppositeVehicle"):
-            self._adversary(a, p, world, s_ego, junction, ego_yaw, float(r.s[i0]))
+            self._adversary(a, p, world, s_ego, float(r.s[i0]))
             return
         if name.startswith("EnterActorFlow"):
             flow_speed = value(p, "flow_speed", 10.0)
@@ -566,7 +617,7 @@ class Scenarios:
         else:
             flow_speed = value(p, "flow_speed", 20.0)
             gaps = interval(p, "source_dist_interval", (25.0, 50.0))
-            ends = self._crossing_flows(name, junction, ego_yaw, flow_speed)
+            ends = self._crossing_flows(a, name, flow_speed)
         for src, sink in ends:
             found = world.flow_route(src, sink)
             if found is None:
@@ -576,65 +627,50 @@ class Scenarios:
         if not a.flows:
             raise ValueError("SUMO has no route for the flow")
 
-    def _adversary(self, a: Active, p: dict, world, s_ego: float, junction, ego_yaw: float, entry_s: float) -> None:
-        """OppositeVehicle*'s adversary: a SUMO car from the junction's side `direction` (an other side where the
-        junction has none, a T-junction), straight through where a lane goes straight, ignoring lights and right of
-        way, timed to meet the ego."""
-        import carla
-
+    def _adversary(self, a: Active, p: dict, world, s_ego: float, entry_s: float) -> None:
+        """OppositeVehicle*'s adversary: a SUMO car in the first lane entering the junction from the side
+        `direction` as its class finds it (scenario_sites.entry_sides; another side where the junction has none,
+        a T-junction), straight across the junction to 10 m past it (scenario_sites.straight_through), ignoring
+        lights and right of way, timed to meet the ego: it starts as far up its lane as it drives while the ego gets
+        to the junction (15 to 60 m; the class's waits 30 m up, started by the ego's time to arrival)."""
         sides = [value(p, "direction", "right", str)]
-        by_side: dict[str, list] = {}
-        for entry, exit_ in junction.get_waypoints(carla.LaneType.Driving):
-            # the sides as the class filters the junction's entries (its `direction`)
-            side = junction_side(wrap_degrees(entry.transform.rotation.yaw - ego_yaw))
-            turn = abs(wrap_degrees(exit_.transform.rotation.yaw - entry.transform.rotation.yaw))
-            by_side.setdefault(side, []).append((turn > 30.0, entry, exit_))
+        by_side = entry_sides(self._trigger_lane(a))
         sides += [sd for sd in ("opposite", "left", "right") if sd not in sides]
         side = next((sd for sd in sides if by_side.get(sd)), None)
         if side is None:
             raise ValueError(f"no lane enters the junction from the {sides[0]}")
-        ranked = sorted(by_side[side], key=lambda p: p[0])
-        paths = [(entry, exit_) for turning, entry, exit_ in ranked if turning == ranked[0][0]]
-        entry, exit_ = self.rng.choice(paths)
+        entry = by_side[side][0]
         speed = 60.0 / 3.6  # scenario_runner's adversary speed
         # Timed to meet the ego: as far from the junction as it drives while the ego gets there.
         ego_time = (entry_s - s_ego) / max(world.ego_box().speed, 6.0)
         src = self._along(entry, -max(min(speed * ego_time, 60.0), 15.0))
-        found = world.flow_route(src, self._along(exit_, 20.0))
+        exit_ = straight_through(entry)
+        sink = exit_.next(10.0) if exit_ is not None else None
+        if not sink:
+            raise ValueError(f"no way across the junction from the {side}")
+        found = world.flow_route(src, _xy(sink[0]))
         if found is None:
             raise ValueError("SUMO has no route for the adversary")
         edges, lane, pos = found
         a.flows.append(Flow(edges, lane, pos, speed, (1e6, 1e6), until=world.time + 1.0, rules=False,
                             next_time=world.time))
-        log.info("scenario %s: its adversary enters the junction from the %s, %s, on SUMO edge %s",
-                 a.block["name"], side, "turning" if ranked[0][0] else "straight through", edges[0])
+        log.info("scenario %s: its adversary enters the junction from the %s on SUMO edge %s",
+                 a.block["name"], side, edges[0])
 
-    def _crossing_flows(self, name: str, junction, ego_yaw: float, flow_speed: float) -> list[tuple]:
+    def _crossing_flows(self, a: Active, name: str, flow_speed: float) -> list[tuple]:
         """Source and sink points of the junction types' flows, as their scenario_runner classes place them: from
-        the lanes entering the junction from the side the type names (oncoming for left turns, from the left for
-        right turns; scenario_types.junction_side of the entry's yaw), `flow_speed` times 4 s (left turns) or 5 s
-        (right turns) up the lane in 5 m steps (not into another junction), to 2.5 s or 3 s of `flow_speed` past
-        the junction going straight from there. A right turn's flow comes in the rightmost lane of the first
-        entry; a left turn's class draws one entry lane at random: here each has a flow."""
+        the lanes entering the junction ahead of the trigger point from the side the type names (oncoming for left
+        turns, from the left for right turns; scenario_sites.entry_sides), `flow_speed` times 4 s (left turns) or
+        5 s (right turns) up the lane in 5 m steps (not into another junction), to 2.5 s or 3 s of `flow_speed`
+        past the junction going straight from there (scenario_sites.straight_through). A right turn's flow comes
+        in the rightmost lane of the first entry; a left turn's class draws one entry lane at random: here each
+        has a flow."""
         import carla
 
         left_turn = "LeftTurn" in name
-        side = "opposite" if left_turn else "left"
+        side = FLOW_SIDE[name]
         source_m, sink_m = (4.0, 2.5) if left_turn else (5.0, 3.0)
-        entries, seen = [], set()
-        for entry, _ in junction.get_waypoints(carla.LaneType.Driving):
-            for _ in range(200):  # out of the junction, back onto the lane entering it
-                if not entry.is_junction:
-                    break
-                before = entry.previous(0.2)
-                if not before:
-                    break
-                entry = before[0]
-            key = (entry.road_id, entry.lane_id)
-            if not entry.is_junction and key not in seen:
-                seen.add(key)
-                if junction_side(entry.transform.rotation.yaw - ego_yaw) == side:
-                    entries.append(entry)
+        entries = entry_sides(self._trigger_lane(a)).get(side, [])
         if not entries:
             raise ValueError(f"no lane enters the junction from the {side}")
         if not left_turn:
@@ -650,7 +686,8 @@ class Scenarios:
                 if not before or before[0].is_junction:
                     break
                 wp, back = before[0], back + 5.0
-            sink = _straight_through(wp).next(sink_m * flow_speed)
+            across = straight_through(wp)
+            sink = across.next(sink_m * flow_speed) if across is not None else None
             if sink:
                 ends.append((_xy(wp), _xy(sink[0])))
         return ends
@@ -676,7 +713,42 @@ class Scenarios:
         return [(_xy(a), _xy(b)) for a, b in zip(_same_direction(source), _same_direction(sink), strict=False)]
 
     # ------------------------------------------------------------------ pedestrians
+    #: PedestrianCrossing's walkers as its class stands them on the sidewalk: metres forward and to the right of
+    #: the sidewalk's waypoint, each turned 270 degrees from it (to walk across the road, leftwards).
+    CROSSWALK = ((0.4, 1.5), (1.0, 2.5), (1.6, 0.5))
+
+    def _crosswalk(self, a: Active, world) -> bool:
+        """PedestrianCrossing as its class places it: three walkers on the sidewalk right of the trigger point's
+        lane where it enters the junction ahead (scenario_sites.sidewalk_before_junction), each crossing the road
+        leftwards 2.3 times its distance to the lane's last waypoint before the junction, the crossing point. False
+        where the road has no sidewalk there (a generated town): the walkers then cross after the junction."""
+        found = junction_ahead(self._trigger_lane(a))
+        walk = sidewalk_before_junction(self._trigger_lane(a))
+        if found is None or walk is None:
+            return False
+        collision = found[0].transform.location
+        a.cross_at = self._route_s(found[0], (a.trigger_s - 5.0, a.trigger_s + 400.0))
+        t = walk.transform
+        fwd, right = t.get_forward_vector(), t.get_right_vector()
+        yaw = t.rotation.yaw + 270.0
+        heading = np.array([math.cos(math.radians(yaw)), math.sin(math.radians(yaw))])
+        width = found[0].lane_width
+        for k, (ahead, aside) in enumerate(self.CROSSWALK):
+            start = np.array([t.location.x + ahead * fwd.x + aside * right.x,
+                              t.location.y + ahead * fwd.y + aside * right.y])
+            to_lane = math.hypot(start[0] - collision.x, start[1] - collision.y)
+            path = np.array([start, start + heading * 2.3 * to_lane])
+            speed = 1.3 + 0.1 * k
+            mid = world.add_static(WALKER[3], *start, yaw, *WALKER[:3])
+            a.movers.append(Mover(mid, WALKER, path, speed, yaw_still=yaw))
+            if k == 0:
+                a.crossing_time = (to_lane - width / 2) / speed
+        a.site_s = a.cross_at
+        return True
+
     def _pedestrian(self, a: Active, name: str, p: dict, world) -> None:
+        if name == "PedestrianCrossing" and self._crosswalk(a, world):
+            return
         side = direction(p)
         if name in ("PedestrianCrossing", "VehicleTurningRoutePedestrian"):
             _, i1 = self._junction_span(a.trigger_s)
@@ -734,31 +806,6 @@ def _same_direction(wp) -> list:
            and left.lane_id * lanes[0].lane_id > 0):
         lanes.insert(0, left)
     return lanes
-
-
-def _deviation(wp, at) -> float:
-    """How far `at` lies to the side of a waypoint's heading line, metres."""
-    rad, a, b = math.radians(wp.transform.rotation.yaw), wp.transform.location, at.transform.location
-    return abs(math.cos(rad) * (b.y - a.y) - math.sin(rad) * (b.x - a.x))
-
-
-def _straight_through(wp):
-    """The first waypoint past the next junction on a lane, going straight across it (of the ways on, the one
-    whose point 10 m in deviates least from the lane's heading, walked on from there), as scenario_runner's
-    generate_target_waypoint with turn 0 finds the sink of a flow."""
-    in_junction = False
-    for _ in range(2000):  # metre steps: a lane that never reaches a junction ends the walk
-        ahead = wp.next(1.0)
-        if not ahead:
-            break
-        if not in_junction and (len(ahead) > 1 or ahead[0].is_junction):
-            in_junction = True
-            wp = min((option.next(10.0)[0] for option in ahead), key=lambda at, wp=wp: _deviation(wp, at))
-        else:
-            wp = ahead[0]
-        if in_junction and not wp.is_junction:
-            break
-    return wp
 
 
 class _NoSite(Exception):
