@@ -59,7 +59,12 @@ def read_bytes(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (UnreadableFile otherwise, also when it grew past
     the bound while being read)."""
     with open_regular(path, limit) as f:
-        data = f.read(limit + 1)
+        # as many bytes as the file holds and one more (to see it grow): read(limit + 1) would allocate the whole
+        # bound first (a gigabyte for a 12 KB cache record, 45 us of its 60 us read)
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(min(size, limit) + 1)
+        if size < len(data) <= limit:  # it grew since: the rest, up to the bound
+            data += f.read(limit + 1 - len(data))
     if len(data) > limit:
         raise TooLarge(f"{path}: grew past {limit} bytes while being read; not read")
     return data
