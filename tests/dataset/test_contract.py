@@ -162,5 +162,6 @@ def test_a_version_2_root_reads_and_becomes_version_6_when_collected_into_and_ve
     assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 6
     assert json.loads(layout.manifest.read_text())["format_version"] == 6
     layout.manifest.write_text(json.dumps({"format_version": 1}))
-    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3, 4, 5, 6 and writes version 6"):
+    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3, 4, 5, 6 and writes "
+                                        r"version 6"):
         read_manifest(layout)

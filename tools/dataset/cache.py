@@ -206,7 +206,7 @@ class Made:
     frame: int | None = None
 
     def packed(self) -> bytes:
-        """The identity's bytes the record's checksum covers (before its body)."""
+        """The identity's bytes the record's checksum covers (before its body; _open_record packs the same)."""
         return msgpack.packb([self.run, self.source, self.index, self.frame])
 
 
@@ -271,9 +271,9 @@ def _open_record(data: bytes, path: Path, run: str | None = None, place: tuple[s
     if cache_format == 2:
         crc = zlib.crc32(body)
     else:
-        try:
-            made = Made(outer["source"], outer["index"], outer["run"], outer["frame"])
-            crc = zlib.crc32(body, zlib.crc32(made.packed()))
+        try:  # (Made.packed's bytes)
+            crc = zlib.crc32(body, zlib.crc32(msgpack.packb([outer["run"], outer["source"], outer["index"],
+                                                             outer["frame"]])))
         except (TypeError, ValueError):  # an identity msgpack cannot pack: not one the builder wrote
             crc = None
     if crc != outer["crc32"]:
