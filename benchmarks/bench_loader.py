@@ -20,8 +20,8 @@ input size, from
              raw bytes compressed as one zstd frame at the codec's level); (b)/(d) says how far the
              loader is from it
 
-Each check of (b) is then timed alone over every record (seconds per sample; they are in (b)'s figure): what
-they cost, and how much faster (b) would be without them.
+Each check of (b) is also timed alone over every record, taking turns with the loaders (microseconds per sample;
+they are in (b)'s figure): what they cost, and how much faster (b) would be without them.
 
 The cache build (`python -m tools.cache build`, the same function) is timed on the same core into a
 fresh cache folder, then per stage over every sample: read (read_frame and its decoding), preprocess
@@ -192,16 +192,16 @@ def time_build(root: Path, passes: int) -> list[float]:
     return runs
 
 
-def check_costs(dataset, passes: int) -> dict[str, float]:
-    """Seconds per sample of each check the training loader (`dataset`, a RecordDataset) makes, each timed alone over
-    every record as the loader makes it (the best of `passes` runs)."""
+def checks_of(dataset) -> dict[str, tuple[list, object]]:
+    """Each check the training loader (`dataset`, a RecordDataset) makes, alone, as `rates` times a loader: (every
+    record as the check needs it, the check of one)."""
     import stat
     import zlib
 
     import msgpack
     import zstandard
 
-    from tools.dataset.cache import Made, _bounds, record_path
+    from tools.dataset.cache import _bounds, record_path
     from tools.dataset.codec import declared, zstd_decompress
 
     specs, _ = _bounds(dataset.settings)
@@ -223,10 +223,10 @@ def check_costs(dataset, passes: int) -> dict[str, float]:
         finally:
             os.close(fd)
 
-    def checksum(item) -> None:
+    def checksum(item) -> None:  # of what the record was made from and its body (as _open_record computes it)
         outer = item[2]
-        made = Made(outer["source"], outer["index"], outer["run"], outer["frame"])
-        assert zlib.crc32(outer["body"], zlib.crc32(made.packed())) == outer["crc32"]
+        made = msgpack.packb([outer["run"], outer["source"], outer["index"], outer["frame"]])
+        assert zlib.crc32(outer["body"], zlib.crc32(made)) == outer["crc32"]
 
     def made_from(item) -> None:  # its run's recorded attempt, its place, its frame's fingerprint
         run, index = item[1]
@@ -241,17 +241,8 @@ def check_costs(dataset, passes: int) -> dict[str, float]:
         for name, blob in item[3].items():
             declared(blob, specs[name])
 
-    costs = {}
-    for name, check in (("bounded read", regular_file), ("checksum", checksum), ("made from", made_from),
-                        ("dtypes and shapes", shapes)):
-        best = float("inf")
-        for _ in range(passes):
-            t = time.perf_counter()
-            for item in records:
-                check(item)
-            best = min(best, time.perf_counter() - t)
-        costs[name] = best / len(records)
-    return costs
+    return {name: (records, check) for name, check in (("bounded read", regular_file), ("checksum", checksum),
+                                                       ("made from", made_from), ("dtypes and shapes", shapes))}
 
 
 def build_stages(items: list, folder: Path) -> dict[str, float]:
@@ -346,9 +337,10 @@ def main() -> None:
         for k in b:
             assert a[k].dtype == b[k].dtype == c[k].dtype and a[k].shape == b[k].shape == c[k].shape, k
 
+        checks = checks_of(loader)  # timed among the loaders, under the same load
         runs = rates({"raw": (raw_items, load_raw), "ours": (range(n), loader.__getitem__),
                       "lead": (lead, lambda p: lead_decode(p.read_bytes())),
-                      "ceiling": (ceiling, decode_ceiling)}, args.passes)
+                      "ceiling": (ceiling, decode_ceiling), **checks}, args.passes)
         r = {name: median(run[name] for run in runs) for name in runs[0]}
         ratio = {(x, y): median(run[x] / run[y] for run in runs)
                  for x, y in (("ours", "lead"), ("ours", "raw"), ("ours", "ceiling"))}
@@ -357,7 +349,8 @@ def main() -> None:
         size_lead = sum(p.stat().st_size for p in lead) / n
         size_ceiling = sum(len(j) + len(z) for j, z in ceiling) / n
         stages = build_stages(raw_items, tmp / "stages")
-        checks = check_costs(loader, args.passes)
+        cost = {name: median(1 / run[name] for run in runs) for name in checks}  # seconds per sample
+        share = median(sum(1 / run[name] for name in checks) * run["ours"] for run in runs)
 
     s = settings
     print(f"training loader, 1 core (cpu {cpu}), {n} samples, input {s.image_width}x{s.image_height}, "
@@ -371,11 +364,10 @@ def main() -> None:
           f"(b)/(a) speed {ratio['ours', 'raw']:.1f}x; (b)/(c) size {size_ours / size_lead:.2f} (goal: 1.00 or less)")
     print(f"  (b)/(d) {ratio['ours', 'ceiling']:.2f}: the loader takes {1 / ratio['ours', 'ceiling'] - 1:.0%} more "
           "time per sample than the decoding it cannot skip")
-    spent = sum(checks.values())
-    print("  (b)'s checks, each timed alone, per sample: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in
-                                                                       checks.items())
-          + f"; together {spent * 1e6:.1f} us, {spent * r['ours']:.1%} of (b)'s time "
-          f"(without them (b)/(c) would be {ratio['ours', 'lead'] / (1 - spent * r['ours']):.1f}x)")
+    print("  (b)'s checks, each timed alone among the loaders, per sample: "
+          + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in cost.items())
+          + f"; together {sum(cost.values()) * 1e6:.1f} us, {share:.1%} of (b)'s time (without them (b)/(c) would be "
+          f"{ratio['ours', 'lead'] / (1 - share):.1f}x)")
     total = sum(stages.values())
     print(f"cache build, 1 core (cpu {cpu}), {n} samples into a fresh cache folder, median of {args.passes} runs")
     print(f"  {median(build):.0f} samples/s per core (runs: {', '.join(f'{b:.0f}' for b in build)}); per sample "
