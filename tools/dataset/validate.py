@@ -347,6 +347,7 @@ class RunCheck:
     frames: int = 0  # frame files of the run
     unverified: int = 0  # frames that carry no checksum (frame format 1, recorded before dataset format 5)
     unplaced: int = 0  # frames that do not name their run (frame formats 1, 2: recorded before dataset format 6)
+    fingerprints: dict[int, int | None] = field(default_factory=dict)  # index -> fingerprint of the frames read
 
 
 def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
@@ -377,6 +378,7 @@ def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
             last_tick = None  # (the next frame's tick cannot be compared)
             continue
         out.unverified += not frame["verified"]
+        out.fingerprints[i] = frame["fingerprint"]
         out.unplaced += not identified(frame)
         wrong_place = misplaced(frame, str(key), i)  # the one rule of a frame's place (the cache builder's too)
         if wrong_place:
@@ -433,6 +435,10 @@ def _index_problems(layout: Layout, key: RunKey, found: RunCheck) -> list[str]:
         for m, listed in zip(found.measurements, index.measurements, strict=True):
             if m != listed:
                 return [f"{path.name}: frame {m.frame}'s measurements differ from the frame file's"]
+    for i, fingerprint in enumerate(index.fingerprints or []):  # (an index of frame format 3 lists them)
+        if i in found.fingerprints and found.fingerprints[i] != fingerprint:
+            return [f"{path.name}: frame {i}'s fingerprint is {fingerprint}, the frame file's {found.fingerprints[i]}: "
+                    "the frame was replaced since its run recorded it"]
     return []
 
 
