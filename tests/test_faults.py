@@ -549,7 +549,7 @@ def test_decompression_bombs_and_huge_ranges_are_refused_under_a_memory_cap(trai
     planted("jpeg-header", "rgb_front", data=bytes(jpeg))
     planted("jpeg-shape", "rgb_front", data=bytes(jpeg), shape=[60000, 60000, 3])
 
-    from tools.dataset.cache import record_path, run_rel
+    from tools.dataset.cache import Made, record_path, run_rel
 
     cache = next(p for p in (train_root / "cache").iterdir() if p.is_dir())
     outer = msgpack.unpackb(record_path(cache, run_rel(key), 0).read_bytes(), raw=False)
@@ -558,9 +558,10 @@ def test_decompression_bombs_and_huge_ranges_are_refused_under_a_memory_cap(trai
               "array": __import__("zstandard").ZstdCompressor().compress(msgpack.packb(
                   {**fields, "depth": {**fields["depth"], "codec": "zstd", "shape": [1 << 16, 1 << 16],
                                        "data": _zstd_declaring(8 << 30)}}, use_bin_type=True))}
+    made = Made(outer["source"], outer["index"], outer["run"], outer["frame"]).packed()  # what the checksum covers
     for name, body in bodies.items():
-        (work / f"record-{name}").write_bytes(msgpack.packb({**outer, "crc32": zlib.crc32(body), "body": body},
-                                                            use_bin_type=True))
+        (work / f"record-{name}").write_bytes(msgpack.packb({**outer, "crc32": zlib.crc32(body, zlib.crc32(made)),
+                                                             "body": body}, use_bin_type=True))
 
     bucket_file = next(p for p in (train_root / "buckets").glob("*.json") if p.name != "index.json")
     data = json.loads(bucket_file.read_text())
