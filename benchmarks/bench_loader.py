@@ -7,7 +7,10 @@ input size, from
 
   (a) raw    the route folders: read_frame + the cache builder's preprocessing (resize, label mapping,
              LiDAR rasterization, BEV resampling, waypoints; the run's poses are loaded beforehand)
-  (b) ours   the cache: tools.dataset.cache.read_record (msgpack + zstd, RGB as JPEG)
+  (b) ours   the cache as training reads it: tools.train.data.RecordDataset (msgpack + zstd, RGB as JPEG), every
+             check in: the bounded regular-file read, the checksum, what the record was made from (its run's
+             recorded attempt, its place: run and frame index, its frame's fingerprint), every array's dtype and
+             shape against the cache settings
   (c) LEAD   a LEAD-style cache built here from the same samples: one file per sample, an LZMA-compressed
              pickle of RGB as JPEG (quality 90), semantics and BEV as 8-bit PNG, depth as 8-bit PNG
              (clipped at 50 m, as LEAD's encode_depth_8bit), the LiDAR BEV as 16-bit PNG, boxes and
@@ -17,12 +20,15 @@ input size, from
              raw bytes compressed as one zstd frame at the codec's level); (b)/(d) says how far the
              loader is from it
 
+Each check of (b) is also timed alone over every record, taking turns with the loaders (microseconds per sample;
+they are in (b)'s figure): what they cost, and how much faster (b) would be without them.
+
 The cache build (`python -m tools.cache build`, the same function) is timed on the same core into a
 fresh cache folder, then per stage over every sample: read (read_frame and its decoding), preprocess
 (tools/cache/preprocess.py), encode (tools.dataset.cache.encode_record), write (the atomic file write).
 
 The dataset is a 3x3 town with 3 routes driven in the embedded world (or the root given by --root, which
-is only read: the caches go to a temporary folder beside links to its data); the caches are built with
+is only read: the caches go to a temporary copy of it made of hard links); the caches are built with
 the default CacheSettings. Every file is read once before timing, so all loaders read from the page
 cache: the figures compare decoding work, not the disk. Each figure is the median of --passes runs;
 the loaders take turns every 25 samples so that other load on the machine slows all of them alike, and
@@ -72,7 +78,7 @@ def make_dataset(tmp: Path, routes: int) -> Path:
     """A 3x3 town, `routes` routes, each driven once into tmp/root (the collect stage's own functions)."""
     from tools.collect.base.route_gen import generate_routes
     from tools.collect.base.town import make_town
-    from tools.collect.runner.attempt import run_route
+    from tools.collect.runner.attempt import route_run
 
     logging.disable(logging.INFO)
     xodr = make_town(tmp / "routes" / "towns" / "town.xodr", grid="3x3")
@@ -80,7 +86,7 @@ def make_dataset(tmp: Path, routes: int) -> Path:
         files = generate_routes(town=str(xodr), count=routes, out=str(tmp / "routes"), seed=5, min_length=150,
                                 max_length=250)
     for f in files:
-        run_route(route=str(f), root=str(tmp / "root"), repetition=0, towns=str(tmp / "routes" / "towns"),
+        route_run(route=str(f), root=str(tmp / "root"), repetition=0, towns=str(tmp / "routes" / "towns"),
                   route_id=None, attempt=None, force=False, settings={})
     return tmp / "root"
 
@@ -156,14 +162,19 @@ def median(values) -> float:
 
 
 def shadow_root(root: Path, tmp: Path) -> Path:
-    """A dataset root in `tmp` whose every entry but cache/ links to `root`'s: caches built there leave
-    `root` untouched."""
-    shadow = tmp / "root"
-    shadow.mkdir()
-    for entry in root.iterdir():
-        if entry.name != "cache":
-            (shadow / entry.name).symlink_to(entry)
-    return shadow
+    """A copy of dataset root `root` in `tmp` without its cache/, its files hard links where the file system
+    allows (every tool refuses a root reached through a symbolic link, and writes only by renaming a new file into
+    place, so `root` stays untouched)."""
+    import shutil
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    return Path(shutil.copytree(root, tmp / "root", symlinks=True, copy_function=link,
+                                ignore=lambda folder, names: ["cache"] if Path(folder) == root else []))
 
 
 def time_build(root: Path, passes: int) -> list[float]:
@@ -179,6 +190,59 @@ def time_build(root: Path, passes: int) -> list[float]:
             summary = build_cache(root=str(root), settings={})
         runs.append(summary["built"] / summary["seconds"])
     return runs
+
+
+def checks_of(dataset) -> dict[str, tuple[list, object]]:
+    """Each check the training loader (`dataset`, a RecordDataset) makes, alone, as `rates` times a loader: (every
+    record as the check needs it, the check of one)."""
+    import stat
+    import zlib
+
+    import msgpack
+    import zstandard
+
+    from tools.dataset.cache import _bounds, record_path
+    from tools.dataset.codec import declared, zstd_decompress
+
+    specs, _ = _bounds(dataset.settings)
+    records = []
+    for run, index in dataset.items:
+        path = record_path(dataset.cache_root, run, index)
+        outer = msgpack.unpackb(path.read_bytes(), raw=False)
+        listed = dataset.frames.get(run)
+        records.append((path, (run, index), outer, msgpack.unpackb(zstd_decompress(outer["body"]), raw=False),
+                        listed[index] if listed else None))
+
+    def regular_file(item) -> None:  # what the bounded reader adds to a plain read: a regular file, its size bound
+        fd = os.open(item[0], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 30:
+                raise AssertionError(item[0])
+            os.set_blocking(fd, True)
+        finally:
+            os.close(fd)
+
+    def checksum(item) -> None:  # of what the record was made from and its body (as _open_record computes it)
+        outer = item[2]
+        made = msgpack.packb([outer["run"], outer["source"], outer["index"], outer["frame"]])
+        assert zlib.crc32(outer["body"], zlib.crc32(made)) == outer["crc32"]
+
+    def made_from(item) -> None:  # its run's recorded attempt, its place, its frame's fingerprint
+        run, index = item[1]
+        outer = item[2]
+        listed = dataset.frames.get(run)
+        frame = listed[index] if listed is not None and 0 <= index < len(listed) else None
+        assert outer["run"] == dataset.fingerprints.get(run) and (outer["source"], outer["index"]) == item[1] \
+            and (frame is None or outer["frame"] == frame)
+
+    def shapes(item) -> None:  # every array's declared dtype and shape, and the body's declared size
+        zstandard.frame_content_size(item[2]["body"])
+        for name, blob in item[3].items():
+            declared(blob, specs[name])
+
+    return {name: (records, check) for name, check in (("bounded read", regular_file), ("checksum", checksum),
+                                                       ("made from", made_from), ("dtypes and shapes", shapes))}
 
 
 def build_stages(items: list, folder: Path) -> dict[str, float]:
@@ -219,6 +283,7 @@ def main() -> None:
     from tools.dataset.frames import read_frame, read_measurements
     from tools.dataset.layout import Layout
     from tools.dataset.samples import CacheSettings
+    from tools.train.data import RecordDataset, frame_fingerprints, run_fingerprints
 
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp_name:
         tmp = Path(tmp_name)
@@ -252,6 +317,12 @@ def main() -> None:
         n = len(ours)
         for p in [item[0] for item in raw_items] + ours + lead:  # into the page cache
             p.read_bytes()
+        # the training loader: what it checks each record against comes from the runs (their run.json and
+        # measurements index), read once when training starts
+        items = [(run_rel(key), i) for key in cacheable_runs(layout) for i in range(layout.frame_count(key))]
+        loader = RecordDataset(items, root, folder, settings, None, run_fingerprints(layout, items),
+                               frame_fingerprints(layout, items))
+        assert len(loader.frames) == len({run for run, _ in items}), "runs without frame fingerprints"
 
         def load_raw(item) -> dict:
             path, pre, future, _ = item
@@ -266,9 +337,10 @@ def main() -> None:
         for k in b:
             assert a[k].dtype == b[k].dtype == c[k].dtype and a[k].shape == b[k].shape == c[k].shape, k
 
-        runs = rates({"raw": (raw_items, load_raw), "ours": (ours, read_record),
+        checks = checks_of(loader)  # timed among the loaders, under the same load
+        runs = rates({"raw": (raw_items, load_raw), "ours": (range(n), loader.__getitem__),
                       "lead": (lead, lambda p: lead_decode(p.read_bytes())),
-                      "ceiling": (ceiling, decode_ceiling)}, args.passes)
+                      "ceiling": (ceiling, decode_ceiling), **checks}, args.passes)
         r = {name: median(run[name] for run in runs) for name in runs[0]}
         ratio = {(x, y): median(run[x] / run[y] for run in runs)
                  for x, y in (("ours", "lead"), ("ours", "raw"), ("ours", "ceiling"))}
@@ -277,6 +349,8 @@ def main() -> None:
         size_lead = sum(p.stat().st_size for p in lead) / n
         size_ceiling = sum(len(j) + len(z) for j, z in ceiling) / n
         stages = build_stages(raw_items, tmp / "stages")
+        cost = {name: median(1 / run[name] for run in runs) for name in checks}  # seconds per sample
+        share = median(sum(1 / run[name] for name in checks) * run["ours"] for run in runs)
 
     s = settings
     print(f"training loader, 1 core (cpu {cpu}), {n} samples, input {s.image_width}x{s.image_height}, "
@@ -290,6 +364,10 @@ def main() -> None:
           f"(b)/(a) speed {ratio['ours', 'raw']:.1f}x; (b)/(c) size {size_ours / size_lead:.2f} (goal: 1.00 or less)")
     print(f"  (b)/(d) {ratio['ours', 'ceiling']:.2f}: the loader takes {1 / ratio['ours', 'ceiling'] - 1:.0%} more "
           "time per sample than the decoding it cannot skip")
+    print("  (b)'s checks, each timed alone among the loaders, per sample: "
+          + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in cost.items())
+          + f"; together {sum(cost.values()) * 1e6:.1f} us, {share:.1%} of (b)'s time (without them (b)/(c) would be "
+          f"{ratio['ours', 'lead'] / (1 - share):.1f}x)")
     total = sum(stages.values())
     print(f"cache build, 1 core (cpu {cpu}), {n} samples into a fresh cache folder, median of {args.passes} runs")
     print(f"  {median(build):.0f} samples/s per core (runs: {', '.join(f'{b:.0f}' for b in build)}); per sample "

@@ -47,7 +47,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tools.dataset.frames import write_frame, write_run_measurements  # noqa: E402
+from tools.dataset.frames import fingerprint, pack_frame, write_packed, write_run_measurements  # noqa: E402
 from tools.dataset.layout import Layout, RunKey  # noqa: E402
 from tools.dataset.manifest import update_manifest  # noqa: E402
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption  # noqa: E402
@@ -155,17 +155,20 @@ def make_runs(root: str, items: list[tuple[RunKey, str]], frames: int, lidar_poi
         layout.log_dir(key).mkdir(parents=True, exist_ok=True)
         layout.attempt_log(key, 1).write_text("attempt 1\n")
         n = frames if fate in ("finished", "damaged") else rng.randint(1, frames)
-        recorded = []
+        recorded, prints = [], []
         for i in range(n):
             boxes = [BoxLabel(id=rng.randint(1, 40), cls=14, center=[1.0, 2.0, 0.75], yaw=90.0, extent=[4.6, 1.9, 1.5],
                               speed=3.0, center_ego=[5.0, -3.0, 0.75], yaw_ego=-3.8) for _ in range(rng.randint(0, 6))]
             lidar = np.random.default_rng(i).normal(0, 10, (lidar_points, 4)).astype(np.float32)
             recorded.append(measurements(rng, i, key.scenario))
-            write_frame(layout.frame_path(key, i), i, recorded[-1], boxes, {"lidar": (lidar, "zstd")})
+            data = pack_frame(i, recorded[-1], boxes, {"lidar": (lidar, "zstd")}, run=str(key))
+            write_packed(layout.frame_path(key, i), data)
+            prints.append(fingerprint(data))
         if fate in ("crashed", "running"):
             layout.heartbeat(key).write_text(json.dumps({"host": "node001", "pid": 4242, "time": 0.0, "tick": 10}))
             continue
-        write_run_measurements(layout.run_measurements(key), town, recorded)  # a run that ended writes its index
+        write_run_measurements(layout.run_measurements(key), town, recorded,  # a run that ended writes its index
+                               fingerprints=prints)
         status = {"finished": rng.choice((PERFECT, COMPLETED)), "failed": FAILED_BLOCKED,
                   "crash_status": FAILED_SIMULATION, "damaged": PERFECT}[fate]
         record = RouteRecord(key.name, status, route_completion=100.0 if status in (PERFECT, COMPLETED) else 40.0,

@@ -638,7 +638,7 @@ def test_decompression_bombs_and_huge_ranges_are_refused_under_a_memory_cap(trai
     planted("jpeg-header", "rgb_front", data=bytes(jpeg))
     planted("jpeg-shape", "rgb_front", data=bytes(jpeg), shape=[60000, 60000, 3])
 
-    from tools.dataset.cache import record_path, run_rel
+    from tools.dataset.cache import Made, record_path, run_rel
 
     cache = next(p for p in (train_root / "cache").iterdir() if p.is_dir())
     outer = msgpack.unpackb(record_path(cache, run_rel(key), 0).read_bytes(), raw=False)
@@ -647,9 +647,10 @@ def test_decompression_bombs_and_huge_ranges_are_refused_under_a_memory_cap(trai
               "array": __import__("zstandard").ZstdCompressor().compress(msgpack.packb(
                   {**fields, "depth": {**fields["depth"], "codec": "zstd", "shape": [1 << 16, 1 << 16],
                                        "data": _zstd_declaring(8 << 30)}}, use_bin_type=True))}
+    made = Made(outer["source"], outer["index"], outer["run"], outer["frame"]).packed()  # what the checksum covers
     for name, body in bodies.items():
-        (work / f"record-{name}").write_bytes(msgpack.packb({**outer, "crc32": zlib.crc32(body), "body": body},
-                                                            use_bin_type=True))
+        (work / f"record-{name}").write_bytes(msgpack.packb({**outer, "crc32": zlib.crc32(body, zlib.crc32(made)),
+                                                             "body": body}, use_bin_type=True))
 
     bucket_file = next(p for p in (train_root / "buckets").glob("*.json") if p.name != "index.json")
     data = json.loads(bucket_file.read_text())
@@ -828,3 +829,83 @@ def test_a_slurm_task_replanning_a_run_whose_route_file_changed_since_the_wave_s
     path.write_text(re.sub(r'cloudiness="[0-9.]+"', 'cloudiness="33"', path.read_text(), count=1))
     with pytest.raises(ToolError, match=rf"{path}: route {route.id} changed since the collection planned it"):
         _task_spec(layout, entry, CollectSettings(), Path("wave-0001.json"))
+
+
+def _swap(a: Path, b: Path) -> None:
+    """Swap two files' contents (by renaming, as a careless `mv` would)."""
+    tmp = a.with_name(a.name + ".swap")
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+
+
+def test_frames_swapped_between_runs_are_refused_by_build_cache_by_the_rule_validate_applies(train_root, tmp_path):
+    """Frame 5 of two runs swapped (checksums intact: each frame is whole): validate named them, but
+    `bin/build-cache --force` built both into the cache, exit 0. Each frame names its run and index inside its
+    checksummed bytes, and the builder refuses a frame that lies elsewhere, with validate's words."""
+    from tools.dataset.cache import cache_dir, read_record, record_path, run_rel
+    from tools.dataset.frames import misplaced
+    from tools.dataset.samples import CacheSettings
+
+    root = copy_root(train_root, tmp_path / "root")
+    layout = Layout(root)
+    first, second = sorted(layout.iter_runs())[:2]
+    a, b = layout.frame_path(first, 5), layout.frame_path(second, 5)
+    _swap(a, b)
+    rule = misplaced(read_frame(a, sensors=False), str(first), 5)
+    assert f"holds frame 5 of run '{second}', not frame 5 of run {first}" in rule
+    cache = cache_dir(layout, CacheSettings())
+    for key in (first, second):  # what --force does to these two (the other records are left to save time)
+        record_path(cache, run_rel(key), 5).unlink()
+    proc = run_bin("build-cache", "--root", root)
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert f"{a}: cannot make its sample (FrameError: {rule})" in proc.stderr
+    assert f"{b}: cannot make its sample (FrameError: holds frame 5 of run '{first}'" in proc.stderr
+    assert "2 samples could not be made" in proc.stderr.strip().splitlines()[-1]
+    assert not record_path(cache, run_rel(first), 5).exists() and not record_path(cache, run_rel(second), 5).exists()
+    read_record(record_path(cache, run_rel(first), 6))  # the rest of the cache stands
+    # validate's words for the same frame are the rule's
+    from tools.dataset.validate import inspect_run
+
+    assert [p for p in inspect_run(layout, first).problems if "holds frame" in p] == [f"frames/00005.msgpack: {rule}"]
+
+
+def test_cache_records_swapped_within_a_run_are_found_by_verify_and_refused_by_the_loader(train_root, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """Records 3 and 7 of a run swapped: both have valid checksums and name the run's recorded attempt, so verify
+    passed them and training read frame 7's sample as frame 3's. A record names its run, its frame index and its
+    frame's fingerprint; verify reports both as damaged and the loader refuses them."""
+    import numpy as np
+
+    from tools.dataset.cache import CacheRecordError, cache_dir, read_record, record_path, run_rel
+    from tools.dataset.samples import CacheSettings
+    from tools.train import data
+
+    root = copy_root(train_root, tmp_path / "root")
+    layout = Layout(root)
+    key = sorted(layout.iter_runs())[0]
+    rel = run_rel(key)
+    cache = cache_dir(layout, CacheSettings())
+    three, seven = record_path(cache, rel, 3), record_path(cache, rel, 7)
+    _swap(three, seven)
+    # the loader: the record is refused, rebuilt (here: the rebuild fails) and the sample replaced by the next one
+    items = [(rel, i) for i in range(layout.frame_count(key))]
+    rebuilt = []
+
+    def rebuild(root, settings, run, index):
+        rebuilt.append((run, index))
+        raise CacheRecordError("rebuild refused by the test")
+
+    monkeypatch.setattr(data, "rebuild_record", rebuild)
+    loader = data.RecordDataset(items, root, cache, CacheSettings(), None, data.run_fingerprints(layout, items),
+                                data.frame_fingerprints(layout, items))
+    sample = loader[3]
+    assert rebuilt == [(rel, 3)] and sample["replaced"] == 1
+    np.testing.assert_array_equal(sample["rgb"], read_record(record_path(cache, rel, 4))["rgb"])  # the next one's
+    err = capsys.readouterr().err
+    assert f"{three}: holds the sample of frame 7 of {rel}, not of frame 3 of {rel}" in err, err
+    # verify names both, as damaged records (which --repair makes again, tests/cache)
+    verify = run_tool(PYTHON, "-m", "tools.cache", "verify", "--root", root)
+    assert verify.returncode != 0 and "2 damaged, 0 missing, 0 stale" in verify.stderr, verify.stderr[-2000:]
+    assert f"{seven}: holds the sample of frame 3 of {rel}, not of frame 7" in verify.stderr
+    assert f"{three}: holds the sample of frame 7 of {rel}, not of frame 3" in verify.stderr

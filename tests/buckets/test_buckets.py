@@ -428,7 +428,8 @@ def test_the_measurements_index_gives_the_buckets_the_frames_give_and_one_that_l
     # An index that lists other frames than the run has (one frame too few) is ignored: its frames are read.
     rel = next(iter(finished))
     index = read_run_measurements(layout.run_measurements(run_key(rel)))
-    write_run_measurements(layout.run_measurements(run_key(rel)), "nowhere", index.measurements[:-1])
+    write_run_measurements(layout.run_measurements(run_key(rel)), "nowhere", index.measurements[:-1],
+                           fingerprints=index.fingerprints[:-1])
     for other in list(finished)[1:]:
         layout.run_measurements(run_key(other)).unlink()
     assert build_buckets("--root", str(root), "--force").returncode == 0
@@ -883,7 +884,7 @@ def test_the_measurement_reader_takes_and_refuses_the_frames_read_frame_does(col
               "other_format": msgpack.packb({"format": 2, "measurements": m.to_dict(), "sensors": {}}),
               "no_sensors": msgpack.packb({"format": 1, "measurements": m.to_dict()}),
               "measurements_missing_a_key": msgpack.packb({"format": 1, "measurements": {"speed": 1.0}, "sensors": {}}),
-              "no_boxes_no_sensor_arrays": pack_frame(5, m, [], {})}
+              "no_boxes_no_sensor_arrays": pack_frame(5, m, [], {}, run="NoScenario/r_rep0")}
     for name, data in cases.items():
         path = tmp_path / f"{name}.msgpack"
         path.write_bytes(data)

@@ -294,6 +294,71 @@ def test_rebuild_record_restores_a_damaged_record_in_a_subprocess(tmp_path, smal
         rebuild_record(root, CacheSettings(), run_rel(key), 10_000)
 
 
+def _as_before_identity(root: Path) -> Path:
+    """`root` as a drivekit of dataset format 5 and cache format 2 left it: frames of format 2 (no run), measurements
+    indexes without fingerprints, its cache a folder of format 2 (records without source, index and frame)."""
+    import zlib
+
+    import msgpack
+
+    from tools.dataset.frames import seal
+
+    layout = Layout(root)
+    for key in layout.iter_runs():
+        for path in [*layout.frame_paths(key), layout.run_measurements(key)]:
+            if path.exists():
+                fields = msgpack.unpackb(path.read_bytes(), raw=False)
+                for name in ("crc32", "run", "fingerprints"):
+                    fields.pop(name, None)
+                path.write_bytes(seal({**fields, "format": 2}))
+    manifest = json.loads(layout.manifest.read_text())
+    layout.manifest.write_text(json.dumps({**manifest, "format_version": 5}))
+    old = layout.cache_folder(CacheSettings().key(2))
+    cache_dir(layout, CacheSettings()).rename(old)
+    settings = json.loads((old / "settings.json").read_text())
+    (old / "settings.json").write_text(json.dumps({**settings, "format": 2, "key": old.name}))
+    for path in old.rglob("*.rec"):
+        outer = msgpack.unpackb(path.read_bytes(), raw=False)
+        path.write_bytes(msgpack.packb({"format": 2, "run": outer["run"], "crc32": zlib.crc32(outer["body"]),
+                                        "body": outer["body"]}, use_bin_type=True))
+    return root
+
+
+def test_a_root_and_cache_from_before_frame_identity_train_unverified_said_once_per_tool(tmp_path, small_built,
+                                                                                         capsys):
+    """Frames that do not name their run (frame format 2) and records that do not name their frame (cache format 2)
+    cannot be checked for their place: each tool reads them and says so in one line, never refuses them."""
+    from tools.cache.build import cacheable_runs
+    from tools.dataset.validate import inspect_run
+    from tools.train import data
+
+    root = _as_before_identity(copy_root(small_built, tmp_path / "root"))
+    layout = Layout(root)
+    # training: the format-2 cache, read whole, said once
+    folder, settings = data.find_cache(layout)
+    assert folder == layout.cache_folder(CacheSettings().key(2))
+    items = [(run_rel(k), i) for k in cacheable_runs(layout) for i in range(layout.frame_count(k))]
+    fingerprints = data.run_fingerprints(layout, items)
+    data.check_cache_complete(folder, layout, items, fingerprints)
+    assert data.frame_fingerprints(layout, items) == {}
+    loader = data.RecordDataset(items, root, folder, settings, None, fingerprints, {})
+    assert all(loader[i]["rebuilt"] == loader[i]["replaced"] == 0 for i in range(len(loader)))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cache {folder} is of format 2" in err[0] and "unverified" in err[0], err
+    # verify: the same line once, every record's checksum checked
+    proc = cache_cli("verify", "--root", str(root))
+    assert proc.stderr.count("is of format 2") == 1 and f"{len(items)} records checked: 0 damaged" in proc.stderr
+    # validate: nothing wrong with their place, every frame counted as not naming its run
+    key = cacheable_runs(layout)[0]
+    found = inspect_run(layout, key)
+    assert found.unplaced == found.frames == SMALL_FRAMES and not [p for p in found.problems if "holds" in p]
+    # build-cache: a cache of format 3 beside the old one (which training then reads), one line on the frames
+    proc = cache_cli("build", "--root", str(root))
+    assert proc.stderr.count("do not name their run") == 1
+    assert f"{len(items)} of {len(items)} frames built do not name their run" in proc.stderr
+    assert data.find_cache(layout)[0] == cache_dir(layout, CacheSettings()) != folder
+
+
 # ----------------------------------------------------------------------------- settings
 
 

@@ -149,7 +149,7 @@ def test_switches_reach_fire_unambiguous_and_open_settings_pass():
         cli.number("nan", "block")
 
 
-def test_a_version_2_root_reads_and_becomes_version_5_when_collected_into_and_version_1_is_refused(tmp_path):
+def test_a_version_2_root_reads_and_becomes_version_6_when_collected_into_and_version_1_is_refused(tmp_path):
     import json
 
     from tools.core.errors import ToolError
@@ -159,8 +159,9 @@ def test_a_version_2_root_reads_and_becomes_version_5_when_collected_into_and_ve
     layout = Layout(tmp_path)
     layout.manifest.write_text(json.dumps({"format_version": 2, "dataset_id": "x", "collections": [], "runs": {}}))
     assert read_manifest(layout)["format_version"] == 2
-    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 5
-    assert json.loads(layout.manifest.read_text())["format_version"] == 5
+    assert update_manifest(layout, {"command": "collect"}, {})["format_version"] == DATASET_FORMAT == 6
+    assert json.loads(layout.manifest.read_text())["format_version"] == 6
     layout.manifest.write_text(json.dumps({"format_version": 1}))
-    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3, 4, 5 and writes version 5"):
+    with pytest.raises(ToolError, match=r"format version 1, this tool reads versions 2, 3, 4, 5, 6 and writes "
+                                        r"version 6"):
         read_manifest(layout)

@@ -2,7 +2,8 @@
 
 Commands:
   build    preprocess every frame of every finished route run into ROOT/cache/<settings key>/
-  verify   check every record's checksum; --repair rebuilds damaged and missing records
+  verify   check every record's checksum and what it was made from (its run's recorded attempt, its frame's place
+           and bytes); --repair rebuilds damaged, missing and stale records
 
 Settings (tools/dataset/samples.py CacheSettings) are given as --name=value, e.g. --image_width=320;
 other settings make another cache folder beside the first. `python -m tools.cache COMMAND --help`
@@ -41,13 +42,15 @@ def build(root: str | None = None, shard: str | None = None, force: bool = False
 
 
 def verify(root: str | None = None, repair: bool = False, **settings) -> None:
-    """Check every record's checksum in the cache of the settings; report damaged and missing records.
+    """Check every record's checksum in the cache of the settings, and what it was made from: its run's recorded
+    attempt, its place (run and frame index) and its frame's fingerprint; report damaged (another place included),
+    missing and stale records.
 
-    Exits non-zero when a record is damaged or missing, unless --repair rebuilt them all.
+    Exits non-zero when a record is damaged, missing or stale, unless --repair rebuilt them all.
 
     Args:
         root: dataset root (default: $DATA_ROOT, else ./data).
-        repair: rebuild damaged and missing records from the dataset.
+        repair: rebuild damaged, missing and stale records from the dataset.
         settings: the preprocessing settings of the cache to check, as for build (default settings when
             none are given).
     """

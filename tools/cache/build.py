@@ -30,10 +30,13 @@ from tools.core import atomic, cli, files
 from tools.core.errors import ToolError, human, space_for
 from tools.dataset.cache import (
     CacheRecordError,
+    Made,
     StaleRecordError,
     cache_dir,
+    cache_format,
     check_record,
     read_cache_settings,
+    readable_cache_dir,
     record_path,
     record_run,
     recorded_frame_dt,
@@ -41,9 +44,18 @@ from tools.dataset.cache import (
     run_key,
     run_rel,
     settings_path,
+    unverified_cache_line,
     write_record,
 )
-from tools.dataset.frames import FrameError, indexed_measurements, read_frame, read_measurements
+from tools.dataset.frames import (
+    FrameError,
+    identified,
+    indexed_run,
+    misplaced,
+    read_fingerprint,
+    read_frame,
+    read_measurements,
+)
 from tools.dataset.layout import FRAME_SUFFIX, Layout, RunKey, open_root
 from tools.dataset.manifest import read_manifest
 from tools.dataset.measurements import Measurements
@@ -294,12 +306,28 @@ class _RunPlan:
     stale: int = 0  # records of `wanted` made from an earlier recording of the run
 
 
+def _frame_problem(frame: dict[str, Any], plan: _RunPlan, index: int, listed: list[int] | None) -> str:
+    """Why frame `index` of a run may not make its record: it names another place (frames.misplaced, the rule
+    validate applies), or its bytes are not those the run's measurements index lists for it (`listed`); ""."""
+    wrong = misplaced(frame, str(plan.key), index)
+    if wrong:
+        return wrong
+    if listed is not None and frame["fingerprint"] != listed[index]:
+        return (f"its bytes are not those its run recorded (fingerprint {frame['fingerprint']}, the run's "
+                f"{plan.index.name} lists {listed[index]}): a frame replaced since; record the run again (delete "
+                "its result file, then bin/collect)")
+    return ""
+
+
 def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Preprocessor, force: bool,
                bar: tqdm, stats: dict[str, int]) -> None:
     rel = run_rel(plan.key)
     # measurements first (poses of the frames i .. i+horizon): from the run's index when it lists exactly its
-    # frames (one read instead of one per frame), else from the frames; then each frame's sensors
-    indexed = indexed_measurements(plan.index, plan.names)
+    # frames (one read instead of one per frame; with its frames' fingerprints from format 3 on), else from the
+    # frames; then each frame's sensors
+    summary = indexed_run(plan.index, plan.names)
+    indexed = None if summary is None else summary.measurements
+    listed = None if summary is None else summary.fingerprints
     measurements: dict[int, Measurements] = dict(enumerate(indexed or []))
     if indexed is None:
         for j in sorted({j for i in plan.todo for j in range(i, i + settings.horizon + 1) if j in plan.frames}):
@@ -317,13 +345,18 @@ def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Prepr
             if i not in measurements:
                 raise FrameError("unreadable measurements")
             frame = read_frame(plan.frames[i], sensors=pre.sensor_names, rig=pre.rig)  # checksum; bounded decode
+            wrong = _frame_problem(frame, plan, i, listed)
+            if wrong:
+                raise FrameError(wrong)
+            stats["unplaced"] += not identified(frame)
             sample = pre(frame, [measurements.get(i + k) for k in range(1, settings.horizon + 1)])
         except (FrameError, OSError, KeyError, TypeError, ValueError) as e:
             _log(f"{plan.frames[i]}: cannot make its sample ({e.__class__.__name__}: {e})")
+            path.unlink(missing_ok=True)  # a record there was made from another frame than the one there now
             stats["unreadable"] += 1
             bar.update(1)
             continue
-        write_record(path, sample, settings.jpeg_quality, run=plan.run or "")
+        write_record(path, sample, settings.jpeg_quality, Made(rel, i, plan.run or "", frame["fingerprint"]))
         stats["built"] += 1
         bar.update(1)
 
@@ -455,7 +488,7 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
              f"recording of their run (recorded again since: {', '.join(str(p.key) for p in stale_runs[:3])}"
              f"{' ...' if len(stale_runs) > 3 else ''}): rebuilding them")
     stats = {"built": 0, "skipped": n_wanted - n_todo, "unreadable": 0,
-             "stale": sum(p.stale for p in plans)}
+             "stale": sum(p.stale for p in plans), "unplaced": 0}
     stale = sum(_remove_stale_tmp(record_path(folder, run_rel(p.key), 0).parent) for p in plans)
     if stale:
         _log(f"removed {stale} temporary files left by builders killed mid-write")
@@ -494,6 +527,10 @@ def build_cache(root: Any = None, shard: Any = None, force: Any = False, only: A
          + (f", {stats['unreadable']} unreadable" if stats["unreadable"] else "")
          + f" in {elapsed:.1f} s ({speed:.1f} samples/s); {len(plans)} route runs, {present} records, "
          f"{size / 2**20:.1f} MiB on disk, {size / max(present, 1) / 1024:.1f} KiB per sample; in {folder}")
+    if stats["unplaced"]:
+        _log(f"{stats['unplaced']} of {stats['built']} frames built do not name their run (frame formats 1 and 2, "
+             "recorded before dataset format 6): unverified whether each lies in the run it was recorded in (their "
+             "index is checked)")
     if stats["unreadable"]:
         raise ToolError(f"{stats['unreadable']} samples could not be made (frames named above); "
                         "their records are missing")
@@ -509,7 +546,7 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
     repair = cli.switch(repair, "repair")
     settings_ = parse_settings(settings or {}, flags=("root", "repair"))
     layout = open_root(root)
-    folder = cache_dir(layout, settings_)
+    folder = readable_cache_dir(layout, settings_)  # of an older format where that is the one there
     if not settings_path(folder).exists():
         others = sorted(p.name for p in layout.cache.glob("*") if settings_path(p).exists()) \
             if layout.cache.is_dir() else []
@@ -517,6 +554,12 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
                         f"bin/build-cache --root {layout.root}" + (f" (caches here: {', '.join(others)})"
                                                                    if others else ""))
     read_cache_settings(folder)
+    fmt = cache_format(folder)
+    if fmt != CACHE_FORMAT:
+        if repair:
+            raise ToolError(f"--repair: {unverified_cache_line(folder)}; repairs write records of format "
+                            f"{CACHE_FORMAT}, so build that cache (bin/build-cache --root {layout.root})")
+        _log(unverified_cache_line(folder))
     runs = cacheable_runs(layout)
     _log(f"verifying cache {folder}")
     damaged: list[tuple[RunKey, int]] = []
@@ -540,8 +583,8 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
                     missing.append((plan.key, i))
                     continue
                 checked += 1
-                try:
-                    check_record(path, plan.run)
+                try:  # what it was made from: the run's recorded attempt, this frame of it, the frame's bytes
+                    check_record(path, plan.run, (run_rel(plan.key), i), read_fingerprint(plan.frames[i]), fmt)
                 except StaleRecordError as e:
                     if not outdated or outdated[-1][0] != plan.key:  # one line per run
                         _log(f"{e}" + (" (and the run's other records)" if len(plan.wanted) > 1 else ""))
@@ -555,7 +598,7 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
         todo: dict[RunKey, list[int]] = {}
         for key, i in bad:
             todo.setdefault(key, []).append(i)
-        stats = {"built": 0, "skipped": 0, "unreadable": 0}
+        stats = {"built": 0, "skipped": 0, "unreadable": 0, "unplaced": 0}
         by_key = {p.key: p for p in plans}
         mine = {key: sources[key] for key in todo if key in sources}
         pres = preprocessors_for(settings_, mine)
@@ -565,7 +608,7 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
             _build_runs(folder, settings_, repairs, pres, True, bar, stats)
         repaired = stats["built"]
     _log(f"{checked} records checked: {len(damaged)} damaged, {len(missing)} missing, {len(outdated)} stale (made "
-         "from an earlier recording of their run)"
+         "from an earlier recording of their run, or from another frame than the one there now)"
          + (f"; {repaired} rebuilt" if repair else "")
          + (f"; {len(stale)} temporary files of killed builders" + (" removed" if repair else
             " (harmless; --repair or the next build removes them)") if stale else "") + f"; cache {folder}")

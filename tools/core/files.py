@@ -47,6 +47,17 @@ class TooLarge(UnreadableFile):
 def open_regular(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> IO[bytes]:
     """A binary file object of `path`, which must be a regular file of at most `limit` bytes (UnreadableFile
     otherwise; FileNotFoundError and other OSErrors as open raises them)."""
+    fd, _ = _open_checked(path, limit)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_checked(path: str | os.PathLike, limit: int) -> tuple[int, int]:
+    """(file descriptor, size) of `path` opened for reading, checked to be a regular file of at most `limit`
+    bytes (the caller closes it)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -58,7 +69,7 @@ def open_regular(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> IO[b
             raise TooLarge(f"{path}: {st.st_size} bytes, more than the {limit} a file of its kind may hold; not "
                            "read (a damaged or planted file: move it aside)")
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        return fd, st.st_size
     except BaseException:
         os.close(fd)
         raise
@@ -67,11 +78,26 @@ def open_regular(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> IO[b
 def read_bytes(path: str | os.PathLike, limit: int = MAX_BINARY_BYTES) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (UnreadableFile otherwise, also when it grew past
     the bound while being read)."""
-    with open_regular(path, limit) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
+    fd, size = _open_checked(path, limit)
+    try:
+        # os.read of as many bytes as the file holds and one more (to see it grow), without a file object: a
+        # cache record is read in a third of the time (the training loader reads one per sample)
+        parts, got, want = [], 0, min(size, limit) + 1
+        while got < want:
+            chunk = os.read(fd, want - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        if size < got <= limit:  # it grew since: the rest, up to the bound
+            while got <= limit and (chunk := os.read(fd, min(limit + 1 - got, 1 << 30))):
+                parts.append(chunk)
+                got += len(chunk)
+    finally:
+        os.close(fd)
+    if got > limit:
         raise TooLarge(f"{path}: grew past {limit} bytes while being read; not read")
-    return data
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_text(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> str:

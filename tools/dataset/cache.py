@@ -4,11 +4,16 @@
         settings.json                                 CACHE_FORMAT, the CacheSettings, frame_dt (written first)
         data/<Scenario>/<run>/<index:05d>.rec         one record per recorded frame (mirrors ROOT/data)
 
-A record is one msgpack map, ``{"format": CACHE_FORMAT, "run": <run fingerprint>, "crc32": <crc32 of body>,
-"body": <bytes>}``. ``run`` names the recorded attempt of its route run the record was made from
-(`run_fingerprint`: a hash of the attempt's run.json): a run recorded again (collect --force, a result deleted and
-collected again) gets another, and its old records are stale: the builder rebuilds them, `verify` reports them,
-training rebuilds any it meets.
+A record is one msgpack map, ``{"format": CACHE_FORMAT, "run": <run fingerprint>, "source": "data/<Scenario>/<run>",
+"index": <frame index>, "frame": <frame fingerprint>, "crc32": <crc32 of the identity and body>, "body": <bytes>}``.
+``run`` names the recorded attempt of its route run the record was made from (`run_fingerprint`: a hash of the
+attempt's run.json): a run recorded again (collect --force, a result deleted and collected again) gets another, and
+its old records are stale: the builder rebuilds them, `verify` reports them, training rebuilds any it meets.
+``source`` and ``index`` say which frame the record holds the sample of, ``frame`` that frame's fingerprint
+(tools.dataset.frames.fingerprint, None for a frame without one): a record copied, swapped or renamed to another
+frame's place is refused by every reader that says which frame it wants (`place`), and one made from another
+frame than the one there now is stale (`frame`). The checksum covers them with the body. A record of format 2
+(`READABLE_CACHE_FORMATS`) carries none of them: read where its folder is of format 2, its place unverified.
 ``body`` is zstandard (tools.dataset.codec.ZSTD_LEVEL) of a msgpack map from the sample's keys (tools.dataset.samples)
 to arrays (tools.dataset.codec blobs): codec ``jpeg`` for the RGB image at the model's input
 size, ``raw`` (C-order little-endian bytes) for everything else. No pickle anywhere: a shared cache
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +53,8 @@ from tools.dataset.codec import (
     zstd_compress,
     zstd_decompress_bounded,
 )
-from tools.dataset.layout import Layout
-from tools.dataset.samples import CACHE_FORMAT, CacheSettings
+from tools.dataset.layout import RECORD_NAME, Layout
+from tools.dataset.samples import CACHE_FORMAT, READABLE_CACHE_FORMATS, CacheSettings
 
 run_rel = _layout.run_rel  # the one definition lives in layout.py; re-exported
 run_key = _layout.run_key
@@ -89,9 +95,28 @@ def cache_dir(layout: Layout, settings: CacheSettings) -> Path:
     return layout.cache_folder(settings.key())
 
 
+def readable_cache_dir(layout: Layout, settings: CacheSettings) -> Path:
+    """The cache of `settings` to read: that of the current format, else of an older readable one that is there
+    (a cache built before; its records read with their place unverified), else the current one's (absent)."""
+    for fmt in READABLE_CACHE_FORMATS:
+        folder = layout.cache_folder(settings.key(fmt))
+        if settings_path(folder).exists():
+            return folder
+    return cache_dir(layout, settings)
+
+
 def record_path(cache_root: Path, run_rel: str, index: int) -> Path:
     """The record of frame `index` of run `run_rel` ("data/<Scenario>/<run>") in the cache folder."""
-    return Layout.record_path(cache_root, run_key(run_rel), index)  # run_key refuses "..", absolute paths
+    if int(index) < 0:
+        return Layout.record_path(cache_root, run_key(run_rel), index)  # (its one line)
+    return _records_of(Path(cache_root), run_rel) / RECORD_NAME.format(index=int(index))
+
+
+@functools.lru_cache(maxsize=4096)
+def _records_of(cache_root: Path, run_rel: str) -> Path:
+    """The folder of a run's records (Layout.record_path's): parsed and joined once per run, not once per record
+    (the training loader asks for every sample's; 30 us each)."""
+    return Layout.record_path(cache_root, run_key(run_rel), 0).parent  # run_key refuses "..", absolute paths
 
 
 def settings_path(cache_root: Path) -> Path:
@@ -100,13 +125,30 @@ def settings_path(cache_root: Path) -> Path:
 
 def read_cache_settings(cache_root: Path) -> CacheSettings:
     """The settings a cache folder was built with (its settings.json)."""
+    return _read_settings_file(cache_root)[1]
+
+
+def cache_format(cache_root: Path) -> int:
+    """The format of a cache folder (its settings.json), one of READABLE_CACHE_FORMATS; ToolError otherwise."""
+    return _read_settings_file(cache_root)[0]
+
+
+def unverified_cache_line(cache_root: Path) -> str:
+    """The one line a tool says about a cache of an older format: what it cannot verify, and how to have it."""
+    return (f"cache {cache_root} is of format {cache_format(cache_root)}: its records do not name the frame they "
+            f"hold, so whether each is in its place is unverified (their checksums are checked); bin/build-cache "
+            f"builds a cache of format {CACHE_FORMAT} beside it, which training then reads")
+
+
+def _read_settings_file(cache_root: Path) -> tuple[int, CacheSettings]:
     path = settings_path(cache_root)
     try:
         data = files.read_json(path)
-        if data.get("format") != CACHE_FORMAT:
-            raise ToolError(f"{path}: cache format {data.get('format')}, this tool reads format {CACHE_FORMAT}; "
-                            "build a new cache with bin/build-cache")
-        return CacheSettings.from_dict(data["settings"])
+        if data.get("format") not in READABLE_CACHE_FORMATS:
+            raise ToolError(f"{path}: cache format {data.get('format')}, this tool reads format {CACHE_FORMAT} (and "
+                            f"{', '.join(str(f) for f in READABLE_CACHE_FORMATS if f != CACHE_FORMAT)}); build a new "
+                            "cache with bin/build-cache")
+        return data["format"], CacheSettings.from_dict(data["settings"])
     except FileNotFoundError:
         raise ToolError(f"{path}: missing; not a cache folder (build one with bin/build-cache)") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -152,21 +194,37 @@ def read_frame_dt(cache_root: Path) -> float:
 _CODECS = {"rgb": "jpeg"}
 
 
-def encode_record(sample: dict[str, Any], jpeg_quality: int = 93, run: str = "") -> bytes:
-    """The bytes of a record holding `sample` (the sample dict of tools.dataset.samples), made from the attempt
-    of its run whose fingerprint is `run`."""
+@dataclass(frozen=True)
+class Made:
+    """What a record was made from: frame `index` of route run `source` ("data/<Scenario>/<run>"), of the recorded
+    attempt of that run whose fingerprint is `run` (run_fingerprint), the frame's own fingerprint `frame`
+    (tools.dataset.frames.fingerprint; None for a frame without one)."""
+
+    source: str = ""
+    index: int = -1
+    run: str = ""
+    frame: int | None = None
+
+    def packed(self) -> bytes:
+        """The identity's bytes the record's checksum covers (before its body; _open_record packs the same)."""
+        return msgpack.packb([self.run, self.source, self.index, self.frame])
+
+
+def encode_record(sample: dict[str, Any], jpeg_quality: int = 93, made: Made = Made()) -> bytes:
+    """The bytes of a record holding `sample` (the sample dict of tools.dataset.samples), made from `made`."""
     # optimize: Huffman tables fitted to the image, 7% smaller at no cost to decoding (docs/cache.md)
     fields = {name: encode_array(value, _CODECS.get(name, "raw"), jpeg_quality=jpeg_quality, jpeg_optimize=True)
               for name, value in sample.items()}
     body = zstd_compress(msgpack.packb(fields, use_bin_type=True))
     # "run" second, so that `record_run` finds it in the file's first bytes
-    return msgpack.packb({"format": CACHE_FORMAT, "run": run, "crc32": zlib.crc32(body), "body": body},
+    return msgpack.packb({"format": CACHE_FORMAT, "run": made.run, "source": made.source, "index": made.index,
+                          "frame": made.frame, "crc32": zlib.crc32(body, zlib.crc32(made.packed())), "body": body},
                          use_bin_type=True)
 
 
-def record_run(path: Path) -> str | None:
+def record_run(path: Path, cache_format: int = CACHE_FORMAT) -> str | None:
     """The run fingerprint a record was made from, read from its first bytes; None when it has none (missing,
-    another format, not a record). The builder's test of a record it may skip."""
+    another format than `cache_format`, not a record). The builder's test of a record it may skip."""
     try:
         with files.open_regular(path, _MAX_RECORD_BYTES) as f:
             head = f.read(64)
@@ -179,43 +237,82 @@ def record_run(path: Path) -> str | None:
     except (OSError, ValueError, msgpack.UnpackException):
         return None
     run = found.get("run")
-    return run if found.get("format") == CACHE_FORMAT and isinstance(run, str) else None
+    return run if found.get("format") == cache_format and isinstance(run, str) else None
 
 
-def _open_record(data: bytes, path: Path, run: str | None = None) -> bytes:
-    """The checked body of a record's bytes; CacheRecordError naming `path` when it is not a good record, or,
-    with `run`, one made from another recorded attempt of its run than that one."""
+_REPAIR = "rebuild it (python -m tools.cache verify --repair)"
+#: The keys of a record's outer map, by format.
+_RECORD_KEYS = {2: frozenset({"format", "run", "crc32", "body"}),
+                3: frozenset({"format", "run", "source", "index", "frame", "crc32", "body"})}
+
+
+def _open_record(data: bytes, path: Path, run: str | None = None, place: tuple[str, int] | None = None,
+                 frame: int | None = None, cache_format: int = CACHE_FORMAT) -> bytes:
+    """The checked body of a record's bytes; CacheRecordError naming `path` when it is not a good record of
+    `cache_format`, or, with `place` (source, index), one that holds another frame's sample; StaleRecordError, with
+    `run`, when made from another recorded attempt of its run than that one, or, with `frame`, from another frame
+    than the one of that fingerprint (a record of format 2 names neither place nor frame: unchecked)."""
     if len(data) < MIN_RECORD_BYTES:
-        raise CacheRecordError(f"{path}: truncated record ({len(data)} bytes); rebuild it "
-                               "(python -m tools.cache verify --repair)")
+        raise CacheRecordError(f"{path}: truncated record ({len(data)} bytes); {_REPAIR}")
     try:
         outer = msgpack.unpackb(data, raw=False, max_bin_len=_MAX_RECORD_BYTES)
     except (ValueError, msgpack.UnpackException) as e:
-        raise CacheRecordError(f"{path}: not a cache record or truncated ({e.__class__.__name__}); rebuild it "
-                               "(python -m tools.cache verify --repair)") from None
-    if not isinstance(outer, dict) or not {"format", "run", "crc32", "body"} <= outer.keys():
-        raise CacheRecordError(f"{path}: not a cache record; rebuild it (python -m tools.cache verify --repair)")
-    if outer["format"] != CACHE_FORMAT:
-        raise CacheRecordError(f"{path}: cache format {outer['format']!r}, this tool reads format {CACHE_FORMAT}; "
-                               "build a new cache (bin/build-cache)")
+        raise CacheRecordError(f"{path}: not a cache record or truncated ({e.__class__.__name__}); {_REPAIR}") from None
+    if not isinstance(outer, dict) or "format" not in outer:
+        raise CacheRecordError(f"{path}: not a cache record; {_REPAIR}")
+    if outer["format"] != cache_format:
+        raise CacheRecordError(f"{path}: cache format {outer['format']!r} in a cache of format {cache_format} (this "
+                               f"tool writes format {CACHE_FORMAT}); {_REPAIR}")
+    if not _RECORD_KEYS[cache_format] <= outer.keys():
+        raise CacheRecordError(f"{path}: not a cache record; {_REPAIR}")
     body = outer["body"]
-    if not isinstance(body, bytes) or zlib.crc32(body) != outer["crc32"]:
-        raise CacheRecordError(f"{path}: checksum mismatch (damaged record); rebuild it "
-                               "(python -m tools.cache verify --repair)")
+    if not isinstance(body, bytes):
+        raise CacheRecordError(f"{path}: not a cache record; {_REPAIR}")
+    if cache_format == 2:
+        crc = zlib.crc32(body)
+    else:
+        try:  # (Made.packed's bytes)
+            crc = zlib.crc32(body, zlib.crc32(msgpack.packb([outer["run"], outer["source"], outer["index"],
+                                                             outer["frame"]])))
+        except (TypeError, ValueError):  # an identity msgpack cannot pack: not one the builder wrote
+            crc = None
+    if crc != outer["crc32"]:
+        raise CacheRecordError(f"{path}: checksum mismatch (damaged record); {_REPAIR}")
     if run is not None and outer["run"] != run:
         raise StaleRecordError(f"{path}: stale: made from an earlier recording of its run (run.json "
                                f"{str(outer['run'])[:16]}, now {run}); rebuild it (bin/build-cache)")
+    if cache_format == 2:
+        return body
+    if place is not None and (outer["source"], outer["index"]) != place:
+        raise CacheRecordError(f"{path}: holds the sample of frame {outer['index']!r} of {str(outer['source'])[:120]}, "
+                               f"not of frame {place[1]} of {place[0]}: a record copied, swapped or renamed from "
+                               f"elsewhere; {_REPAIR}")
+    if frame is not None and outer["frame"] != frame:
+        raise StaleRecordError(f"{path}: stale: made from another frame than the one there now (frame fingerprint "
+                               f"{_hex(outer['frame'])}, now {_hex(frame)}); {_REPAIR}")
     return body
 
 
+def _hex(fingerprint: Any) -> str:
+    return f"{fingerprint:08x}" if isinstance(fingerprint, int) else repr(fingerprint)[:16]
+
+
+@functools.lru_cache(maxsize=16)
+def _bounds(settings: CacheSettings) -> tuple[dict[str, Any], int]:
+    """(sample specs, the most a body may decompress to) of a settings: computed once per settings, not once per
+    record (they were a tenth of a record's decoding)."""
+    return settings.sample_specs(), settings.max_sample_bytes()
+
+
 def decode_record(data: bytes, path: Path | str = "<record>", settings: CacheSettings | None = None,
-                  run: str | None = None) -> dict[str, Any]:
-    """The sample dict held by a record's bytes (what a session cache stores); CacheRecordError when bad, or,
-    with `run`, stale. With `settings`, every key must be one of its samples' and declare that key's dtype and
-    shape (checked before anything is decompressed into it); without, each array is bounded by MAX_BLOB_BYTES."""
-    body = _open_record(data, Path(path), run)
-    specs = settings.sample_specs() if settings is not None else None
-    limit = settings.max_sample_bytes() if settings is not None else MAX_BLOB_BYTES
+                  run: str | None = None, place: tuple[str, int] | None = None, frame: int | None = None,
+                  cache_format: int = CACHE_FORMAT) -> dict[str, Any]:
+    """The sample dict held by a record's bytes (what a session cache stores); CacheRecordError when bad or, with
+    `place`, another frame's; StaleRecordError, with `run` or `frame`, when stale (_open_record). With `settings`,
+    every key must be one of its samples' and declare that key's dtype and shape (checked before anything is
+    decompressed into it); without, each array is bounded by MAX_BLOB_BYTES."""
+    body = _open_record(data, Path(path), run, place, frame, cache_format)
+    specs, limit = _bounds(settings) if settings is not None else (None, MAX_BLOB_BYTES)
     try:
         fields = msgpack.unpackb(zstd_decompress_bounded(body, limit), raw=False, max_bin_len=limit)
         if not isinstance(fields, dict):
@@ -226,17 +323,16 @@ def decode_record(data: bytes, path: Path | str = "<record>", settings: CacheSet
                 for name, blob in fields.items()}
     except (CodecError, ValueError, TypeError, KeyError, OSError, zstandard.ZstdError, msgpack.UnpackException) as e:
         # the checksum matched, so the writer itself wrote something unreadable
-        raise CacheRecordError(f"{path}: undecodable record ({e}); rebuild it "
-                               "(python -m tools.cache verify --repair)") from None
+        raise CacheRecordError(f"{path}: undecodable record ({e}); {_REPAIR}") from None
 
 
-def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93, run: str = "") -> int:
+def write_record(path: Path, sample: dict[str, Any], jpeg_quality: int = 93, made: Made = Made()) -> int:
     """Write `sample` as a record at `path` atomically; returns its size in bytes. Not fsynced one by one: the
     builder syncs the file system once when it ends (docs/reliability.md), and a record a machine crash left
     damaged fails its checksum and is rebuilt (verify --repair)."""
     from tools.core import atomic
 
-    data = encode_record(sample, jpeg_quality, run)
+    data = encode_record(sample, jpeg_quality, made)
     atomic.write_bytes(Path(path), data, durable=False)
     return len(data)
 
@@ -253,15 +349,19 @@ def read_record_bytes(path: Path) -> bytes:
         raise CacheRecordError(f"{path}: cannot read the cache record ({e.strerror})") from None
 
 
-def read_record(path: Path, settings: CacheSettings | None = None, run: str | None = None) -> dict[str, Any]:
-    """The sample dict of tools.dataset.samples stored at `path`; CacheRecordError when it cannot be used."""
-    return decode_record(read_record_bytes(path), path, settings, run)
+def read_record(path: Path, settings: CacheSettings | None = None, run: str | None = None,
+                place: tuple[str, int] | None = None, frame: int | None = None,
+                cache_format: int = CACHE_FORMAT) -> dict[str, Any]:
+    """The sample dict of tools.dataset.samples stored at `path`; CacheRecordError when it cannot be used
+    (decode_record)."""
+    return decode_record(read_record_bytes(path), path, settings, run, place, frame, cache_format)
 
 
-def check_record(path: Path, run: str | None = None) -> None:
-    """Check a record's format and checksum (and, with `run`, that it was made from that recorded attempt of its
-    run) without decoding it (what `verify` does per record)."""
-    _open_record(read_record_bytes(path), Path(path), run)
+def check_record(path: Path, run: str | None = None, place: tuple[str, int] | None = None,
+                 frame: int | None = None, cache_format: int = CACHE_FORMAT) -> None:
+    """Check a record's format and checksum, and with `run`, `place` and `frame` what it was made from, without
+    decoding it (what `verify` does per record)."""
+    _open_record(read_record_bytes(path), Path(path), run, place, frame, cache_format)
 
 
 def rebuild_record(root: Path, settings: CacheSettings, run_rel: str, index: int) -> None:

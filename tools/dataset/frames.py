@@ -13,10 +13,19 @@ uint32, big-endian, the file's last 4 bytes). Readers check it before unpacking 
 anywhere (a LiDAR blob, a JPEG, a measurement) is a FrameError naming the file. A frame of format 1 (recorded
 before) carries none: it reads as before, marked `verified: False`, and validate says how many such frames
 cannot be verified.
+
+Identity (frame format 3, dataset format 6): a frame holds, inside its checksummed bytes, the run it was recorded
+in (`run`: "<Scenario>/<run>", str(RunKey)) and its index; `misplaced` is the one rule that compares them with
+the place the frame is read from (validate and the cache builder both apply it), so a frame copied or swapped
+into another run, or renamed within its run, is refused by name. A frame's fingerprint is its checksum (the CRC-32
+of its seal, `fingerprint`): cache records name the fingerprint of the frame they were made from, and a run's
+measurements index lists every frame's (`fingerprints`). Frames of formats 1 and 2 carry no run: their place
+cannot be verified (`identified` False), and the tools say so once.
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +40,12 @@ from tools.dataset.layout import FRAME_NAME
 from tools.dataset.measurements import BoxLabel, Measurements
 from tools.dataset.rig import JPEG_QUALITY, RigConfig
 
+#: 3: a frame names its run (`run`, beside its `index`) and a measurements index lists its frames' fingerprints.
 #: 2: frames and measurements indexes end with a CRC-32 of their bytes (`seal`). 1: without one.
-FRAME_FORMAT = 2
-READABLE_FRAME_FORMATS = (1, 2)
+FRAME_FORMAT = 3
+READABLE_FRAME_FORMATS = (1, 2, 3)
+#: The first frame format whose frames name their run (`misplaced` can verify their place).
+IDENTIFIED_FRAME_FORMAT = 3
 #: The end of a sealed file, before the checksum's 4 bytes: the key "crc32" and msgpack's uint32 marker.
 _SEAL = msgpack.packb("crc32") + b"\xce"
 
@@ -48,16 +60,21 @@ def write_frame(
     measurements: Measurements,
     boxes: list[BoxLabel],
     sensors: dict[str, tuple[np.ndarray, str]],
+    *,
+    run: str,
 ) -> None:
-    """Write one frame atomically. `sensors` maps a name (tools.dataset.rig) to (array, codec)."""
-    write_packed(path, pack_frame(index, measurements, boxes, sensors))
+    """Write frame `index` of run `run` (str(RunKey)) atomically. `sensors` maps a name (tools.dataset.rig) to
+    (array, codec)."""
+    write_packed(path, pack_frame(index, measurements, boxes, sensors, run=run))
 
 
 def pack_frame(index: int, measurements: Measurements, boxes: list[BoxLabel],
-               sensors: dict[str, tuple[np.ndarray, str]]) -> bytes:
-    """A frame file's bytes: the sensors encoded in their codecs, everything packed in msgpack."""
+               sensors: dict[str, tuple[np.ndarray, str]], *, run: str) -> bytes:
+    """The bytes of frame `index` of run `run` ("<Scenario>/<run>"): the sensors encoded in their codecs,
+    everything packed in msgpack and sealed (`fingerprint` reads its checksum back)."""
     frame = {
         "format": FRAME_FORMAT,
+        "run": run,
         "index": index,
         "measurements": measurements.to_dict(),
         "boxes": [b.to_dict() for b in boxes],
@@ -90,10 +107,51 @@ def check_seal(data: bytes, path: Path | str) -> bool:
     return True
 
 
+def fingerprint(data: bytes) -> int | None:
+    """The fingerprint of a frame's bytes: its checksum (the CRC-32 its seal ends with), None for a file without a
+    seal (frame format 1). Cache records name the fingerprint of the frame they were made from."""
+    if len(data) < len(_SEAL) + 4 or data[-4 - len(_SEAL):-4] != _SEAL:
+        return None
+    return int.from_bytes(data[-4:], "big")
+
+
+def read_fingerprint(path: Path) -> int | None:
+    """`fingerprint` of the frame file at `path`, reading only its last bytes (None without a seal, or when the
+    file is not a readable regular file)."""
+    try:
+        with files.open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < len(_SEAL) + 4:
+                return None
+            f.seek(size - len(_SEAL) - 4)
+            return fingerprint(f.read(len(_SEAL) + 4))
+    except OSError:
+        return None
+
+
+def misplaced(frame: dict[str, Any], run: str, index: int) -> str:
+    """Where frame `frame` (read_frame's dict) says it belongs, when that is not run `run` ("<Scenario>/<run>"),
+    frame `index`; "" when it is, or when it cannot say (a frame before format 3 names no run: its index alone is
+    compared). The one rule of a frame's place: validate and the cache builder apply it."""
+    found_run, found_index = frame.get("run"), frame.get("index")
+    if frame.get("format") not in READABLE_FRAME_FORMATS or frame["format"] < IDENTIFIED_FRAME_FORMAT:
+        found_run = run  # (no run recorded: not comparable)
+    if found_run == run and found_index == index and not isinstance(found_index, bool):
+        return ""
+    where = f"frame {found_index!r}" if found_run == run else f"frame {found_index!r} of run {found_run!r}"
+    return (f"holds {where}, not frame {index} of run {run}: a frame copied, swapped or renamed from elsewhere; "
+            "record the run again (delete its result file, then bin/collect)")
+
+
+def identified(frame: dict[str, Any]) -> bool:
+    """Whether a frame names its run (frame format 3 on), so that `misplaced` can verify its place."""
+    return isinstance(frame.get("format"), int) and frame["format"] >= IDENTIFIED_FRAME_FORMAT
+
+
 def _check_format(found: Any, verified: bool, path: Path | str) -> None:
     if found not in READABLE_FRAME_FORMATS:
-        raise FrameError(f"{path}: frame format {found}, this tool reads format {FRAME_FORMAT} (and 1, frames "
-                         "without a checksum)")
+        raise FrameError(f"{path}: frame format {found}, this tool reads format {FRAME_FORMAT} (and 1 and 2: "
+                         "frames without a checksum, without their run)")
     if found != 1 and not verified:
         raise FrameError(f"{path}: no checksum at its end (truncated or damaged); record its run again: delete its "
                          "result file, then bin/collect")
@@ -110,7 +168,9 @@ def read_frame(path: Path, sensors: bool | list[str] = True, blobs: bool = False
     """Read a frame, its checksum checked first; decode all sensors (True), none (False) or the named ones, each
     bounded by the shape `rig` gives it (else by codec.MAX_BLOB_BYTES) before anything is allocated. With
     `blobs`, the frame also holds every sensor as stored (`blobs`: name -> tools.dataset.codec blob), to copy
-    without decoding. The frame's `verified` says whether it carried a checksum (format 1 frames do not)."""
+    without decoding. The frame's `verified` says whether it carried a checksum (format 1 frames do not), its
+    `fingerprint` is that checksum (None without), and from format 3 on its `run` and `index` say where it was
+    recorded (`misplaced` compares them with where it is)."""
     try:
         data = files.read_bytes(path)
     except files.UnreadableFile as e:
@@ -139,6 +199,7 @@ def read_frame(path: Path, sensors: bool | list[str] = True, blobs: bool = False
         raise FrameError(f"{path}: sensor {name} does not decode ({type(e).__name__}: {e})") from None
     frame["sensor_names"] = sorted(stored)
     frame["verified"] = verified
+    frame["fingerprint"] = fingerprint(data) if verified else None
     if blobs:
         frame["blobs"] = stored
     return frame
@@ -188,11 +249,17 @@ class RunMeasurements:
 
     town: str
     measurements: list[Measurements]
+    #: every frame's `fingerprint`, in frame order (frame format 3 on; None before)
+    fingerprints: list[int] | None = None
 
 
-def write_run_measurements(path: Path, town: str, measurements: list[Measurements]) -> None:
-    """Write a run's measurements index atomically (not fsynced: made durable with the frames)."""
+def write_run_measurements(path: Path, town: str, measurements: list[Measurements], *,
+                           fingerprints: list[int]) -> None:
+    """Write a run's measurements index atomically (not fsynced: made durable with the frames). `fingerprints`:
+    each frame's (`fingerprint` of the bytes written), listed before the measurements so that a reader of the
+    file's start (`read_run_fingerprints`) finds them."""
     data = seal({"format": FRAME_FORMAT, "town": town, "frames": len(measurements),
+                 "fingerprints": [int(f) for f in fingerprints],
                  "measurements": [m.to_dict() for m in measurements]})
     atomic.write_bytes(path, data, durable=False)
 
@@ -200,6 +267,26 @@ def write_run_measurements(path: Path, town: str, measurements: list[Measurement
 def read_run_head(path: Path) -> tuple[str, int] | None:
     """(town, number of frames) of a run's measurements index, reading only the start of the file; None without
     a usable one."""
+    head = _read_head(path)
+    town, n = head.get("town"), head.get("frames")
+    if head.get("format") not in READABLE_FRAME_FORMATS or not isinstance(town, str) or not isinstance(n, int):
+        return None
+    return town, n
+
+
+def read_run_fingerprints(path: Path) -> list[int] | None:
+    """Every frame's fingerprint as a run's measurements index lists them (frame format 3 on), reading only the
+    start of the file; None without a usable list (an index of an earlier format, none, or a damaged one)."""
+    head = _read_head(path)
+    found, n = head.get("fingerprints"), head.get("frames")
+    if head.get("format") not in READABLE_FRAME_FORMATS or not isinstance(found, list) or len(found) != n or \
+            not all(isinstance(f, int) and not isinstance(f, bool) for f in found):
+        return None
+    return found
+
+
+def _read_head(path: Path) -> dict[str, Any]:
+    """The entries of a run's measurements index before its measurements ({} when unreadable)."""
     try:
         with files.open_regular(path) as f:
             unpacker = msgpack.Unpacker(f, raw=False)
@@ -210,11 +297,8 @@ def read_run_head(path: Path) -> tuple[str, int] | None:
                     break
                 head[key] = unpacker.unpack()
     except (OSError, ValueError, msgpack.UnpackException):
-        return None
-    town, n = head.get("town"), head.get("frames")
-    if head.get("format") not in READABLE_FRAME_FORMATS or not isinstance(town, str) or not isinstance(n, int):
-        return None
-    return town, n
+        return {}
+    return head
 
 
 def read_run_measurements(path: Path) -> RunMeasurements | None:
@@ -230,7 +314,9 @@ def read_run_measurements(path: Path) -> RunMeasurements | None:
         if not isinstance(data, dict) or data.get("format") not in READABLE_FRAME_FORMATS or \
                 len(data["measurements"]) != data["frames"]:
             return None
-        index = RunMeasurements(str(data["town"]), [Measurements.from_dict(m) for m in data["measurements"]])
+        listed = data.get("fingerprints")
+        index = RunMeasurements(str(data["town"]), [Measurements.from_dict(m) for m in data["measurements"]],
+                                listed if isinstance(listed, list) and len(listed) == data["frames"] else None)
     except (ValueError, KeyError, TypeError, msgpack.UnpackException):
         return None
     _check_format(data["format"], verified, path)
@@ -242,13 +328,20 @@ def indexed_measurements(path: Path, frame_names: list[str]) -> list[Measurement
     files (`frame_names`, Layout.frame_names: 00000.msgpack ... in order); None otherwise (no index, another
     format, a frame added or missing since, a damaged index: validate names it): the caller then reads the
     frames themselves, each checked against its own checksum."""
+    summary = indexed_run(path, frame_names)
+    return None if summary is None else summary.measurements
+
+
+def indexed_run(path: Path, frame_names: list[str]) -> RunMeasurements | None:
+    """A run's measurements index (its checksum checked) when it lists exactly the run's frame files; None
+    otherwise (see indexed_measurements)."""
     try:
         summary = read_run_measurements(path)
     except FrameError:
         return None
     if summary is None or frame_names != [FRAME_NAME.format(index=i) for i in range(len(summary.measurements))]:
         return None
-    return summary.measurements
+    return summary
 
 
 def read_boxes(frame: dict[str, Any]) -> list[BoxLabel]:

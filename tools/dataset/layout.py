@@ -68,9 +68,12 @@ from tools.core.errors import ToolError
 #: 5: frames and measurements indexes end with a CRC-32 of their bytes (frame format 2, tools.dataset.frames).
 #: A version-2 to 4 root reads as it is, its frames unverifiable (validate says how many), and becomes 5 when
 #: collected into.
-DATASET_FORMAT = 5
+#: 6: a frame names its run beside its index, a measurements index lists its frames' fingerprints (frame format
+#: 3). A version-2 to 5 root reads as it is, its frames' place unverifiable (validate, build-cache say so once),
+#: and becomes 6 when collected into.
+DATASET_FORMAT = 6
 #: Versions this tool reads (the frames of each are a subset of the current version's).
-READABLE_FORMATS = (2, 3, 4, 5)
+READABLE_FORMATS = (2, 3, 4, 5, 6)
 
 MANIFEST = "manifest.json"
 CARD = "README.md"

@@ -46,7 +46,11 @@ from tools.dataset.geometry import BevGrid
 
 #: Bump when the content or encoding of a cached sample changes: a new cache folder follows.
 #: 2: a record names the recorded attempt of its run it was made from (`run`, tools.dataset.cache).
-CACHE_FORMAT = 2
+#: 3: a record names the frame it was made from (`source` run, `index`, the frame's fingerprint `frame`), inside
+#: its checksum. A cache of format 2 is still read (training, verify), its records' place unverified.
+CACHE_FORMAT = 3
+#: Cache formats this tool reads (newest first): where no cache of the current format is there, an older one is.
+READABLE_CACHE_FORMATS = (3, 2)
 #: The most box rows a sample holds (actors within the recorder's 60 m: dense traffic is a few hundred).
 MAX_BOXES = 4096
 
@@ -131,7 +135,8 @@ class CacheSettings:
             total += 2 * math.prod(rows) * np.dtype(spec.dtype).itemsize + 256
         return total
 
-    def key(self) -> str:
-        """The cache folder's name: a hash of these settings and the cache format version."""
-        text = json.dumps({"format": CACHE_FORMAT, **self.to_dict()}, sort_keys=True)
+    def key(self, cache_format: int = CACHE_FORMAT) -> str:
+        """The cache folder's name: a hash of these settings and the cache format version (that of a cache of
+        another readable format with `cache_format`)."""
+        text = json.dumps({"format": cache_format, **self.to_dict()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

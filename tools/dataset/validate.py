@@ -4,7 +4,8 @@
 frames' measurements with it, for the quality report of tools.collect.inspect.quality):
 
 - files: frames that do not decode, or of another frame format than run.json names (frames.FRAME_FORMAT);
-  frame indices that are not 0, 1, 2, ... (file names and contents); ticks that do not advance by the
+  frame indices that are not 0, 1, 2, ... (file names and contents); a frame that names another run or index
+  than where it lies (frames.misplaced: copied, swapped or renamed); ticks that do not advance by the
   recording rate's `record_every` (a frame lost); simulated time that does not increase;
 - schema (`check_schema`): the frame's keys, the measurements' and boxes' fields of the right types
   (finite numbers, commands that are RoadOption values, classes that are semantic ids);
@@ -33,6 +34,8 @@ from tools.dataset.frames import (
     FRAME_FORMAT,
     READABLE_FRAME_FORMATS,
     FrameError,
+    identified,
+    misplaced,
     read_boxes,
     read_frame,
     read_run_measurements,
@@ -66,7 +69,8 @@ RESULT_COMPLETION_SLACK = 5.0
 #: run.json's route length and the result's may differ by this fraction (and at least 5 m).
 RESULT_LENGTH_SLACK = 0.05
 
-#: Keys of a frame file (tools.dataset.frames.pack_frame); read_frame adds `sensor_names`.
+#: Keys of a frame file (tools.dataset.frames.pack_frame; `run` from frame format 3 on, checked by
+#: frames.misplaced); read_frame adds `sensor_names`, `verified` and `fingerprint`.
 FRAME_KEYS = ("format", "index", "measurements", "boxes", "sensors")
 
 
@@ -342,6 +346,8 @@ class RunCheck:
     run: dict[str, Any] = field(default_factory=dict)  # run.json
     frames: int = 0  # frame files of the run
     unverified: int = 0  # frames that carry no checksum (frame format 1, recorded before dataset format 5)
+    unplaced: int = 0  # frames that do not name their run (frame formats 1, 2: recorded before dataset format 6)
+    fingerprints: dict[int, int | None] = field(default_factory=dict)  # index -> fingerprint of the frames read
 
 
 def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
@@ -372,6 +378,13 @@ def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
             last_tick = None  # (the next frame's tick cannot be compared)
             continue
         out.unverified += not frame["verified"]
+        out.fingerprints[i] = frame["fingerprint"]
+        out.unplaced += not identified(frame)
+        wrong_place = misplaced(frame, str(key), i)  # the one rule of a frame's place (the cache builder's too)
+        if wrong_place:
+            problems.append(f"{where}: {wrong_place}")
+            last_tick = None
+            continue
         found = check_frame(frame, rig, grid)
         problems += [f"{where}: {p}" for p in found]
         try:
@@ -382,8 +395,8 @@ def inspect_run(layout: Layout, key: RunKey) -> RunCheck:
             last_tick = None
             continue
         out.measurements.append(m)
-        if frame.get("index") != i or m.frame != i:
-            problems.append(f"{where}: holds frame {frame.get('index')} (measurements: {m.frame})")
+        if m.frame != i:
+            problems.append(f"{where}: its measurements are of frame {m.frame}")
         if not m.time > last_time:
             problems.append(f"{where}: time {m.time} does not increase (previous {last_time})")
         if last_tick is not None and m.tick - last_tick != rate.record_every:
@@ -422,6 +435,10 @@ def _index_problems(layout: Layout, key: RunKey, found: RunCheck) -> list[str]:
         for m, listed in zip(found.measurements, index.measurements, strict=True):
             if m != listed:
                 return [f"{path.name}: frame {m.frame}'s measurements differ from the frame file's"]
+    for i, fingerprint in enumerate(index.fingerprints or []):  # (an index of frame format 3 lists them)
+        if i in found.fingerprints and found.fingerprints[i] != fingerprint:
+            return [f"{path.name}: frame {i}'s fingerprint is {fingerprint}, the frame file's {found.fingerprints[i]}: "
+                    "the frame was replaced since its run recorded it"]
     return []
 
 

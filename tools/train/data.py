@@ -6,8 +6,13 @@ pure function of the bucket files, so a resumed run that knows (epoch, samples c
 continues with exactly the batches the interrupted run would have seen. Under DDP the global batch is
 split by rank: rank r takes the samples r, r + world, r + 2 world, ... of the epoch's order.
 
-A damaged record met during an epoch is reported in one warning line, rebuilt from the dataset in a
-subprocess and read again; when that fails too, the sample is replaced by the next one of the epoch
+Every record read is checked to be the sample asked for: its checksum, the frame it names (its run and index:
+a record copied, swapped or renamed is refused), the recorded attempt of its run and, where the run's measurements
+index lists them, the fingerprint of its frame (tools.dataset.cache). A cache of an older format names no frame: it
+is read with that unverified, said once.
+
+A damaged (or misplaced, or stale) record met during an epoch is reported in one warning line, rebuilt from the
+dataset in a subprocess and read again; when that fails too, the sample is replaced by the next one of the epoch
 and counted. An epoch never stops in the middle because of one bad file.
 """
 
@@ -25,18 +30,22 @@ from torch.utils.data import DataLoader, Dataset
 
 from tools.core.errors import ToolError
 from tools.dataset.cache import (
+    CACHE_FORMAT,
     CacheRecordError,
     SessionCache,
-    cache_dir,
+    cache_format,
     decode_record,
     read_cache_settings,
     read_record_bytes,
     read_run_fingerprint,
+    readable_cache_dir,
     rebuild_record,
     record_path,
     record_run,
     run_key,
+    unverified_cache_line,
 )
+from tools.dataset.frames import read_run_fingerprints
 from tools.dataset.layout import Layout
 from tools.dataset.samples import CacheSettings
 
@@ -55,8 +64,9 @@ def warn(message: str) -> None:
 
 
 def find_cache(layout: Layout) -> tuple[Path, CacheSettings]:
-    """The cache folder to train from: the one of the default CacheSettings, else the only one there is."""
-    default = cache_dir(layout, CacheSettings())
+    """The cache folder to train from: the one of the default CacheSettings (of this format, else of an older
+    readable one), else the only one there is."""
+    default = readable_cache_dir(layout, CacheSettings())
     if default.is_dir():
         return default, read_cache_settings(default)
     others = sorted(p for p in layout.cache.glob("*") if p.is_dir() and not p.name.startswith("."))
@@ -81,10 +91,26 @@ def run_fingerprints(layout: Layout, items: Sequence[Item]) -> dict[str, str]:
     return out
 
 
+def frame_fingerprints(layout: Layout, items: Sequence[Item]) -> dict[str, list[int]]:
+    """The fingerprint of every frame of the runs `items` name, as each run's measurements index lists them (read
+    from the start of the file); a run whose index lists none (recorded before dataset format 6) is left out, and
+    its records' frames are not compared."""
+    out = {}
+    for run in sorted({run for run, _ in items}):
+        listed = read_run_fingerprints(layout.run_measurements(run_key(run)))
+        if listed is not None:
+            out[run] = listed
+    return out
+
+
 def check_cache_complete(cache_root: Path, layout: Layout, items: Sequence[Item],
                          fingerprints: dict[str, str]) -> None:
     """Every record the collection names exists, and the first record of each run was made from the run's
-    recorded attempt on disk now; else one line saying how many are missing or stale, and the fix."""
+    recorded attempt on disk now; else one line saying how many are missing or stale, and the fix. A cache of an
+    older format is said once (its records' place is unverified)."""
+    fmt = cache_format(cache_root)
+    if fmt != CACHE_FORMAT:
+        warn(unverified_cache_line(cache_root))
     missing = sum(1 for run, index in items if not record_path(cache_root, run, index).is_file())
     if missing:
         raise ToolError(f"cache {cache_root} lacks {missing} of {len(items)} samples: run bin/build-cache "
@@ -93,7 +119,7 @@ def check_cache_complete(cache_root: Path, layout: Layout, items: Sequence[Item]
     for run, index in items:
         first[run] = min(index, first.get(run, index))
     stale = [run for run, index in sorted(first.items())
-             if record_run(record_path(cache_root, run, index)) != fingerprints.get(run)]
+             if record_run(record_path(cache_root, run, index), fmt) != fingerprints.get(run)]
     if stale:
         raise ToolError(f"cache {cache_root} holds records of {len(stale)} route runs made from an earlier recording "
                         f"of the run (recorded again since; {stale[0]} ...): run bin/build-cache --root "
@@ -104,11 +130,15 @@ class RecordDataset(Dataset):
     """Samples of a fixed list of (run, index), read from the cache records (through a session cache)."""
 
     def __init__(self, items: Sequence[Item], root: Path, cache_root: Path, settings: CacheSettings,
-                 session: SessionCache | None = None, fingerprints: dict[str, str] | None = None):
+                 session: SessionCache | None = None, fingerprints: dict[str, str] | None = None,
+                 frames: dict[str, list[int]] | None = None):
         self.items = list(items)
         self.root, self.cache_root, self.settings, self.session = root, cache_root, settings, session
         #: run -> the recorded attempt its records must come from (a stale record is rebuilt like a damaged one)
         self.fingerprints = fingerprints or {}
+        #: run -> its frames' fingerprints (frame_fingerprints): a record made from another frame is stale
+        self.frames = frames or {}
+        self.cache_format = cache_format(cache_root)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -127,15 +157,19 @@ class RecordDataset(Dataset):
         """(sample or None, records rebuilt). A bad record is reported, rebuilt and read once more."""
         run, index = item
         path = record_path(self.cache_root, run, index)
-        fingerprint = self.fingerprints.get(run)
-        try:  # bounded by the cache's sample shapes; a record of an earlier recording of its run is stale
-            return decode_record(self._bytes(path), path, self.settings, fingerprint), 0
+        listed = self.frames.get(run)
+        # what the record must have been made from: this frame of this run (a record of another place is
+        # refused), the run's recorded attempt and the frame's bytes now (else it is stale)
+        made = {"run": self.fingerprints.get(run), "place": (run, index), "cache_format": self.cache_format,
+                "frame": listed[index] if listed is not None and 0 <= index < len(listed) else None}
+        try:  # bounded by the cache's sample shapes
+            return decode_record(self._bytes(path), path, self.settings, **made), 0
         except CacheRecordError as e:
             warn(f"{e}; rebuilding it")
         try:
             rebuild_record(self.root, self.settings, run, index)
             data = read_record_bytes(path)
-            sample = decode_record(data, path, self.settings, fingerprint)
+            sample = decode_record(data, path, self.settings, **made)
         except CacheRecordError as e:
             warn(f"{e}; the sample is replaced by another one")
             return None, 1

@@ -228,11 +228,12 @@ class Source:
     recorded: dict[str, Any]
     session: SessionCache | None
     fingerprints: dict[str, str]  # run -> its recorded attempt (data.run_fingerprints)
+    frames: dict[str, list[int]]  # run -> its frames' fingerprints (data.frame_fingerprints)
 
     def dataset(self, items: list[data.Item]) -> data.RecordDataset:
         """The cache records of `items`: training batches, validation, the picture."""
         return data.RecordDataset(items, self.layout.root, self.cache_root, self.settings, self.session,
-                                  self.fingerprints)
+                                  self.fingerprints, self.frames)
 
 
 def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, start: dict[str, Any] | None) -> Source:
@@ -248,6 +249,7 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
     recorded = {}
     items = collection.frames("train") + collection.frames("val")
     fingerprints = data.run_fingerprints(layout, items)
+    frames = data.frame_fingerprints(layout, items)
     if rt.main:
         data.check_cache_complete(cache_root, layout, items, fingerprints)
         recorded = trained_on(layout, cache_root, settings, collection)
@@ -263,7 +265,8 @@ def open_source(cfg: TrainConfig, rt: Runtime, ckpt: dict[str, Any] | None, star
         # "auto": SessionCache picks $SLURM_TMPDIR, else $TMPDIR (node-local disk)
         folder = None if cfg.session_cache == "auto" else Path(cfg.session_cache).expanduser().absolute()
         session = SessionCache(cache_root.name, int(cfg.session_cache_gb * 2**30), folder)
-    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session, fingerprints)
+    return Source(layout, cache_root, settings, frame_dt, collection, val_frames, recorded, session, fingerprints,
+                  frames)
 
 
 def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any] | None,

@@ -509,7 +509,7 @@ def _record(world, sensors, run_dir):
     (run_dir / "frames").mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"rig": RigConfig().to_dict()}))
     write_frame(run_dir / "frames" / "00000.msgpack", 0, measurements, [box_label(b, e) for b in snap.actors],
-                sensors)
+                sensors, run=f"{run_dir.parent.name}/{run_dir.name}")
 
 
 def test_show_frame_draws_a_recorded_frame_into_one_png(world, traffic, tmp_path, monkeypatch):

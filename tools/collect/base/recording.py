@@ -164,6 +164,7 @@ class RunRecorder:
         self.ticks = 0  # ticks added so far (add_frame): the index of the tick now
         self.frames = 0  # frames written so far: the index of the next one
         self.recorded: list[Measurements] = []  # the frames' measurements, for the run's measurements index
+        self.fingerprints: list[int] = []  # and their fingerprints (frames.fingerprint)
         self._last_beat = 0.0
 
     def start(self, *, town: str, town_file: Path, rig: RigConfig, repetition: int, seed: int, attempt: int) -> None:
@@ -202,7 +203,8 @@ class RunRecorder:
             t0 = time.perf_counter()
             m = self.measurements(snap, referee, decision)
             self.recorded.append(m)
-            data = frames.pack_frame(self.frames, m, boxes(snap), arrays)
+            data = frames.pack_frame(self.frames, m, boxes(snap), arrays, run=str(self.key))
+            self.fingerprints.append(frames.fingerprint(data))
             t1 = time.perf_counter()
             frames.write_packed(self.layout.frame_path(self.key, self.frames), data)
             self.frames += 1
@@ -217,4 +219,5 @@ class RunRecorder:
         """After the last frame: the run's measurements index (what the bucket builder reads instead of every
         frame)."""
         if self.recorded:
-            frames.write_run_measurements(self.layout.run_measurements(self.key), self.town, self.recorded)
+            frames.write_run_measurements(self.layout.run_measurements(self.key), self.town, self.recorded,
+                                          fingerprints=self.fingerprints)

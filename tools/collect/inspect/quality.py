@@ -98,6 +98,7 @@ class RunSummary:
     weather: str = UNKNOWN
     frames: int = 0
     unverified: int = 0  # frames without a checksum (recorded before dataset format 5)
+    unplaced: int = 0  # frames that do not name their run (recorded before dataset format 6)
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
     # per frame (finished runs): speed, acceleration, command, leader gap (NaN: none), light state, bucket
@@ -122,7 +123,7 @@ def check_finished(root: str, key: RunKey) -> RunSummary:
     if found is None:
         return out
     out.errors, out.error_count = found.problems[:ERRORS_KEPT], len(found.problems)
-    out.frames, out.unverified = found.frames, found.unverified
+    out.frames, out.unverified, out.unplaced = found.frames, found.unverified, found.unplaced
     out.town = str(found.run.get("town") or UNKNOWN)
     ms = found.measurements
     if ms:
@@ -218,6 +219,11 @@ def validate_root(root: str | None = None, workers: int | None = None, out: str 
     if unverified:
         print(f"validate: {unverified} of {frames} frames carry no checksum (frame format 1, recorded before dataset "
               "format 5): their bytes cannot be verified, only whether they decode; runs collected again get one")
+    unplaced = report["validation"]["unplaced_frames"]
+    if unplaced:
+        print(f"validate: {unplaced} of {frames} frames do not name their run (frame formats 1 and 2, recorded before "
+              "dataset format 6): unverified whether each lies in the run it was recorded in (their index is "
+              "checked); runs collected again name theirs")
     print(f"validate: {len(finished)} finished route runs, {frames} frames read in {seconds:.1f} s with {n_workers} "
           f"worker processes: {report['validation']['frames_per_s']:.0f} frames/s; {len(bad)} runs with integrity "
           f"errors. Report: {report_dir / REPORT_HTML} (open it in a browser) and {report_dir / REPORT_JSON}")
@@ -304,6 +310,7 @@ def build_report(layout: Layout, manifest: dict[str, Any] | None, states: dict[R
             "workers": workers,
             "frames_per_s": round(frames / max(seconds, 1e-9), 1),
             "unverified_frames": sum(s.unverified for s in finished),
+            "unplaced_frames": sum(s.unplaced for s in finished),
             "runs_with_errors": len(errors),
             "errors": errors,
         },
