@@ -119,7 +119,7 @@ def collected_root(tmp_path_factory, town_xodr) -> Path:
     d = tmp_path_factory.mktemp("collected")
     routes = d / "routes"
     run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(town_xodr), "--count", "4", "--out",
-             str(routes), "--min-length", "120", "--max-length", "200", "--seed", "11", check=True)
+             str(routes), "--min-length", "120", "--max-length", "200", "--seed", "21", check=True)
     run_bin("collect", str(routes), "--root", str(d / "root"), "--workers", "2", "--vehicles", "10", check=True)
     return d / "root"
 

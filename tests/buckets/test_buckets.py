@@ -338,7 +338,7 @@ BAD_INPUTS = {
     "only_failed_routes": ("failed", [], "no finished route runs in {root}: 4 failed; see bin/progress {root}"),
     "unknown_collection": ("built", ["--collection", "finetune"], "--collection finetune: unknown collection"),
     "unknown_scenario_holdout": ("built", ["--holdout", "scenario:Nope"],
-                                 "scenario types: NoScenario, SignalizedJunctionLeftTurn"),
+                                 "scenario types: NoScenario, SignalizedJunctionRightTurn"),
     "unknown_town_holdout": ("built", ["--holdout", "town:Town99"], "towns: town"),
     "holdout_leaving_no_training_frames": ("built", ["--holdout", "town:town"], "leaves no training frames"),
     "malformed_holdout": ("built", ["--holdout", "sideways"], "--holdout sideways: unknown rule; expected stratified, "
