@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,32 @@ def test_a_resume_that_changes_lr_is_refused_in_one_line_and_nothing_is_written(
                     "max_steps=5", "lr=0.0001", timeout=120)
     one_line(proc, "lr=0.0001", f"lr={stored['lr']!r}")
     assert tree(logdir) == before, "a refused resume wrote into the run folder"
+
+
+def test_a_resume_on_another_dataset_is_refused_in_one_line_and_a_moved_root_resumes(train_root, pretrained,
+                                                                                      tmp_path):
+    """`root=` another dataset on resume went on without a word, and its checkpoints named only the new dataset. The
+    dataset is kept like lr, by its dataset_id: the same root copied elsewhere resumes."""
+    logdir = Path(shutil.copytree(pretrained, tmp_path / "run"))
+    was = json.loads((logdir / "config.json").read_text())["trained_on"]["dataset_id"]
+    other = copy_root(train_root, tmp_path / "other")  # another collection: another dataset_id
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["dataset_id"] = uuid.uuid4().hex
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    run_bin("build-buckets", "--root", other, "--force", check=True)  # its own bucket files
+    before = tree(logdir)
+    args = [PYTHON, "-m", "tools.train", "pretrain", f"logdir={logdir}", *TINY, "max_steps=5"]
+    proc = run_tool(*args, f"root={other}", timeout=120)
+    one_line(proc, f"root={other} (dataset {manifest['dataset_id']})", f"(dataset {was})", "a new --logdir=")
+    assert tree(logdir) == before, "a refused resume wrote into the run folder"
+    # the same dataset wherever it lies: a root copied elsewhere changes nothing a resume keeps
+    from tools.train.config import TrainConfig
+    from tools.train.loop import resume_changes
+
+    stored = json.loads((logdir / "config.json").read_text())
+    moved = TrainConfig.from_dict({**stored, "root": str(copy_root(train_root, tmp_path / "moved"))})
+    assert resume_changes(moved, stored) == []
+    assert resume_changes(TrainConfig.from_dict({**stored, "root": str(other)}), stored) != []
 
 
 # ----------------------------------------------------------------------------- route files
