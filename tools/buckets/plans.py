@@ -15,6 +15,7 @@ from typing import Any
 
 from tools.buckets import splits as _splits
 from tools.buckets.splits import STRATIFIED, Assignment, SplitSettings, assign, balance, routes_of
+from tools.core import files
 from tools.core.errors import ToolError
 from tools.dataset.bucket_rules import BUCKETS, RULES
 from tools.dataset.buckets import (
@@ -92,7 +93,7 @@ def load_weights(path: str) -> dict[str, list[float]]:
     if not path:
         raise ToolError("--weights needs a JSON file of {bucket: weight or [per-epoch weights]}")
     try:
-        data = json.loads(Path(path).read_text())
+        data = files.read_json(path)
     except (OSError, ValueError) as e:
         raise ToolError(f"--weights {path}: cannot read it as JSON ({e})") from None
     if not isinstance(data, dict):

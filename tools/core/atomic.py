@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,7 @@ def sync_filesystem(path: Path) -> None:
     one call makes a whole route run's frames durable before its result declares it complete."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (never waits, whatever is there)
         try:
             if libc.syncfs(fd) == 0:
                 return
@@ -128,8 +127,8 @@ def process_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's (a root shared by a group): it exists, and may be a zombie
+        pass
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):  # no /proc (not Linux): signal 0 is all we can ask
@@ -147,9 +146,18 @@ def _writer_alive(name: str, mtime: float, now: float) -> bool:
 
 
 def temporary_dir(parent: Path, name: str) -> Path:
-    """A new temporary folder in `parent` for work on `name` (`.tmp-<name>.<host>~<pid>.<random>`): fill it,
-    then rename it into place; `stale_temporaries(parent, folders=True)` finds it if its writer dies."""
-    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}.{owner_tag()}.", dir=parent))
+    """A new temporary folder in `parent` for work on `name` (`.tmp-<name>.<host>~<pid>.<n>`): fill it, then rename
+    it into place; `stale_temporaries(parent, folders=True)` finds it if its writer dies. Mode 0777 less the umask,
+    as any folder the user makes (mkdtemp's 0700 would keep the rest of a group sharing the root out of it)."""
+    prefix = f"{parent}/{TMP_PREFIX}{name}.{owner_tag()}."
+    for _ in range(1000):
+        path = Path(f"{prefix}{next(_serial)}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:  # a name left by a dead process of the same pid: skipped, never reused
+            continue
+    raise FileExistsError(f"{parent}: no free temporary name for {name}")
 
 
 def stale_temporaries(folder: Path, folders: bool = False) -> list[Path]:

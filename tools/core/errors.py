@@ -4,13 +4,21 @@ A full disk is one of them: `space_for(folder, what, need)` around a stage's wri
 ENOSPC into DiskFull, one line naming the folder, the free space there and what the stage needs (its own
 estimate, saying how it was made); `run_cli` turns an ENOSPC no stage caught into the same line without the
 estimate. Every stage's entry point goes through `run_cli`.
+
+So is a permission problem, common in a root shared by a group: `permission_denied(path)` names the file or folder,
+its owner, group and mode, the user who may not change it and the fix; `run_cli` gives any PermissionError naming a
+file the same line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import grp
+import os
+import pwd
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,6 +70,32 @@ def disk_full(folder: Path, what: str = "", need: tuple[int, str] | None = None)
     return DiskFull("".join(parts))
 
 
+def _name(table: Any, ident: int) -> str:
+    try:
+        return table(ident)[0]
+    except KeyError:  # an id without a name here (another node's user, a container's)
+        return str(ident)
+
+
+def permission_denied(path: str | os.PathLike) -> ToolError:
+    """The one line of a file or folder of a root this user may not change: its owner, group and mode (those of
+    the folder it would be created in, when it does not exist yet), and how a root shared by a group is set up."""
+    path = Path(path)
+    where = path
+    while not os.path.lexists(where) and where != where.parent:
+        where = where.parent
+    me = _name(pwd.getpwuid, os.geteuid())
+    try:
+        st = os.lstat(where)
+    except OSError:
+        return ToolError(f"{path}: permission denied to {me}")
+    what = f"{path}: {me} may not change it" if where == path else f"{path}: {me} may not create it in {where}"
+    return ToolError(f"{what} (owner {_name(pwd.getpwuid, st.st_uid)}, group {_name(grp.getgrgid, st.st_gid)}, "
+                     f"mode {stat.filemode(st.st_mode)}); in a root shared by a group every user needs write access "
+                     "to its files and folders: its owner (or an administrator) runs chgrp -R GROUP ROOT and chmod -R "
+                     "g+rwX ROOT, and each user works with umask 002 (drivekit's files and folders honour it)")
+
+
 def is_disk_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -87,6 +121,11 @@ def run_cli(prog: str, main: Callable[[], Any]) -> None:
         sys.exit(EXIT_DISK_FULL)
     except ToolError as e:
         print(f"{prog}: {e}", file=sys.stderr)
+        sys.exit(EXIT_TOOL_ERROR)
+    except PermissionError as e:  # (EACCES, EPERM) one the tool did not check beforehand
+        if not e.filename:
+            raise
+        print(f"{prog}: {permission_denied(e.filename)}", file=sys.stderr)
         sys.exit(EXIT_TOOL_ERROR)
     except OSError as e:
         if not is_disk_full(e):

@@ -85,7 +85,7 @@ def require_flock(folder: Path) -> None:
         probe_dir = probe_dir.parent
     probe = probe_dir / f"{TMP_PREFIX}flock-probe.{owner_tag()}"
     try:
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as e:
         raise ToolError(f"{probe_dir}: cannot create a file to test its locks ({e.strerror})") from None
     try:

@@ -62,7 +62,7 @@ def last_exception(log: Path) -> str:
     """The exception line of the last Python traceback in a log (its first unindented line after the last
     "Traceback (most recent call last):"), colour codes removed; "" when there is none."""
     try:
-        with open(log, "rb") as f:
+        with files.open_regular(log, None) as f:  # (a FIFO planted there: refused, not waited on)
             f.seek(max(0, f.seek(0, os.SEEK_END) - 256 * 1024))
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:

@@ -102,7 +102,8 @@ def claim_run(layout: Layout, key: RunKey, max_attempts: int | None = None, redo
         n = attempts(layout, key) + 1
         log = layout.attempt_log(key, n)
         try:
-            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+            # 0666 less the umask, as every file of a root: a root shared by a group (umask 002) stays writable by it
+            os.close(os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
         except FileExistsError:  # only without working locks: another host counted this attempt
             os.close(fd)
             return RunState.RUNNING

@@ -52,11 +52,11 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tools.core import atomic, cli
+from tools.core import atomic, cli, files
 from tools.core.atomic import TMP_PREFIX
 from tools.core.errors import ToolError
 
@@ -544,6 +544,25 @@ class Layout:
             link = find_link(self.root, path)
             if link is not None:
                 raise link_error(self.root, link)
+
+    def check_access(self, keys: Iterable[RunKey], delete: Iterable[RunKey] = (), also: Iterable[Path] = ()) -> None:
+        """ToolError, before a tool changes anything, for the first thing of route runs `keys` it would write (and of
+        runs `delete`, delete) and cannot: a folder reached through a symbolic link (`check_run_paths`), a run.lock
+        that is a link or not a regular file (a FIFO), or a file or folder this user may not change (its owner named;
+        `files.check_writable`): the scenario folders under data/, results/ and logs/, each run's log folder and lock,
+        every folder of a run to delete, and the paths `also`. One line before anything is appended or deleted, so a
+        root shared by a group is never left half changed by a user who lacks a permission."""
+        paths: dict[Path, None] = dict.fromkeys(also)
+        delete = set(delete)
+        for key in sorted(set(keys) | delete):
+            self.check_run_paths(key)
+            files.check_in_place(self.run_lock(key))
+            paths.update(dict.fromkeys((self.run_dir(key).parent, self.result_path(key).parent,
+                                        self.log_dir(key).parent, self.log_dir(key), self.run_lock(key))))
+            if key in delete:  # removing a folder's entries needs write access to it, at every level
+                for top in (self.run_dir(key), self.log_dir(key)):
+                    paths.update((Path(folder), None) for folder, _, _ in os.walk(top))
+        files.check_writable(paths)
 
     def check_holds_no_root(self, folder: Path) -> None:
         """ToolError when `folder`, which a tool is about to delete, holds another dataset root at any depth (one

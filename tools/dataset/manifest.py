@@ -153,9 +153,11 @@ def file_sha256(path: Path) -> str:
     """The sha256 of a file's content (hex). ToolError naming the file when it cannot be read."""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        with files.open_regular(path, None) as f:  # a FIFO or a device: refused, not waited on or read forever
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
+    except files.UnreadableFile as e:
+        raise ToolError(str(e)) from None
     except OSError as e:
         raise ToolError(f"{path}: cannot read it ({e.strerror})") from None
     return digest.hexdigest()

@@ -23,7 +23,6 @@ Recorded sensors per frame (name: dtype shape, codec):
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tools.core import files
 from tools.dataset.codec import Spec
 
 #: Names of the recorded sensors (the templates take the camera's name).
@@ -291,7 +291,9 @@ class RecordingRate:
 def read_rig_file(path: str | Path) -> RigConfig:
     """A rig file (JSON of RigConfig.to_dict); ValueError naming the file and what is wrong."""
     try:
-        return RigConfig.from_dict(json.loads(Path(path).read_text()))
+        return RigConfig.from_dict(files.read_json(path))  # (a FIFO there: refused, not waited on)
+    except files.UnreadableFile as e:
+        raise ValueError(str(e)) from None
     except OSError as e:
         raise ValueError(f"{path}: cannot read the rig file ({e.strerror})") from None
     except ValueError as e:

@@ -23,7 +23,6 @@ to keep a damaged one. Everything is saved with `torch.save` of tensors and plai
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import re
@@ -36,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tools.core import atomic, locks
+from tools.core import atomic, files, locks
 from tools.core.errors import ToolError
 
 CHECKPOINTS = "checkpoints"
@@ -92,7 +91,7 @@ def complete_checkpoints(folder: Path) -> list[Path]:
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with files.open_regular(path, None) as f:  # a FIFO or a device in place of a part: refused, not waited on
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
@@ -103,7 +102,7 @@ def damaged_parts(path: Path) -> dict[str, str]:
     ({} when intact; an unreadable marker: {MARKER: why}). Remembered for `purge`."""
     path = Path(path)
     try:
-        marker = json.loads((path / MARKER).read_text())
+        marker = files.read_json(path / MARKER)
         sums = marker["sha256"]
         if not isinstance(sums, dict) or set(sums) != set(PARTS):
             raise ValueError("no checksum of every part")
@@ -115,6 +114,8 @@ def damaged_parts(path: Path) -> dict[str, str]:
             try:
                 if _sha256(path / name) != sums[name]:
                     bad[name] = "checksum mismatch (damaged since it was written)"
+            except files.UnreadableFile as e:
+                bad[name] = str(e).removeprefix(f"{path / name}: ")
             except OSError as e:
                 bad[name] = f"unreadable ({e.strerror})"
     _intact[path] = not bad
@@ -342,8 +343,9 @@ def _part(path: Path, name: str) -> Any:
     """One file of a checkpoint; CheckpointError (one line) when it does not load."""
     try:
         if name.endswith(".json"):
-            return json.loads((path / name).read_text())
-        return torch.load(path / name, map_location="cpu", weights_only=True)
+            return files.read_json(path / name)
+        with files.open_regular(path / name, None) as f:  # (never waits on a FIFO planted there)
+            return torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a damaged file
         raise CheckpointError(f"{path / name}: does not load ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
                               ) from None

@@ -45,6 +45,7 @@ from tools.core.errors import ToolError, space_for
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
 from tools.dataset.cache import SessionCache, read_frame_dt
 from tools.dataset.layout import Layout, run_key
+from tools.dataset.manifest import dataset_id
 from tools.dataset.rig import RigConfig, run_rig
 from tools.dataset.samples import CacheSettings
 from tools.train import checkpoint, data
@@ -178,7 +179,22 @@ def data_text(recorded: dict[str, Any]) -> str:
 #: Keys a resume must keep: the checkpoint's optimizer state holds the first two (a new value would be recorded in
 #: config.json and silently not used), the position in the epoch's sample order the last two. Others (max_steps,
 #: the loss weights, grad_clip, the schedule of side work) take effect when changed, and config.json says so.
+#: The dataset is kept too (`resume_changes`): by its dataset_id, not its path (a root copied or moved is the same).
 RESUME_FIXED = ("lr", "weight_decay", "seed", "collection")
+
+
+def resume_changes(cfg: TrainConfig, before: dict[str, Any]) -> list[tuple[str, str]]:
+    """(now, was) for each value a resume of a checkpoint whose config is `before` cannot change: RESUME_FIXED, and
+    the dataset `root=` names (a run resumed on another dataset went on without a word, its sample order from other
+    bucket files, and its checkpoints then named only the new dataset under `trained_on`)."""
+    changes = [(f"{k}={getattr(cfg, k)!r}", f"{k}={before[k]!r}") for k in RESUME_FIXED
+               if k in before and before[k] != getattr(cfg, k)]
+    was = (before.get("trained_on") or {}).get("dataset_id")
+    if was:  # (a checkpoint of an older drivekit may name none)
+        now = dataset_id(Layout(Path(cfg.root)))
+        if now != was:
+            changes.append((f"root={cfg.root} (dataset {now})", f"root={before.get('root')} (dataset {was})"))
+    return changes
 
 
 def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | None, dict | None]:
@@ -195,14 +211,13 @@ def starting_point(cfg: TrainConfig, logdir: Path) -> tuple[TrainConfig, dict | 
         if ckpt["config"].get("phase") != cfg.phase:
             raise ToolError(f"logdir {logdir} holds {ckpt['config'].get('phase')} checkpoints, not {cfg.phase}: "
                             "give another --logdir=")
-        changed = [f"{k}={getattr(cfg, k)!r}" for k in RESUME_FIXED if k in ckpt["config"]
-                   and ckpt["config"][k] != getattr(cfg, k)]
-        if changed:
-            was = ", ".join(f"{k}={ckpt['config'][k]!r}" for k in RESUME_FIXED if ckpt["config"].get(k, getattr(
-                cfg, k)) != getattr(cfg, k))
-            raise ToolError(f"{', '.join(changed)}: logdir {logdir} resumes a run trained with {was} ({resume.name}), "
-                            "which a resume cannot change (the optimizer state and the sample order hold them); give "
-                            f"{was}, or a new --logdir= to start over")
+        changes = resume_changes(cfg, ckpt["config"])
+        if changes:
+            was = ", ".join(w for _, w in changes)
+            raise ToolError(f"{', '.join(n for n, _ in changes)}: logdir {logdir} resumes a run trained with {was} "
+                            f"({resume.name}), which a resume cannot change (the optimizer state, the sample order "
+                            f"and the data its checkpoints name hold them); give {was}, or a new --logdir= to start "
+                            "over")
         if ckpt["config"].get("model") != cfg.model:
             data.warn(f"model={cfg.model} ignored: resuming the {ckpt['config'].get('model')} model of {resume}")
             cfg = dataclasses.replace(cfg, model=ckpt["config"]["model"])

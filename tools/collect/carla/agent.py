@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import threading
@@ -45,7 +44,7 @@ from tools.collect.base.routes import select_route
 from tools.collect.base.town import Town, user_cache
 from tools.collect.sensors.render import Renderer
 from tools.collect.sensors.scene import Scene
-from tools.core import atomic
+from tools.core import atomic, files
 from tools.core.errors import ToolError
 from tools.dataset import semantics
 from tools.dataset.geometry import Pose, ego_to_world
@@ -114,7 +113,7 @@ class AgentConfig:
     def read(cls, path: str | Path) -> AgentConfig:
         """The config the runner wrote; ValueError naming the file when it is not one."""
         try:
-            data = json.loads(Path(path).read_text())
+            data = files.read_json(path)  # logs/<S>/<run>/: a FIFO planted there is refused, not waited on
             return cls(**data)
         except (OSError, ValueError, TypeError) as e:
             raise ValueError(f"{path}: not an agent config of tools.collect.carla.agent ({e})") from None

@@ -44,6 +44,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tools.collect.base.processes import STOP_GRACE_S, end_group, start_group
+from tools.core import files
 from tools.core.errors import ToolError
 
 log = logging.getLogger("collect.carla")
@@ -205,7 +206,8 @@ class CarlaServer:
     def start(self) -> CarlaServer:
         """Start the server and wait until it answers (ServerError otherwise; nothing is left running)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as out:
+        # as the file itself: a dangling link there must not create its target (files.open_for_writing)
+        with open(files.open_for_writing(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:
             out.write(f"carla server: {' '.join(self.argv)}\n".encode())
             self._log_start = out.tell()
         self.process = start_group(self.argv, self.log, env=self.env)
@@ -250,7 +252,7 @@ class CarlaServer:
 
     def _lost_a_port(self) -> bool:
         """This start's output says a port was taken."""
-        with open(self.log, "rb") as f:
+        with files.open_regular(self.log, None) as f:
             f.seek(self._log_start)
             return PORT_TAKEN.encode() in f.read()
 

@@ -94,7 +94,7 @@ def check_out(out: Any, layout: Layout) -> Path:
 
 def _source(layout: Layout, key: RunKey, frames: int) -> dict[str, Any]:
     """What a log is made from: the dataset, the run, its result file's digest, the frame count."""
-    result = layout.result_path(key).read_bytes()
+    result = files.read_bytes(layout.result_path(key), files.MAX_JSON_BYTES)
     return {"format": SOURCE_FORMAT, "dataset_id": dataset_id(layout), "run": str(key),
             "result_sha256": hashlib.sha256(result).hexdigest(), "frames": frames, "tool": tool_version(),
             "py123d": PY123D_VERSION}

@@ -26,7 +26,7 @@ from tools.core import cli
 from tools.core.errors import ToolError
 from tools.core.locks import require_flock
 from tools.dataset.claims import finish_deletes, trash_text
-from tools.dataset.layout import Layout, check_root_writable, resolve_root
+from tools.dataset.layout import DATA, LOGS, RESULTS, Layout, check_root_writable, resolve_root
 from tools.dataset.manifest import read_manifest, update_manifest
 
 
@@ -90,6 +90,11 @@ def collect_routes(routes_dir: str, root: str | None, towns: str | None, workers
         scheduler.require()
         if slurm.partition:
             scheduler.check_partition(slurm.partition)
+
+    # A run.lock that is a FIFO or a link, a file or folder of the root this user may not change (a root shared by a
+    # group): one line, before the manifest is appended to
+    layout.check_access([j.key for j in jobs], delete={j.key for j in jobs if not layout.result_path(j.key).exists()}
+                        | {job.key for job, _ in changed}, also=[layout.root / top for top in (DATA, RESULTS, LOGS)])
 
     # Everything checked: from here on ROOT changes.
     try:

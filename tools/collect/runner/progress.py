@@ -99,6 +99,8 @@ def clean_failed_runs(root: str | None, yes: bool = False) -> None:
     failed = [(key, state) for key, state in states.items() if is_failed(state) and key not in queued]
     damaged = [key for key, state in states.items() if state is RunState.DAMAGED]
     _damaged_note(layout, damaged)
+    if yes:  # a lock that is a FIFO or a link, a folder this user may not change: one line before anything is deleted
+        layout.check_access((), delete=[key for key, _ in failed])
     # deletes a killed clean-failed (or collector) left half done: the user asked for them already
     trash = finish_deletes(layout) if yes else layout.leftover_trash()
     if trash:

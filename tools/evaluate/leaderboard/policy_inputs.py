@@ -28,7 +28,6 @@ loop's frame ticks), the controllers at every tick.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.recording import measurements
 from tools.collect.base.referee import Referee
+from tools.core import files
 from tools.core.errors import ToolError
 from tools.dataset import rig as R
 from tools.dataset.geometry import Pose, ego_to_world, world_to_ego
@@ -73,7 +73,7 @@ def read_config(config: str | Path) -> tuple[Path, float]:
     if path.is_dir():
         return path, 1.0
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path)
         named, gain = data["checkpoint"], float(data.get("gnss_gain", 1.0))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ToolError(f"{FLAG} {path}: not a JSON file {{\"checkpoint\": PATH}} ({type(e).__name__}: {e}); give "
