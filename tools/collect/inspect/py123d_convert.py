@@ -52,6 +52,8 @@ EGO_NAME = "drivekit_ego"
 LIGHT_PROBES_M = (2.0, 4.0, 6.0, 8.0)
 LIGHT_MATCH_M = 1.0
 LIGHT_START_M = 4.0
+#: ... and, where none is found there, this much further along the route (a far light's distance falls short).
+LIGHT_LATE_M = (0.0, 4.0, 8.0)
 #: paramPoly3 road geometries (netconvert's junction roads), which py123d does not read, become lines this long.
 POLY_SEGMENT_M = 0.5
 
@@ -286,19 +288,26 @@ class _LightLanes:
             return self.cache[key]
         if s_stop + max(LIGHT_PROBES_M) > self.s[-1]:  # the route ends before it: which lane it guards is unknown
             return None
-        probes = [self.geom.Point(*self._at(s_stop + d)) for d in LIGHT_PROBES_M]
-        stop = self.geom.Point(*self._at(s_stop))
         best: tuple[float, int] | None = None
-        for lane_id in self.api.query_object_ids(probes[0], [MapLayer.LANE], predicate="intersects")[MapLayer.LANE]:
-            lane = self.api.get_map_object_in_layer(lane_id, MapLayer.LANE)
-            group = lane.lane_group if lane is not None else None
-            if group is None or group.intersection_id is None:
-                continue
-            line = lane.centerline.linestring
-            off = float(np.mean([line.distance(p) for p in probes]))
-            if off <= LIGHT_MATCH_M and self.geom.Point(line.coords[0]).distance(stop) <= LIGHT_START_M:
-                if best is None or off < best[0]:
-                    best = (off, int(lane_id))
+        # A light first seen at the end of the expert's path (about 80 m ahead) is recorded up to a few metres short
+        # of its stop line: the line looked for there, then a little further on.
+        for late in LIGHT_LATE_M:
+            at = s_stop + late
+            if best is not None or at + max(LIGHT_PROBES_M) > self.s[-1]:
+                break
+            probes = [self.geom.Point(*self._at(at + d)) for d in LIGHT_PROBES_M]
+            stop = self.geom.Point(*self._at(at))
+            for lane_id in self.api.query_object_ids(probes[0], [MapLayer.LANE],
+                                                     predicate="intersects")[MapLayer.LANE]:
+                lane = self.api.get_map_object_in_layer(lane_id, MapLayer.LANE)
+                group = lane.lane_group if lane is not None else None
+                if group is None or group.intersection_id is None:
+                    continue
+                line = lane.centerline.linestring
+                off = float(np.mean([line.distance(p) for p in probes]))
+                if off <= LIGHT_MATCH_M and self.geom.Point(line.coords[0]).distance(stop) <= LIGHT_START_M:
+                    if best is None or off < best[0]:
+                        best = (off, int(lane_id))
         self.cache[key] = None if best is None else best[1]
         return self.cache[key]
 
