@@ -11,12 +11,11 @@ from pathlib import Path
 from tools.collect.base.config import CollectSettings
 from tools.collect.base.routes import Route, check_routes, find_towns_dir, read_routes, town_file
 from tools.collect.base.spec import RunSpec
-from tools.core import atomic
 from tools.core.errors import DiskFull, ToolError, disk_full
 from tools.dataset.attempts import read_attempts
 from tools.dataset.claims import discard_run, exclusive
 from tools.dataset.layout import Layout, RunKey
-from tools.dataset.results import CRASH_STATUSES, RunState, held_run_state, run_state
+from tools.dataset.results import CRASH_STATUSES, RunState, held_run_state, run_state, run_states
 
 #: How many finished route runs a size estimate looks at.
 SIZE_SAMPLE = 20
@@ -91,9 +90,10 @@ def changed_routes(layout: Layout, jobs: list[Job], manifest: dict | None) -> tu
     the manifest names for it, or "")], and how many finished runs record no route to compare (before route
     digests: not verified). A run is its route's content (Route.digest, in its attempt record), not its name."""
     runs = (manifest or {}).get("runs") or {}
+    states = run_states(layout, [job.key for job in jobs])  # one pass (and one heartbeat watch) for them all
     changed, unverified = [], 0
     for job in jobs:
-        if run_state(layout, job.key) is not RunState.FINISHED:
+        if states[job.key] is not RunState.FINISHED:
             continue
         driven = next((e["route"] for e in reversed(read_attempts(layout, job.key)) if e["status"] not in
                        CRASH_STATUSES), "")
@@ -112,8 +112,7 @@ def replace_changed(layout: Layout, changed: list[tuple[Job, str]]) -> int:
     for job, _ in changed:
         with exclusive(layout, job.key) as mine:
             if mine and held_run_state(layout, job.key) is RunState.FINISHED:
-                discard_run(layout, job.key)  # result first, then the data folder
-                atomic.remove_tree(layout.log_dir(job.key))
+                discard_run(layout, job.key, logs=True)  # result first, then the data and log folders
                 done += 1
     return done
 
