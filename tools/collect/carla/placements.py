@@ -14,11 +14,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 
 from tools.collect.base.routes import TOWN_SUFFIX, find_route_files, find_towns_dir
-from tools.collect.base.town import Town
+from tools.collect.base.town import Town, carla_client_version
 from tools.collect.carla.check import _import, real_paths
 from tools.collect.carla.scenario_build import Builder, all_scenario_classes
 from tools.core import atomic
@@ -30,13 +29,6 @@ def _describe(root: Path) -> str:
     proc = subprocess.run(["git", "-C", str(root), "describe", "--tags", "--always"], capture_output=True,
                           text=True, check=False)
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else root.name
-
-
-def _carla_version() -> str:
-    """The installed carla client's version (its distribution: carla, or carla-0-9-15 for 0.9.15 on Python 3.11)."""
-    for dist in metadata.packages_distributions().get("carla", []):
-        return metadata.version(dist)
-    return "unknown"
 
 
 def record(routes: Path, out: Path, towns: Path | None = None, env: Mapping[str, str] | None = None,
@@ -77,6 +69,6 @@ def record(routes: Path, out: Path, towns: Path | None = None, env: Mapping[str,
                            f"{len(block['actors'])} actors, {len(block['flows'])} flows")
                 progress(f"{where['file']}: {block['name']} ({block['type']}): {verdict}")
     data = {"scenario_runner": _describe(runner), "leaderboard": _describe(leaderboard),
-            "carla": _carla_version(), "blocks": blocks}
+            "carla": carla_client_version() or "unknown", "blocks": blocks}
     atomic.write_bytes(out, (json.dumps(data, indent=1) + "\n").encode())
     return data
