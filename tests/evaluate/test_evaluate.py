@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from conftest import run_bin
 
@@ -216,3 +217,27 @@ def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_ex
         arc = np.stack([2.0 + radius * np.sin(angle), radius * (1 - np.cos(angle))], axis=1)
         # the curve's speed, or a little more: the first points' curvature blends in the straight before it
         assert np.sqrt(A_LAT * radius) < curve_speed(arc) < np.sqrt(A_LAT * radius + 2 * IDM_DECEL * 8.0)
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego_unless_the_rule_is_off(
+        rule, monkeypatch):
+    from tools.evaluate.driver import LIGHT_RULE_ENV, Pilot
+    from tools.evaluate.policy import Plan
+
+    class Predicts:  # a policy that predicts a straight route at 8 m/s and the light head's probability `light`
+        light: float | None = None
+
+        def predict(self, sensors, m):
+            route = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
+            return Plan(waypoints=route[:8], target_speed=8.0, route=route, light=self.light)
+
+    monkeypatch.setenv(LIGHT_RULE_ENV, rule)
+    policy = Predicts()
+    pilot = Pilot(policy, dt=0.05)
+    for light, stops in ((None, False), (0.2, False), (0.9, rule == "on")):
+        policy.light = light
+        pilot.plan({}, None, {"x": 0.0, "y": 0.0, "yaw": 0.0})
+        assert pilot.target_speed == (0.0 if stops else 8.0), (light, rule)
+        control = pilot.control(0.0, 0.0, 0.0, 8.0)
+        assert (control.brake > 0) == stops

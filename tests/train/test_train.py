@@ -91,13 +91,15 @@ def test_run_folder_holds_config_events_summary_and_picture(pretrained):
     assert Path(config["root"]).is_absolute() and config["model_config"]["channels"] == [16, 32, 64, 128]
     assert config["model_config"]["frame_dt"] == read_frame_dt(find_cache(Layout(Path(config["root"])))[0]) == 0.25
     found = tags(pretrained)
-    for tag in ("train/loss", "train/semantics", "train/depth", "train/bev", "train/lr", "train/samples_per_s",
-                "train/loader_wait", "train/skipped_steps", "val/miou_semantics", "val/miou_bev"):
+    for tag in ("train/loss", "train/semantics", "train/depth", "train/bev", "train/light", "train/lr",
+                "train/samples_per_s", "train/loader_wait", "train/skipped_steps", "val/miou_semantics",
+                "val/miou_bev", "val/loss_light", "val/light_accuracy"):
         assert tag in found["scalars"], tag
     assert {"images/semantics", "images/bev"} <= set(found["images"])
     summary = json.loads((pretrained / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["skipped_steps"] == 0 and summary["frame_dt"] == 0.25
     assert 0 <= summary["val"]["miou_semantics"] <= 1 and summary["val"]["frames"] == 8
+    assert 0 <= summary["val"]["light_accuracy"] <= 1 and summary["final_train_losses"]["light"] > 0
     assert (pretrained / "predictions.png").stat().st_size > 0
 
 
@@ -374,8 +376,35 @@ def test_tiny_model_sizes():
     out = model(batch)
     assert out["semantics"].shape == (2, len(TRAIN_CLASSES), 128, 256) and out["depth"].shape == (2, 128, 256)
     assert out["bev"].shape == (2, len(BEV_CLASSES), 128, 128) and out["waypoints"].shape == (2, 8, 2)
-    assert out["route"].shape == (2, 10, 2) and out["target_speed"].shape == (2,)
+    assert out["route"].shape == (2, 10, 2) and out["target_speed"].shape == (2,) and out["light"].shape == (2,)
     assert count_parameters(model) < 2_000_000
+
+
+def test_the_light_head_learns_light_hazard_and_a_checkpoint_written_before_it_has_none():
+    from tools.dataset.samples import CacheSettings
+    from tools.train.config import loss_names
+    from tools.train.model import ModelConfig, TransFuser, compute_losses, model_config
+
+    cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
+    assert cfg.light_head
+    torch.manual_seed(0)
+    model = TransFuser(cfg)
+    batch = {"rgb": torch.zeros(2, 128, 256, 3, dtype=torch.uint8), "lidar_bev": torch.zeros(2, 2, 128, 128,
+                                                                                               dtype=torch.uint8),
+             "semantics": torch.zeros(2, 128, 256, dtype=torch.uint8),
+             "bev": torch.zeros(2, 128, 128, dtype=torch.uint8),
+             "depth": torch.zeros(2, 128, 256), "light_hazard": torch.tensor([True, False])}
+    batch["rgb"][0, 10:20, 120:124, 0] = 255  # a red lamp in the first frame
+    out = model(batch)
+    weights = {name: 1.0 for name in loss_names(True)}
+    losses = compute_losses(out, batch, weights)
+    assert set(losses) == {"loss", *loss_names(False)} and "light" in losses
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(out["light"], torch.tensor([1.0, 0.0]))
+    assert torch.isclose(losses["light"], expected)
+    old = {k: v for k, v in cfg.to_dict().items() if k != "light_head"}  # written before the head
+    old_model = TransFuser(ModelConfig.from_dict(old))
+    assert old_model.light is None and "light" not in old_model(batch)
+    assert "light" not in compute_losses(old_model(batch), batch, weights) and "light" not in loss_names(True, False)
 
 
 def test_target_speed_is_a_distribution_over_classes_trained_two_hot_and_an_old_checkpoint_keeps_its_regression():

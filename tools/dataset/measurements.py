@@ -58,7 +58,7 @@ class Measurements:
     target_point_next: list[float]
     route: list[list[float]]  # route points ahead of the ego, 2 m apart, world frame
     junction: bool  # the ego's route point is inside a junction
-    light_hazard: bool  # a red or yellow light close ahead
+    light_hazard: bool  # the light ahead holds the ego: red, or yellow it stops for, within 25 m
     vehicle_hazard: bool  # a leader closer than the safety gap
     command_name: str = ""
     target_point_ego: list[float] = field(default_factory=list)  # [x, y] ego frame

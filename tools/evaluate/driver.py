@@ -8,11 +8,15 @@ How the plan becomes controls (as TransFuser++'s agent, Jaeger et al., ICCV 2023
 predicted route (the path ahead, whatever the speed), the pedal the predicted target speed, capped by what
 the route's curves allow (the expert's curve rule: lateral acceleration A_LAT, braking at IDM_DECEL towards
 each curve). Steering along the speed-dependent waypoints instead went straight through junctions: coming
-too fast, the planner's waypoints hardly bend (docs/training.md, "Why the policy stopped").
+too fast, the planner's waypoints hardly bend (docs/training.md, "Why the policy stopped"). While the model's light
+head says that a red or yellow light holds the ego (probability above LIGHT_STOP_P), the target speed is 0: the
+planner's target speed alone ran red lights (docs/training.md "Red lights"). DRIVEKIT_LIGHT_RULE=off drives without
+that rule (the ablation of that table), with the same checkpoint.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +28,16 @@ from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
 from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
 from tools.expert.route import DenseRoute
+
+#: The light head's probability above which the driver stops for a light.
+LIGHT_STOP_P = 0.5
+#: The environment variable that turns the light rule off ("off"; anything else, or unset: on).
+LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
+
+
+def light_rule_on() -> bool:
+    """Whether drivers stop for the light head (LIGHT_RULE_ENV is not "off")."""
+    return os.environ.get(LIGHT_RULE_ENV, "on").strip().lower() != "off"
 
 
 def curve_speed(route: np.ndarray) -> float:
@@ -54,6 +68,7 @@ class Pilot:
         self.controller = Controller(dt)
         self.path = np.zeros((0, 2))
         self.target_speed = 0.0
+        self.light_rule = light_rule_on()
 
     def plan(self, sensors: dict[str, np.ndarray], m: Measurements, pose: Any) -> None:
         """A new plan from one frame's sensors (arrays by the rig's names) and measurements; `pose` (x, y, yaw) is
@@ -62,6 +77,8 @@ class Pilot:
         route = np.asarray(plan.route, dtype=np.float64)
         self.path = ego_to_world(pose, route)
         self.target_speed = min(float(plan.target_speed), curve_speed(route))
+        if self.light_rule and plan.light is not None and plan.light > LIGHT_STOP_P:
+            self.target_speed = 0.0  # a red or yellow light holds the ego: stop
 
     def control(self, x: float, y: float, yaw: float, speed: float) -> Control:
         """This tick's control: the ego at (x, y) heading `yaw` (degrees) at `speed` (m/s) on the plan."""

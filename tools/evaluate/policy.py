@@ -45,6 +45,7 @@ class Plan:
     waypoints: np.ndarray  # (H, 2) float, ego frame (x forward, y right, metres), one per frame_dt
     target_speed: float  # m/s, the model's predicted target speed (clamped >= 0)
     route: np.ndarray  # (R, 2) float, ego frame: the predicted path ahead (the route's next points, 2 m apart)
+    light: float | None = None  # the light head's probability that a red or yellow light holds the ego (None: no head)
 
 
 class Policy:
@@ -65,8 +66,9 @@ class Policy:
         with torch.inference_mode():
             out = self._model(batch)
         waypoints = out["waypoints"][0].double().numpy()
+        light = float(torch.sigmoid(out["light"][0])) if "light" in out else None
         return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
-                    route=out["route"][0].double().numpy())
+                    route=out["route"][0].double().numpy(), light=light)
 
     def batch(self, sensors: dict[str, np.ndarray], m: Measurements) -> dict[str, torch.Tensor]:
         """The model's batch of one frame, as `predict` hands it over (MODEL_INPUTS are what the model reads)."""

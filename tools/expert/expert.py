@@ -59,7 +59,14 @@ IDM_MIN_GAP = 3.0  # standstill gap to a leader, m
 #: Standstill gap to a leader that stands (below STANDING_SPEED), m: room to steer out past it should it be an
 #: obstacle (3 m behind an 11 m bus queued at an accident, the ego clipped its corner moving out).
 STANDING_GAP = 5.0
-STOP_LINE_GAP = 1.0  # standstill gap to a stop line, m
+STOP_LINE_GAP = 1.0  # standstill gap to a stop sign's line, m
+#: Standstill gap to a red light's stop line, m: where the camera still sees the light it waits at. A head hangs over
+#: its lane 1 m before the line, 4.7 to 5.8 m high (tools.collect.sensors.scene); the rig's camera (2 m high, 1.5 m
+#: behind the box centre, 100 x 62 degrees) sees all of it from 5 m before the line (its top 25 degrees up, 8 m
+#: ahead), none of it from 1 m. Stopping at 1 m, the expert waited for a green that the policy could not see, and
+#: the policy learnt to guess (docs/training.md "Red lights"). LEAD's expert stands off overhead lights the same way
+#: (9 m from the light's box: its config_expert.idm_overhead_red_light_minimum_distance).
+LIGHT_STOP_GAP = 5.0
 #: The target speed is the speed the IDM acceleration reaches after this long (what the controller tracks).
 PLAN_S = 0.5
 A_LAT = 2.5  # lateral acceleration allowed in curves, m/s^2
@@ -158,6 +165,12 @@ class _Pass:
     kind: int = 0  # the obstacle's class
 
 
+
+def stops_for(state: str, distance: float, speed: float) -> bool:
+    """Whether the expert stops for a light in `state` whose stop line is `distance` metres ahead of its front at
+    `speed` m/s: red, or yellow while it can still stop before the line braking at IDM_DECEL."""
+    return state == "red" or (state == "yellow" and distance > speed * speed / (2 * IDM_DECEL) + 1.0)
+
 class Expert:
     """Drives one route. `step` once per tick, with the world state of that tick."""
 
@@ -227,7 +240,7 @@ class Expert:
                                         f"{leader['speed']:.1f} m/s")
         light, stop_gap = self._light(ego, v, snap.lights, path, path_s, path_yaw, s_ego)
         if stop_gap is not None:
-            a_light = idm(v, free, stop_gap, v, STOP_LINE_GAP)
+            a_light = idm(v, free, stop_gap, v, LIGHT_STOP_GAP)
             if a_light < accel:
                 accel = a_light
                 reason, detail = "light", f"light {light['id']} {light['state']} in {light['distance']:.1f} m"
@@ -345,8 +358,7 @@ class Expert:
         state = lights[chosen].state
         distance = float(ahead[first])
         light = {"id": lights[chosen].id, "distance": round(distance, 3), "state": state}
-        must_stop = state == "red" or (state == "yellow" and distance > v * v / (2 * IDM_DECEL) + 1.0)
-        return light, (max(distance, 0.0) if must_stop else None)
+        return light, (max(distance, 0.0) if stops_for(state, distance, v) else None)
 
     def _stop_sign(self, ego: Box, v: float, s_ego: float) -> float | None:
         """The gap to the next stop sign's line while it is still to be stood at (None: none ahead)."""

@@ -26,14 +26,15 @@ MODELS = ("tiny", "full")
 #: The heads' losses, named once. `model.compute_losses` returns these (the planner's only with a planner)
 #: and their weighted sum "loss"; the weight of each is the key `w_<name>`; the log lines, TensorBoard
 #: (`train/<name>`, `val/loss_<name>`) and summary.json use these names in this order.
-PERCEPTION_LOSSES = ("semantics", "bev", "depth")
+#: "light" is the light head's (a model without one, written before it, has no such loss).
+PERCEPTION_LOSSES = ("semantics", "bev", "depth", "light")
 PLANNER_LOSSES = ("waypoints", "target_speed", "route")
 LOSSES = PERCEPTION_LOSSES + PLANNER_LOSSES
 
 
-def loss_names(planner: bool) -> tuple[str, ...]:
-    """The losses of a model with or without the planner, in LOSSES order."""
-    return LOSSES if planner else PERCEPTION_LOSSES
+def loss_names(planner: bool, light: bool = True) -> tuple[str, ...]:
+    """The losses of a model with or without the planner and the light head, in LOSSES order."""
+    return tuple(name for name in (LOSSES if planner else PERCEPTION_LOSSES) if light or name != "light")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,9 @@ class TrainConfig:
     """Weight of the depth loss (L1 on pixels with depth, in units of 10 m)."""
     w_bev: float = 1.0
     """Weight of the BEV semantics loss (cross-entropy)."""
+    w_light: float = 1.0
+    """Weight of the light head's loss (binary cross-entropy against the frame's light_hazard: a red or yellow light
+    within 25 m on the route)."""
     w_waypoints: float = 1.0
     """posttrain: weight of the waypoint loss (L1 in metres over valid waypoints)."""
     w_target_speed: float = 0.5

@@ -51,7 +51,7 @@ from tools.dataset.samples import CacheSettings
 
 #: The sample keys a batch holds (boxes vary in count per frame and no head uses them yet).
 BATCH_KEYS = ("rgb", "semantics", "depth", "lidar_bev", "bev", "waypoints", "waypoints_valid", "route",
-              "target_point", "command", "speed", "target_speed")
+              "target_point", "command", "speed", "target_speed", "light_hazard")
 
 #: Consecutive unusable samples after which the cache is considered broken, not merely damaged.
 MAX_REPLACEMENTS = 16

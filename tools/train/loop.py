@@ -513,7 +513,7 @@ def train(cfg: TrainConfig) -> int:
                                 cfg.batch_size, rt.rank, rt.world, cfg.num_workers, loop["epoch"], loop["consumed"])
     writer = open_run_folder(logdir, cfg, rt, model, src, loop, ckpt, start) if rt.main else None
 
-    logged = ("loss", *loss_names(model.planner is not None))  # train/<name>, in this order
+    logged = ("loss", *loss_names(model.planner is not None, model.light is not None))  # train/<name>, in order
     window = new_window(logged)
     last_losses: dict[str, float] = {}
     val_metrics: dict[str, float] = {}

@@ -33,7 +33,7 @@ from torch import nn
 
 from tools.dataset.measurements import NUM_COMMANDS
 from tools.dataset.samples import BEV_CLASSES, TRAIN_CLASSES, CacheSettings
-from tools.train.config import LOSSES, PERCEPTION_LOSSES
+from tools.train.config import loss_names
 
 RGB_MEAN = (0.485, 0.456, 0.406)
 RGB_STD = (0.229, 0.224, 0.225)
@@ -49,6 +49,8 @@ SPEED_SCALE = 10.0  # m/s; also the speed whose one-frame step is the unit of th
 #: An L1 regression (the head before) predicts the median: standing still, where most frames wait, that
 #: is 0 even when a fifth of them pull away (docs/training.md, "Why the policy stopped").
 SPEED_CLASSES = (0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0, 12.0, 14.0)
+#: The camera stage (0-based, stride 4 * 2**stage) the light head reads.
+LIGHT_STAGE = 2
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class ModelConfig:
     # The target-speed head's classes (m/s, increasing, the first 0); empty: one regressed value (L1), what
     # checkpoints written before the classes hold (from_dict reads a missing key so).
     speed_classes: tuple[float, ...] = SPEED_CLASSES
+    # The light head (LightHead): whether a red or yellow light within 25 m holds the ego; False in checkpoints
+    # written before it (from_dict reads a missing key so).
+    light_head: bool = True
     # Seconds between two waypoints: the time between the recorded frames of the cache the model was
     # trained on (tools.dataset.cache.read_frame_dt). No default: no stage assumes a recording rate.
     frame_dt: float = dataclasses.field(kw_only=True)
@@ -104,7 +109,7 @@ class ModelConfig:
             problems = ([f"missing {', '.join(missing)}"] if missing else []) + \
                 ([f"unknown {', '.join(unknown)}"] if unknown else [])
             raise ValueError(f"model config: {'; '.join(problems)}")
-        d = {"speed_classes": [], **d}  # written before the classes: the regression head
+        d = {"speed_classes": [], "light_head": False, **d}  # written before the classes, the light head
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -192,6 +197,20 @@ class Decoder(nn.Module):
         return F.interpolate(self.head(x), size=size, mode="bilinear", align_corners=False)
 
 
+class LightHead(nn.Module):
+    """Does a red or yellow light hold the ego (the frame's `light_hazard`)? One logit from the camera's fused
+    features at stride 16 (a lamp 20 m away is 2 x 6 pixels of the 256 x 128 image): a score per place, and the
+    highest counts, as a lamp anywhere in view can be the one. Trained in both phases (a perception loss); the
+    driver stops for it (tools.evaluate.driver)."""
+
+    def __init__(self, c: int, width: int):
+        super().__init__()
+        self.score = nn.Sequential(conv_bn(c, width), nn.Conv2d(width, 1, 1))
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        return self.score(img).flatten(1).amax(dim=1)
+
+
 class Planner(nn.Module):
     """Waypoints (a GRU emitting deltas), target speed and route points from the fused features."""
 
@@ -259,6 +278,7 @@ class TransFuser(nn.Module):
         self.semantics = Decoder(cfg.channels, cfg.decoder_channels, cfg.semantic_classes)
         self.depth = Decoder(cfg.channels, cfg.decoder_channels, 1)
         self.bev = Decoder(cfg.channels, cfg.decoder_channels, cfg.bev_classes)
+        self.light = LightHead(cfg.channels[LIGHT_STAGE], cfg.decoder_channels) if cfg.light_head else None
         self.planner = Planner(cfg) if planner else None
         self.register_buffer("rgb_mean", torch.tensor(RGB_MEAN).view(1, 3, 1, 1) * 255, persistent=False)
         self.register_buffer("rgb_std", torch.tensor(RGB_STD).view(1, 3, 1, 1) * 255, persistent=False)
@@ -280,6 +300,8 @@ class TransFuser(nn.Module):
             "depth": self.depth(img_feats, size).squeeze(1),
             "bev": self.bev(bev_feats, (g, g)),
         }
+        if self.light is not None:
+            out["light"] = self.light(img_feats[LIGHT_STAGE])
         if self.planner is not None:
             out.update(self.planner(img, bev, batch["target_point"].float(), batch["speed"].float(),
                                     batch["command"].long()))
@@ -289,7 +311,7 @@ class TransFuser(nn.Module):
 def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
                    weights: dict[str, float]) -> dict[str, torch.Tensor]:
     """The loss of each head (unweighted; config.LOSSES names them, the planner's only when `out` has
-    waypoints) and their weighted sum under "loss"."""
+    waypoints, the light head's when it has a light) and their weighted sum under "loss"."""
     losses = {
         "semantics": F.cross_entropy(out["semantics"].float(), batch["semantics"].long()),
         "bev": F.cross_entropy(out["bev"].float(), batch["bev"].long()),
@@ -298,6 +320,8 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
     valid = depth > 0
     err = (out["depth"].float() - depth.clamp(max=DEPTH_MAX) / DEPTH_UNIT).abs()
     losses["depth"] = (err * valid).sum() / valid.sum().clamp(min=1)
+    if "light" in out:
+        losses["light"] = F.binary_cross_entropy_with_logits(out["light"].float(), batch["light_hazard"].float())
     if "waypoints" in out:
         wvalid = batch["waypoints_valid"].bool()
         werr = (out["waypoints"].float() - batch["waypoints"].float()).abs().sum(-1)
@@ -309,7 +333,7 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
         else:
             losses["target_speed"] = F.l1_loss(out["target_speed"].float(), batch["target_speed"].float())
         losses["route"] = F.l1_loss(out["route"].float(), batch["route"].float())
-    losses = {name: losses[name] for name in (LOSSES if "waypoints" in out else PERCEPTION_LOSSES)}
+    losses = {name: losses[name] for name in loss_names("waypoints" in out, "light" in out)}
     losses["loss"] = sum(weights[name] * value for name, value in losses.items())
     return losses
 

@@ -62,17 +62,20 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
              make_dataset: Callable[[list[data.Item]], Dataset]) -> dict[str, float]:
     """Held-out metrics over `items`, each rank taking its share; sums are reduced over all ranks.
 
-    frames, miou_semantics, miou_bev, loss and loss_<name> (means per frame), and with a planner: ade,
-    fde (metres, over valid waypoints; fde over frames whose last waypoint is valid) and the same of the
-    constant-velocity baseline (ade_constant_velocity, fde_constant_velocity)."""
+    frames, miou_semantics, miou_bev, loss and loss_<name> (means per frame); with a light head, how its calls
+    (a light holds the ego: probability above one half) match the frames' light_hazard: light_accuracy over all
+    frames, light_recall over the frames a light holds, light_precision over the frames called so (absent without
+    such frames); with a planner: ade, fde (metres, over valid waypoints; fde over frames whose last waypoint is
+    valid) and the same of the constant-velocity baseline (ade_constant_velocity, fde_constant_velocity)."""
     model.eval()
     mc = model.cfg
-    planner = model.planner is not None
-    losses = ("loss", *loss_names(planner))
+    planner, light = model.planner is not None, model.light is not None
+    losses = ("loss", *loss_names(planner, light))
     conf_sem = torch.zeros(mc.semantic_classes, mc.semantic_classes, dtype=torch.long)
     conf_bev = torch.zeros(mc.bev_classes, mc.bev_classes, dtype=torch.long)
     sums = dict.fromkeys(("frames", *(f"loss/{k}" for k in losses), "waypoints", "error", "error_cv",
-                          "final_waypoints", "final_error", "final_error_cv"), 0.0)
+                          "final_waypoints", "final_error", "final_error_cv", "light_true", "light_called",
+                          "light_hits", "light_right"), 0.0)
     mine = list(items)[rt.rank::rt.world]
     if mine:
         for batch in data.loader(make_dataset(mine), cfg.batch_size, cfg.num_workers, drop_last=False):
@@ -86,6 +89,12 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
                 sums[f"loss/{k}"] += float(batch_losses[k]) * n
             conf_sem += confusion(out["semantics"].argmax(1), batch["semantics"], mc.semantic_classes)
             conf_bev += confusion(out["bev"].argmax(1), batch["bev"], mc.bev_classes)
+            if light:
+                called, true_light = out["light"] > 0, batch["light_hazard"].bool()
+                sums["light_true"] += float(true_light.sum())
+                sums["light_called"] += float(called.sum())
+                sums["light_hits"] += float((called & true_light).sum())
+                sums["light_right"] += float((called == true_light).sum())
             if planner:
                 valid = batch["waypoints_valid"].bool()
                 true = batch["waypoints"].float()
@@ -105,6 +114,10 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
     frames = max(1.0, sums["frames"])
     metrics = {"frames": int(sums["frames"]), "miou_semantics": miou(conf_sem), "miou_bev": miou(conf_bev)}
     metrics.update({k if k == "loss" else f"loss_{k}": sums[f"loss/{k}"] / frames for k in losses})
+    if light:
+        shares = {"light_accuracy": ("light_right", "frames"), "light_recall": ("light_hits", "light_true"),
+                  "light_precision": ("light_hits", "light_called")}
+        metrics.update({name: sums[part] / sums[whole] for name, (part, whole) in shares.items() if sums[whole] > 0})
     if planner and sums["waypoints"] > 0:
         waypoints, final = sums["waypoints"], max(1.0, sums["final_waypoints"])
         metrics.update(ade=sums["error"] / waypoints, ade_constant_velocity=sums["error_cv"] / waypoints,

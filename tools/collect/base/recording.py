@@ -35,7 +35,7 @@ from tools.dataset.geometry import world_to_ego, yaw_to_ego
 from tools.dataset.layout import Layout, RunKey
 from tools.dataset.measurements import BoxLabel, Measurements, RoadOption
 from tools.dataset.rig import RigConfig
-from tools.expert.expert import Decision
+from tools.expert.expert import Decision, stops_for
 from tools.expert.route import DenseRoute
 from tools.expert.state import Box, Snapshot
 
@@ -45,6 +45,9 @@ TARGET_REACHED_M = 7.5
 ROUTE_AHEAD_SPACING_M = 2.0
 #: Actors stored as boxes within this distance of the ego, metres.
 BOX_RADIUS_M = 60.0
+#: A frame's `light_hazard`: the light the expert obeys is this close (front bumper to stop line, metres) and it stops
+#: for it (red, or yellow it can still stop for: tools.expert.expert.stops_for). What the model's light head learns.
+LIGHT_HAZARD_M = 25.0
 
 
 def _targets(route: DenseRoute, coarse: np.ndarray, index: int, xy: np.ndarray) -> tuple[int, int]:
@@ -72,7 +75,8 @@ def measurements(snap: Snapshot, route: DenseRoute, coarse: np.ndarray, referee:
     route_ahead = np.stack([np.interp(s_ahead, route.s, route.xy[:, i]) for i in (0, 1)], axis=1)
     light = decision.light if decision else None
     leader = decision.leader if decision else None
-    light_hazard = bool(light and light["state"] in ("red", "yellow") and light["distance"] < 25.0)
+    light_hazard = bool(light and light["distance"] < LIGHT_HAZARD_M and stops_for(light["state"], light["distance"],
+                                                                                  ego.speed))
     vehicle_hazard = bool(leader and leader["gap"] < max(8.0, 2.0 * ego.speed + 4.0))
     heading = -math.radians(ego.yaw)  # OpenDRIVE frame: counter-clockwise from +x
     command = RoadOption(int(route.option[coarse[k]]))
