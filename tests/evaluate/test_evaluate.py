@@ -239,5 +239,6 @@ def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego
         policy.light = light
         pilot.plan({}, None, {"x": 0.0, "y": 0.0, "yaw": 0.0})
         assert pilot.target_speed == (0.0 if stops else 8.0), (light, rule)
+        assert pilot.detail() == ("" if light is None else f"light head {light:.2f}" + (": stops" if stops else ""))
         control = pilot.control(0.0, 0.0, 0.0, 8.0)
         assert (control.brake > 0) == stops

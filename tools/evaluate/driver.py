@@ -69,6 +69,7 @@ class Pilot:
         self.path = np.zeros((0, 2))
         self.target_speed = 0.0
         self.light_rule = light_rule_on()
+        self.light: float | None = None  # the light head's probability in the latest plan (None: no head)
 
     def plan(self, sensors: dict[str, np.ndarray], m: Measurements, pose: Any) -> None:
         """A new plan from one frame's sensors (arrays by the rig's names) and measurements; `pose` (x, y, yaw) is
@@ -77,8 +78,19 @@ class Pilot:
         route = np.asarray(plan.route, dtype=np.float64)
         self.path = ego_to_world(pose, route)
         self.target_speed = min(float(plan.target_speed), curve_speed(route))
-        if self.light_rule and plan.light is not None and plan.light > LIGHT_STOP_P:
+        self.light = plan.light
+        if self.stops_for_light():
             self.target_speed = 0.0  # a red or yellow light holds the ego: stop
+
+    def stops_for_light(self) -> bool:
+        """Whether the latest plan stops for a light: the light head says one holds the ego, and the rule is on."""
+        return self.light_rule and self.light is not None and self.light > LIGHT_STOP_P
+
+    def detail(self) -> str:
+        """What the latest plan says about lights, for the run's pictures (a frame's reason_detail)."""
+        if self.light is None:
+            return ""
+        return f"light head {self.light:.2f}" + (": stops" if self.stops_for_light() else "")
 
     def control(self, x: float, y: float, yaw: float, speed: float) -> Control:
         """This tick's control: the ego at (x, y) heading `yaw` (degrees) at `speed` (m/s) on the plan."""
@@ -102,7 +114,8 @@ class PolicyDriver:
             sensors, m = inputs  # the renderer's {name: (array, codec)}: the policy takes the arrays
             self.pilot.plan({name: array for name, (array, _) in sensors.items()}, m, ego)
         control = self.pilot.control(ego.x, ego.y, ego.yaw, ego.speed)
-        return Decision(control=control, target_speed=self.pilot.target_speed, reason="policy", path=self.pilot.path)
+        return Decision(control=control, target_speed=self.pilot.target_speed, reason="policy",
+                        detail=self.pilot.detail(), path=self.pilot.path)
 
 
 def policy_factory(checkpoint: str) -> Callable[[DenseRoute, float, Any], PolicyDriver]:

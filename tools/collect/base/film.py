@@ -88,7 +88,7 @@ class RunFilm:
             x += p.width
         draw = ImageDraw.Draw(frame)
         text = [f"t {time:.1f} s  v {ego.speed:.1f} m/s", f"target {decision.target_speed:.1f} m/s",
-                decision.reason]
+                f"{decision.reason}: {decision.detail}" if decision.detail else decision.reason]
         if infractions:
             text[2] = "INFRACTION " + ", ".join(infractions)
             draw.rectangle([0, 0, width - 1, HEIGHT + TEXT_H - 1], outline=INFRACTION_RGB, width=3)
