@@ -377,6 +377,7 @@ def test_tiny_model_sizes():
     assert out["semantics"].shape == (2, len(TRAIN_CLASSES), 128, 256) and out["depth"].shape == (2, 128, 256)
     assert out["bev"].shape == (2, len(BEV_CLASSES), 128, 128) and out["waypoints"].shape == (2, 8, 2)
     assert out["route"].shape == (2, 10, 2) and out["target_speed"].shape == (2,) and out["light"].shape == (2,)
+    assert (out["light"].sigmoid() < 0.5).all()  # untrained, the light head says "no light": the driver drives
     assert count_parameters(model) < 2_000_000
 
 

@@ -51,6 +51,8 @@ SPEED_SCALE = 10.0  # m/s; also the speed whose one-frame step is the unit of th
 SPEED_CLASSES = (0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0, 12.0, 14.0)
 #: The camera stage (0-based, stride 4 * 2**stage) the light head reads.
 LIGHT_STAGE = 2
+#: The light head's score at every place before training (a logit: -4 is a probability of 0.018).
+LIGHT_PRIOR_LOGIT = -4.0
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,10 @@ class LightHead(nn.Module):
     def __init__(self, c: int, width: int):
         super().__init__()
         self.score = nn.Sequential(conv_bn(c, width), nn.Conv2d(width, 1, 1))
+        # Untrained, it says "no light" (a probability of about 0.02 at every place, as RetinaNet starts its
+        # classifier at its prior): a score near 0 is 0.5, and the highest of many is above it, so a model trained for a
+        # few steps stood still at every light-less frame (its driver stops above 0.5).
+        nn.init.constant_(self.score[-1].bias, LIGHT_PRIOR_LOGIT)
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         return self.score(img).flatten(1).amax(dim=1)
