@@ -165,11 +165,11 @@ class _Pass:
     kind: int = 0  # the obstacle's class
 
 
-
 def stops_for(state: str, distance: float, speed: float) -> bool:
     """Whether the expert stops for a light in `state` whose stop line is `distance` metres ahead of its front at
     `speed` m/s: red, or yellow while it can still stop before the line braking at IDM_DECEL."""
     return state == "red" or (state == "yellow" and distance > speed * speed / (2 * IDM_DECEL) + 1.0)
+
 
 class Expert:
     """Drives one route. `step` once per tick, with the world state of that tick."""

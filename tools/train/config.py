@@ -86,8 +86,8 @@ class TrainConfig:
     w_bev: float = 1.0
     """Weight of the BEV semantics loss (cross-entropy)."""
     w_light: float = 1.0
-    """Weight of the light head's loss (binary cross-entropy against the frame's light_hazard: a red or yellow light
-    within 25 m on the route)."""
+    """Weight of the light head's loss (binary cross-entropy against the frame's light_hazard: the light the expert
+    obeys is within 25 m and it stops for it)."""
     w_waypoints: float = 1.0
     """posttrain: weight of the waypoint loss (L1 in metres over valid waypoints)."""
     w_target_speed: float = 0.5
