@@ -28,9 +28,8 @@ from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
 from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
 from tools.expert.route import DenseRoute
+from tools.train.model import LIGHT_STOP_P
 
-#: The light head's probability above which the driver stops for a light.
-LIGHT_STOP_P = 0.5
 #: The environment variable that turns the light rule off ("off"; anything else, or unset: on).
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
 

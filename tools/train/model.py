@@ -53,6 +53,8 @@ SPEED_CLASSES = (0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0, 12.0, 14.0)
 LIGHT_STAGE = 2
 #: The light head's score at every place before training (a logit: -4 is a probability of 0.018).
 LIGHT_PRIOR_LOGIT = -4.0
+#: The light head's probability above which a light holds the ego: a call in validation, a stop for the driver.
+LIGHT_STOP_P = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class ModelConfig:
     # The target-speed head's classes (m/s, increasing, the first 0); empty: one regressed value (L1), what
     # checkpoints written before the classes hold (from_dict reads a missing key so).
     speed_classes: tuple[float, ...] = SPEED_CLASSES
-    # The light head (LightHead): whether a red or yellow light within 25 m holds the ego; False in checkpoints
+    # The light head (LightHead): whether a light holds the ego (the frame's light_hazard); False in checkpoints
     # written before it (from_dict reads a missing key so).
     light_head: bool = True
     # Seconds between two waypoints: the time between the recorded frames of the cache the model was

@@ -24,7 +24,7 @@ from tools.core import atomic
 from tools.dataset.samples import CacheSettings
 from tools.train import data, pictures
 from tools.train.config import TrainConfig, loss_names
-from tools.train.model import DEPTH_UNIT, TransFuser, compute_losses
+from tools.train.model import DEPTH_UNIT, LIGHT_STOP_P, TransFuser, compute_losses
 from tools.train.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
     """Held-out metrics over `items`, each rank taking its share; sums are reduced over all ranks.
 
     frames, miou_semantics, miou_bev, loss and loss_<name> (means per frame); with a light head, how its calls
-    (a light holds the ego: probability above one half) match the frames' light_hazard: light_accuracy over all
+    (a light holds the ego: probability above LIGHT_STOP_P) match the frames' light_hazard: light_accuracy over all
     frames, light_recall over the frames a light holds, light_precision over the frames called so (absent without
     such frames); with a planner: ade, fde (metres, over valid waypoints; fde over frames whose last waypoint is
     valid) and the same of the constant-velocity baseline (ade_constant_velocity, fde_constant_velocity)."""
@@ -90,7 +90,7 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
             conf_sem += confusion(out["semantics"].argmax(1), batch["semantics"], mc.semantic_classes)
             conf_bev += confusion(out["bev"].argmax(1), batch["bev"], mc.bev_classes)
             if light:
-                called, true_light = out["light"] > 0, batch["light_hazard"].bool()
+                called, true_light = out["light"].float().sigmoid() > LIGHT_STOP_P, batch["light_hazard"].bool()
                 sums["light_true"] += float(true_light.sum())
                 sums["light_called"] += float(called.sum())
                 sums["light_hits"] += float((called & true_light).sum())
