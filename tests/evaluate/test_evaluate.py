@@ -90,6 +90,9 @@ def test_a_policy_that_always_brakes_completes_almost_nothing_and_is_blocked(pos
     assert record["scores"]["score_route"] < 5.0
     summary = json.loads(Layout(tmp_path / "eval").evaluation_result.read_text())["_checkpoint"]["global_record"]
     assert summary["scores_mean"]["score_composed"] < 5.0
+    # Forked from the worker's zygote, which imported torch and the driver once for all its runs.
+    (log,) = (tmp_path / "eval" / "logs").rglob("attempt-01.log")
+    assert "(with tools.evaluate.driver)" in log.read_text() and "(kept by this worker)" in log.read_text()
     # Its picture: the camera beside the BEV, and the moment it was judged blocked, framed in red.
     from PIL import Image
 

@@ -19,6 +19,9 @@ AGENTS = ("expert", "policy", "leaderboard")
 #: a trained policy's lives with the evaluation, which needs torch (nothing under tools/collect imports it).
 ROUTE_RUN_COMMAND = {"expert": ("tools.collect", "run"), "policy": ("tools.evaluate", "route"),
                      "leaderboard": ("tools.evaluate", "route")}
+#: Per agent: the modules its route runs import beyond the expert's, which a worker's zygote imports once for them
+#: (tools.collect.runner.zygote): torch and the model take about 2 s a run to import.
+ROUTE_RUN_PRELOAD = {"policy": ("tools.evaluate.driver",)}
 #: Settings that name a file or folder. They are made absolute as they are read, and before any child process gets
 #: them (`absolute_flags`): the CARLA agent reads them inside the leaderboard evaluator, whose working folder is the
 #: run's log folder, and a SLURM task or an image may start in another folder than the command that was typed.

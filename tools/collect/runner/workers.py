@@ -38,7 +38,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tools.collect.base.config import ROUTE_RUN_COMMAND, CollectSettings
+from tools.collect.base.config import ROUTE_RUN_COMMAND, ROUTE_RUN_PRELOAD, CollectSettings
 from tools.collect.base.processes import die_with_parent, signal_group
 from tools.collect.base.routes import town_file
 from tools.collect.carla.server import GPU_ENV
@@ -184,7 +184,7 @@ class Collector:
             idle = [t for t, other in self.zygotes.items() if not other.busy]
             while len(self.zygotes) >= self.workers and idle:
                 self.zygotes.pop(idle.pop(0)).close()
-            z = Zygote(town, self.layout.root)
+            z = Zygote(town, self.layout.root, ROUTE_RUN_PRELOAD.get(self.settings.agent, ()))
         self.zygotes[town] = z  # the most recently used last
         return z
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import logging
 import os
@@ -85,11 +86,13 @@ class Zygote:
     """A zygote process of one town for a collector (see the module's docstring): start it, then `spawn` route
     runs; `close` ends it."""
 
-    def __init__(self, town: Path, root: Path):
+    def __init__(self, town: Path, root: Path, preload: tuple[str, ...] = ()):
+        """`preload`: modules the runs' agent imports (config.ROUTE_RUN_PRELOAD), imported once by the zygote."""
         self.town = Path(town)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The root in its command line says whose it is (ps); its own session: our signals reach it by its group.
-        argv = [sys.executable, "-m", "tools.collect.runner.zygote", str(self.town), str(root), str(theirs.fileno())]
+        argv = [sys.executable, "-m", "tools.collect.runner.zygote", str(self.town), str(root), str(theirs.fileno()),
+                *preload]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
                                      preexec_fn=functools.partial(die_with_parent, os.getpid()))
@@ -209,13 +212,17 @@ def _gone(pid: int) -> bool:
 # ----------------------------------------------------------------------------- the zygote's side
 
 
-def _load(xodr: Path) -> str:
-    """Import what a route run imports and keep the town loaded; a line for the runs' logs."""
+def _load(xodr: Path, preload: tuple[str, ...] = ()) -> str:
+    """Import what a route run imports (and its agent's `preload` modules) and keep the town loaded; a line for the
+    runs' logs."""
     started = time.perf_counter()
     import fire  # noqa: F401  (the command line's; tools.collect.__main__ itself runs in each child, as `-m` runs it)
     import libsumo  # noqa: F401  (imported, never started: each child starts its own simulation)
 
     import tools.collect.runner.attempt  # noqa: F401  (what a route run imports)
+
+    for module in preload:  # imported, nothing run: e.g. torch starts no thread until it computes
+        importlib.import_module(module)
     from tools.collect.base.town import Town, keep_town
     from tools.collect.sensors.render import warm_up
     from tools.collect.sensors.scene import load_town_scene
@@ -227,8 +234,9 @@ def _load(xodr: Path) -> str:
     keep_town(town)
     parts["kernels"] = warm_up(town)  # numba's compiled renderer, loaded here once rather than in every run
     seconds = time.perf_counter() - started
+    also = f" (with {', '.join(preload)})" if preload else ""
     return (f"town {town.name} loaded once by this worker (zygote pid {os.getpid()}) in {seconds:.1f} s: imports "
-            f"{imported:.1f} s, " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in parts.items()))
+            f"{imported:.1f} s{also}, " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in parts.items()))
 
 
 def _child(argv: list[str], log: str, lock_fd: int, zygote: int, note: str) -> None:
@@ -270,11 +278,11 @@ def _child(argv: list[str], log: str, lock_fd: int, zygote: int, note: str) -> N
         os._exit(code)
 
 
-def serve(xodr: Path, sock: socket.socket) -> None:
+def serve(xodr: Path, sock: socket.socket, preload: tuple[str, ...] = ()) -> None:
     """The zygote: load the town, then fork a route run per request until the collector closes the socket."""
     me = os.getpid()
     try:
-        note = _load(xodr)
+        note = _load(xodr, preload)
     except Exception as e:  # noqa: BLE001 (a town that does not load: each run loads it and says why in its log)
         note = f"town {xodr} not kept by this worker ({type(e).__name__}); the route run loads it"
     forked = 0
@@ -319,4 +327,4 @@ def serve(xodr: Path, sock: socket.socket) -> None:
 
 if __name__ == "__main__":
     _town, _root, _fd = sys.argv[1:4]  # the town, the collector's root (for ps), the socket's descriptor
-    serve(Path(_town), socket.socket(fileno=int(_fd)))
+    serve(Path(_town), socket.socket(fileno=int(_fd)), tuple(sys.argv[4:]))  # then the modules to import
