@@ -82,7 +82,8 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
     (SignalizedJunctionLeftTurn, ...; going straight, none: filed under NoScenario); with
     --scenarios=Accident,DynamicObjectCrossing the routes take the types in turn, one per route, each placed
     where it makes sense (obstacles on straight stretches with a lane to pass in, junction types before a
-    junction of the right kind); docs/scenarios.md lists what each type does. Every block carries the
+    junction of the right kind; --scenarios=all: every placeable type the town has a place for);
+    docs/scenarios.md lists what each type does. Every block carries the
     parameters its leaderboard class reads; waypoints carry the road's z. A town file that is not OpenDRIVE
     text is refused before anything is written.
 
@@ -96,7 +97,8 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         seed: random seed of the route sampler.
         min_length: shortest route, metres (default 150).
         max_length: longest route, metres (default 700).
-        scenarios: comma-separated scenario types to place, one per route (tools.collect.base.scenario_types.PLACEABLE).
+        scenarios: comma-separated scenario types to place, one per route (tools.collect.base.scenario_types.PLACEABLE);
+            "all": every placeable type the town has a place for (the summary names those it has none for).
         preset: tiny, small, medium or full (the table above; tools/core/presets.py).
         spacing: metres between two route waypoints (2 to 50; default 2, as leaderboard 2.0's route files).
     """

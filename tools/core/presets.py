@@ -6,6 +6,9 @@
     medium  about half an hour on 2 cores: 128 routes, 1,200 training steps a phase; with bin/demo, three
             training seeds evaluated on held-out routes of the generated town and of a real CARLA town: a
             result with intervals (docs/training.md "The medium preset")
+    bench2drive  the field's protocol with bin/demo (docs/training.md "The field's protocol"): routes with every
+            scenario type on CARLA's twelve towns, three training seeds the size of medium's, evaluated on
+            Bench2Drive-220 (bin/demo --bench2drive PATH) with Bench2Drive's metrics, the expert beside them
     full    each tool's defaults (what runs without --preset)
 
 The rule (`resolve`): a value given explicitly (a flag, a key=value) wins; else the preset's; else, without
@@ -21,37 +24,43 @@ from typing import Any
 
 from tools.core.errors import ToolError
 
-PRESETS = ("tiny", "small", "medium", "full")
+PRESETS = ("tiny", "small", "medium", "bench2drive", "full")
 
-#: Per stage: key -> value per preset (tiny, small, medium, full). None: not set by that preset.
+#: Per stage: key -> value per preset (tiny, small, medium, bench2drive, full). None: not set by that preset.
 #: routes: python -m tools.collect routes (count has no default: full sets none).
-ROUTES: dict[str, tuple[Any, Any, Any, Any]] = {
-    "count": (4, 24, 128, None),
-    "min_length": (120.0, 150.0, 150.0, 150.0),
-    "max_length": (200.0, 350.0, 350.0, 700.0),
+#: bench2drive: its count is the total bin/demo shares over the towns, its lengths those of Bench2Drive's routes.
+ROUTES: dict[str, tuple[Any, Any, Any, Any, Any]] = {
+    "count": (4, 24, 128, 192, None),
+    "min_length": (120.0, 150.0, 150.0, 100.0, 150.0),
+    "max_length": (200.0, 350.0, 350.0, 300.0, 700.0),
 }
 #: collect: bin/collect, python -m tools.collect collect (vehicles: the embedded world's background traffic; a
 #: CARLA world decides its own, so a preset leaves it out there).
-COLLECT: dict[str, tuple[Any, Any, Any, Any]] = {
-    "workers": (2, 2, 2, 1),
-    "vehicles": (10, 20, 20, 40),
+COLLECT: dict[str, tuple[Any, Any, Any, Any, Any]] = {
+    "workers": (2, 2, 2, 2, 1),
+    "vehicles": (10, 20, 20, 20, 40),
 }
 #: train: bin/train pretrain|posttrain preset=NAME (the TrainConfig keys).
-TRAIN: dict[str, tuple[Any, Any, Any, Any]] = {
-    "max_steps": (20, 600, 1200, 1200),
-    "batch_size": (4, 8, 8, 8),
-    "warmup_steps": (2, 30, 30, 30),
-    "log_every": (5, 50, 50, 10),
-    "image_every": (0, 200, 400, 100),
-    "val_samples": (16, 128, 256, 0),
-    "save_every": (20, 200, 400, 200),
+TRAIN: dict[str, tuple[Any, Any, Any, Any, Any]] = {
+    "max_steps": (20, 600, 1200, 1200, 1200),
+    "batch_size": (4, 8, 8, 8, 8),
+    "warmup_steps": (2, 30, 30, 30, 30),
+    "log_every": (5, 50, 50, 50, 10),
+    "image_every": (0, 200, 400, 400, 100),
+    "val_samples": (16, 128, 256, 256, 0),
+    "save_every": (20, 200, 400, 400, 200),
 }
 #: demo: bin/demo --preset NAME (train_seeds: trainings with seeds 0..K-1, each evaluated; eval_routes: held-out
-#: routes per town; real_town: a CARLA town (the py123d wheel's) whose held-out routes are driven too, "" none).
-DEMO: dict[str, tuple[Any, Any, Any, Any]] = {
-    "train_seeds": (1, 1, 3, 1),
-    "eval_routes": (4, 4, 8, 4),
-    "real_town": ("", "", "Town03", ""),
+#: routes per town, 0 none; real_town: a CARLA town (the py123d wheel's) whose held-out routes are driven too, ""
+#: none; towns: where the training routes are, "generated" (a town of ours) or "carla" (CARLA's twelve, every
+#: scenario type each has a place for; bin/demo --train-towns picks); benchmark: "bench2drive" to require
+#: --bench2drive PATH, whose routes are then driven with Bench2Drive's metrics).
+DEMO: dict[str, tuple[Any, Any, Any, Any, Any]] = {
+    "train_seeds": (1, 1, 3, 3, 1),
+    "eval_routes": (4, 4, 8, 0, 4),
+    "real_town": ("", "", "Town03", "", ""),
+    "towns": ("generated", "generated", "generated", "carla", "generated"),
+    "benchmark": ("", "", "", "bench2drive", ""),
 }
 TABLES = {"routes": ROUTES, "collect": COLLECT, "train": TRAIN, "demo": DEMO}
 

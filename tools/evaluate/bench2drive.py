@@ -61,11 +61,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tools.collect.base.routes import RouteError, read_routes
 from tools.core import atomic, files
+from tools.core.errors import ToolError
 from tools.dataset.layout import Layout
 from tools.dataset.leaderboard_scores import (
     MIN_SPEED,
@@ -77,6 +80,11 @@ from tools.dataset.leaderboard_scores import (
 from tools.dataset.metric_info import read_metric_info
 from tools.dataset.results import SUCCESS_STATUSES
 from tools.dataset.score import Aggregate, RunScore
+
+#: Where a Bench2Drive checkout keeps its benchmark's 220 routes (one file; Thinklab-SJTU/Bench2Drive).
+ROUTES_IN_CHECKOUT = "leaderboard/data/bench2drive220.xml"
+#: bin/demo's field protocol: the fewest training routes a town gets (a town the benchmark drives little or not).
+LEAST_ROUTES_PER_TOWN = 2
 
 #: Bench2Drive's scenario types of each ability, in its order: `Ability` of tools/ability_benchmark.py at 7ec25d1c.
 ABILITIES: dict[str, frozenset[str]] = {
@@ -443,3 +451,37 @@ def write_bench2drive(layout: Layout, agg: Aggregate) -> Bench2DriveMetrics:
     atomic.write_json(layout.bench2drive_merged, metrics.merged)
     atomic.write_json(layout.bench2drive_ability, metrics.ability)
     return metrics
+
+
+# ----------------------------------------------------------------------------- the field's protocol (bin/demo)
+
+
+def benchmark_routes(path: Any, flag: str = "--bench2drive") -> Path:
+    """The benchmark's route file: `path` itself (a route file) or, for a Bench2Drive checkout, its
+    ROUTES_IN_CHECKOUT; parsed, so a bad file is one ToolError line naming `flag` before any work starts."""
+    given = Path(str(path)).expanduser()
+    file = given / ROUTES_IN_CHECKOUT if given.is_dir() else given
+    if not file.is_file():
+        what = f"no {ROUTES_IN_CHECKOUT} in that folder" if given.is_dir() else "no such file or folder"
+        raise ToolError(f"{flag} {given}: {what}; give your Bench2Drive checkout (git clone "
+                        "https://github.com/Thinklab-SJTU/Bench2Drive) or a route file of its shape")
+    try:
+        if not read_routes(file):
+            raise ToolError(f"{flag} {file}: no <route> in it; give Bench2Drive's {ROUTES_IN_CHECKOUT}")
+    except RouteError as e:
+        raise ToolError(f"{flag} {file}: not a leaderboard route file ({e})") from None
+    return file
+
+
+def routes_per_town(benchmark: Path | None, towns: list[str], total: int) -> dict[str, int]:
+    """How many of `total` training routes each of `towns` gets: its share of the benchmark's routes (the field
+    trains where it is tested: most of Bench2Drive-220 is on Town12 and Town13), at least LEAST_ROUTES_PER_TOWN;
+    a town the benchmark does not drive gets that least; without a benchmark, equal shares. The counts sum to about
+    `total` (rounded)."""
+    by_town: dict[str, int] = {}
+    for route in read_routes(benchmark) if benchmark is not None else []:
+        by_town[route.town] = by_town.get(route.town, 0) + 1
+    if not by_town:
+        by_town = dict.fromkeys(towns, 1)
+    driven = sum(by_town.get(t, 0) for t in towns) or 1
+    return {t: max(LEAST_ROUTES_PER_TOWN, round(total * by_town.get(t, 0) / driven)) for t in towns}

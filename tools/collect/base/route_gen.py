@@ -326,14 +326,21 @@ def _dense_waypoints(planner: RoutePlanner, walk, spacing: float) -> np.ndarray 
     return xyz[kept]
 
 
+#: --scenarios all: every placeable type a town has a place for; a type is left out after this many tries in a row.
+ALL = "all"
+ALL_TRIES = 400
+
+
 def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: float = 150.0,
                     max_length: float = 700.0, scenarios: str | tuple | list | None = None,
                     spacing: float = WAYPOINT_SPACING_M) -> list[Path]:
     """`count` routes of `town` into OUT/<first scenario type>/<town>_<NNNN>.xml, one route per file with one
     <scenario> block (none under NoScenario), waypoints every `spacing` metres outside junctions. Without
     `scenarios` each route takes the junction flow of its first junction's turn (none going straight); with types
-    (tools.collect.base.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense.
-    Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
+    (tools.collect.base.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense;
+    `scenarios="all"`: every placeable type the town has a place for (a type without a place in ALL_TRIES tries in a
+    row is left out, and the summary names it: Town01 has no lane to pass an accident in). Every block carries the
+    parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
     trigger points carry the road's z."""
     try:
         count = int(count)
@@ -346,7 +353,8 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
         raise RouteError(f"--min-length {min_length:g} / --max-length {max_length:g}: need 20 <= min <= max")
     if not 2.0 <= spacing <= 50.0:
         raise RouteError(f"--spacing {spacing:g}: expected 2 to 50 metres between route waypoints")
-    types = _scenario_list(scenarios)
+    every = scenarios == ALL
+    types = list(PLACEABLE) if every else _scenario_list(scenarios)
     for name in types:
         if name not in PLACEABLE:
             why = f"{CATALOGUE[name].why} (docs/scenarios.md)" if name in CATALOGUE else "not a leaderboard 2.0 type"
@@ -369,12 +377,19 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     lights = {j for j, signals in light_junctions(opendrive).items() if signals} or set(signalized)
     sidewalks = has_sidewalks(opendrive)  # else (a generated town) PedestrianCrossing is placed without one
     written = []
+    left_out: list[str] = []
     with tqdm(total=count, desc="routes", unit="route") as bar:
-        tries = 0
+        tries = in_row = 0  # all tries; the tries since the last route written
         while len(written) < count:
             tries += 1
+            in_row += 1
             wanted = types[len(written) % len(types)] if types else None
-            if tries > 200 * count:
+            if every and in_row > ALL_TRIES and len(types) > 1:  # this town has no place for `wanted`
+                types.remove(wanted)
+                left_out.append(wanted)
+                in_row = 0
+                continue
+            if tries > 200 * count + (ALL_TRIES * len(PLACEABLE) if every else 0):  # (and those of types left out)
                 what = f"a place for {wanted}" if wanted else "a junction"
                 raise RouteError(f"town {town}: cannot find routes of {min_length:.0f}-{max_length:.0f} m with "
                                  f"{what}; lower --min-length{' or leave that type out' if wanted else ''}")
@@ -403,12 +418,14 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
             path = out_dir / route.scenario / f"{t.name}_{len(written):04d}.xml"
             write_route(path, route)
             written.append(path)
+            in_row = 0
             bar.update()
     by_type: dict[str, int] = {}
     for p in written:
         by_type[p.parent.name] = by_type.get(p.parent.name, 0) + 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items()))
-    print(f"wrote {len(written)} routes to {out_dir} ({summary}); town copied to {target}")
+    print(f"wrote {len(written)} routes to {out_dir} ({summary}); town copied to {target}"
+          + (f"; no place in {t.name} for {', '.join(left_out)}" if left_out else ""))
     return written
 
 

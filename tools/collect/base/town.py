@@ -128,6 +128,8 @@ LARGE_TOWN_EXTENT = 2000.0
 CARLA_MAPS_IN_WHEEL = "py123d/parser/opendrive/carla_maps/"
 #: The towns `carla_towns` extracts by default: the small and middle ones (Town11 to Town15 are 2 to 10 MB).
 CARLA_TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD")
+#: All twelve of CARLA's towns the wheel ships (the leaderboard 2.0's large ones too).
+ALL_CARLA_TOWNS = (*CARLA_TOWNS, "Town11", "Town12", "Town13", "Town15")
 
 
 def carla_towns(out: Path, names: tuple[str, ...] = CARLA_TOWNS, wheel: Path | None = None) -> list[Path]:
