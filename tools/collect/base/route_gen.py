@@ -338,10 +338,10 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     <scenario> block (none under NoScenario), waypoints every `spacing` metres outside junctions. Without
     `scenarios` each route takes the junction flow of its first junction's turn (none going straight); with types
     (tools.collect.base.scenario_types.PLACEABLE), the routes take them in turn, each placed where it makes sense;
-    `scenarios="all"`: every placeable type the town has a place for (a type without a place in ALL_TRIES tries in a
-    row is left out, and the summary names it: Town01 has no lane to pass an accident in). Every block carries the
-    parameters its leaderboard class reads (scenario_types.PARAMETERS); waypoints and
-    trigger points carry the road's z."""
+    `scenarios="all"`: every placeable type the town has a place for, in an order of the seed's and the town's (a
+    type without a place in ALL_TRIES tries in a row is left out, and the summary names it: Town01 has no lane to
+    pass an accident in). Every block carries the parameters its leaderboard class reads (scenario_types.PARAMETERS);
+    waypoints and trigger points carry the road's z."""
     try:
         count = int(count)
         min_length, max_length, spacing = float(min_length), float(max_length), float(spacing)
@@ -368,6 +368,8 @@ def generate_routes(town: str, count: int, out: str, seed: int = 0, min_length: 
     if target.resolve() != t.xodr.resolve():
         shutil.copyfile(t.xodr, target)
     rng = random.Random(int(seed))
+    if every:  # in an order of the seed's and the town's: a town of few routes gets a few types, not the first ones
+        random.Random(f"{int(seed)}/{t.name}").shuffle(types)
     planner = RoutePlanner(t.carla_map)
     starts = [w for w in t.carla_map.generate_waypoints(5.0) if not w.is_junction]
     signalized = _signalized_junctions(t)
