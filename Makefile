@@ -131,8 +131,9 @@ bench: $(STAMP)
 # The whole pipeline on the embedded world (bin/demo): town, routes, collection, buckets, cache,
 # pretrain, posttrain, closed-loop evaluation, then a summary. Rerunning skips finished route runs and resumes
 # training. PRESET=medium (or tiny, small) runs bin/demo --preset PRESET: its routes, workers, seeds and towns.
+# PRESET=bench2drive BENCH2DRIVE=~/Bench2Drive: the field's protocol on your Bench2Drive checkout (docs/training.md).
 demo: $(STAMP)
-	$(if $(PRESET),bin/demo --preset $(PRESET) $(DEMO),DEMO_ROUTES=$(DEMO_ROUTES) WORKERS=$(WORKERS) bin/demo $(DEMO))
+	$(if $(PRESET),bin/demo --preset $(PRESET) $(if $(BENCH2DRIVE),--bench2drive $(BENCH2DRIVE)) $(DEMO),DEMO_ROUTES=$(DEMO_ROUTES) WORKERS=$(WORKERS) bin/demo $(DEMO))
 
 images: $(IMAGES)
 

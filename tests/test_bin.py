@@ -315,7 +315,15 @@ def test_demo_failed_route_generation_writes_no_done_marker_and_the_rerun_makes_
     (["--seeds", "0"], "demo: --seeds 0: expected a whole number of trainings, 1 or more"),
     (["--real-town", "Springfield"], "demo: --real-town Springfield: expected one of CARLA's towns (Town01 ... Town07, "
                                      "Town10HD, Town11 ... Town15) or none"),
-    (["--preset", "huge"], "demo: --preset huge: unknown preset; choose one of tiny, small, medium, full"),
+    (["--preset", "huge"], "demo: --preset huge: unknown preset; choose one of tiny, small, medium, bench2drive, full"),
+    (["--preset", "bench2drive"], "demo: --preset bench2drive: give --bench2drive PATH (your Bench2Drive checkout, or "
+                                  "its leaderboard/data/bench2drive220.xml)"),
+    (["--bench2drive", "/no/Bench2Drive"],
+     "demo: --bench2drive /no/Bench2Drive: no such file or folder; give your Bench2Drive checkout (git clone "
+     "https://github.com/Thinklab-SJTU/Bench2Drive) or a route file of its shape"),
+    (["--train-towns", "Town01,Town99"], "demo: --train-towns Town01,Town99: Town99 is not one of CARLA's towns "
+                                         "(Town01,Town02,Town03,Town04,Town05,Town06,Town07,Town10HD,Town11,Town12,"
+                                         "Town13,Town15)"),
 ])
 def test_demo_refuses_a_bad_flag_in_one_line_before_making_anything(tmp_path, args, line):
     if not (REPO / ".venv" / "bin" / "python").exists():
@@ -360,6 +368,58 @@ def test_demo_with_two_seeds_and_a_real_town_trains_and_scores_each_seed_on_each
         expert = [r for t in towns for r in records("expert", t)]
         assert len(expert) == len(towns) and "expert DS" in line
     assert (demo / "eval-routes" / "Town01" / "towns" / "Town01.xodr").is_file()
+
+
+@pytest.mark.timeout(420)
+def test_demo_field_protocol_trains_on_carla_towns_and_scores_the_benchmark_with_bench2drives_metrics(tmp_path,
+                                                                                                    carla_towns):
+    """The field's protocol at the tiny preset's size: bin/demo --train-towns Town01,Town02 --bench2drive CHECKOUT,
+    where the checkout's leaderboard/data/bench2drive220.xml is a file of its shape that we write (two routes, one a
+    town, a scenario each): training routes on both towns, each with a scenario type, shared as the benchmark's;
+    two seeds and the expert drive the benchmark; the summary's figures are bin/evaluate score --bench2drive's."""
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this checkout (make install creates it); bin/demo runs only with it")
+    import xml.etree.ElementTree as ET
+
+    from tools.collect.base.route_gen import generate_routes
+
+    benchmark = ET.Element("routes")
+    for k, (town, scenario) in enumerate((("Town01", "DynamicObjectCrossing"), ("Town02", "PedestrianCrossing"))):
+        (path,) = generate_routes(str(carla_towns / f"{town}.xodr"), count=1, out=str(tmp_path / "written" / town),
+                                  seed=k, min_length=100, max_length=250, scenarios=scenario)
+        route = ET.parse(path).getroot().find("route")
+        route.set("id", str(3000 + k))
+        benchmark.append(route)
+    checkout = tmp_path / "Bench2Drive"
+    (checkout / "leaderboard" / "data").mkdir(parents=True)
+    ET.ElementTree(benchmark).write(checkout / "leaderboard" / "data" / "bench2drive220.xml")
+
+    demo = tmp_path / "demo"
+    proc = run_bin("demo", "--preset", "tiny", "--seeds", "2", "--train-towns", "Town01,Town02", "--bench2drive",
+                   checkout, demo, timeout=400, env={"DEMO_ROUTES": "4", "DRIVEKIT_CARLA_TOWNS": str(carla_towns)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for town in ("Town01", "Town02"):  # the benchmark's share: one route each of two, so half of DEMO_ROUTES each
+        written = [p for p in (demo / "routes" / town).rglob("*.xml") if "towns" not in p.parts]
+        assert len(written) == 2 and "NoScenario" not in {p.parent.name for p in written}
+    assert not (demo / "routes" / "towns").exists()  # no generated town
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if "Bench2Drive's metrics on the benchmark's 2 routes" in line)
+    lines = lines[header:]
+
+    def figure(agent: str) -> tuple[float, float]:
+        folder = demo / "eval" / agent / "bench2drive" / "bench2drive"
+        merged = json.loads((folder / "merged.json").read_text())
+        assert json.loads((folder / "merged_ability.json").read_text())["Emergency_Brake"] is not None
+        assert merged["eval num"] == 2
+        return merged["driving score"], 100.0 * merged["success rate"]
+
+    seeds = [figure(f"policy-seed-{k}") for k in (0, 1)]
+    expert = figure("expert")
+    for i, name in enumerate(("driving score", "success rate")):
+        line = next(x for x in lines if x.strip().startswith(name))
+        mean = (seeds[0][i] + seeds[1][i]) / 2
+        assert f"policy {mean:5.1f} ±" in line and f"({seeds[0][i]:.1f}, {seeds[1][i]:.1f})" in line, line
+        assert line.endswith(f"expert {expert[i]:5.1f}"), line
 
 
 def test_evaluate_with_an_agent_file_in_the_torch_image_passes_and_binds_the_users_leaderboard_stub_apptainer(

@@ -46,7 +46,8 @@ def test_an_explicit_value_wins_over_the_preset_and_no_preset_is_full():
     assert parse_overrides("pretrain", ["max_steps=7"]) == TrainConfig(max_steps=7)
     assert resolve(COLLECT, "small", {"workers": 1, "vehicles": None}) == {"workers": 1, "vehicles": 20}
     assert resolve(COLLECT, None, {"workers": None, "vehicles": None}) == {"workers": 1, "vehicles": 40}
-    with pytest.raises(ToolError, match="^--preset huge: unknown preset; choose one of tiny, small, medium, full$"):
+    with pytest.raises(ToolError,
+                       match="^--preset huge: unknown preset; choose one of tiny, small, medium, bench2drive, full$"):
         parse_overrides("pretrain", ["preset=huge"])
 
 
@@ -58,11 +59,12 @@ def test_routes_take_the_presets_count_and_lengths_and_a_flag_wins(town_xodr, tm
     assert len(files) == 2  # --count wins over the preset's 4
     missing = run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", town_xodr, "--out", tmp_path / "none")
     assert missing.returncode == 2 and missing.stderr.strip() == (
-        "collect: --count missing: give --count N, or --preset tiny|small|medium (4, 24 or 128 routes)")
+        "collect: --count missing: give --count N, or --preset tiny|small|medium|bench2drive (4, 24, 128 or 192 "
+        "routes)")
     bad = run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", town_xodr, "--preset", "huge", "--out",
                    tmp_path / "none")
     assert bad.returncode == 2 and bad.stderr.strip().endswith("--preset huge: unknown preset; choose one of tiny, "
-                                                               "small, medium, full")
+                                                               "small, medium, bench2drive, full")
     assert not (tmp_path / "none").exists()
 
 

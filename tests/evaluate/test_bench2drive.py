@@ -35,8 +35,12 @@ from tools.dataset.results import (
 from tools.dataset.score import aggregate, score_root
 from tools.evaluate.bench2drive import (
     ABILITIES,
+    LEAST_ROUTES_PER_TOWN,
+    ROUTES_IN_CHECKOUT,
     bench2drive_metrics,
+    benchmark_routes,
     junction_fraction,
+    routes_per_town,
     run_smoothness,
     savgol_filter,
     write_bench2drive,
@@ -380,3 +384,40 @@ def test_bench2drives_script_reads_our_merged_json_and_run_folders_to_our_figure
     assert merged["driving efficiency"] == pytest.approx(sum(efficiencies) / len(efficiencies))
     assert merged["driving smoothness"] == pytest.approx(sum(smoothness) / len(smoothness))
     assert "not computed" not in merged
+
+
+# ----------------------------------------------------------------------------- the field's protocol (bin/demo)
+
+
+def benchmark_file(path: Path, towns: list[str]) -> Path:
+    """A route file of Bench2Drive-220's shape: one <routes>, a <route id town> a route, a scenario each."""
+    routes = "".join(
+        f'<route id="{2000 + i}" town="{town}"><waypoints><position x="{i}.0" y="0.0" z="0.0"/>'
+        f'<position x="{i}.0" y="50.0" z="0.0"/></waypoints><scenarios><scenario name="Accident_1" type="Accident">'
+        f'<trigger_point x="{i}.0" y="10.0" z="0.0" yaw="90"/></scenario></scenarios></route>'
+        for i, town in enumerate(towns))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'<?xml version="1.0" encoding="UTF-8"?>\n<routes>{routes}</routes>\n')
+    return path
+
+
+def test_the_benchmark_is_a_checkouts_route_file_or_a_file_and_a_bad_path_is_one_line(tmp_path):
+    file = benchmark_file(tmp_path / "Bench2Drive" / ROUTES_IN_CHECKOUT, ["Town12", "Town13"])
+    assert benchmark_routes(tmp_path / "Bench2Drive") == file
+    assert benchmark_routes(file) == file
+    (tmp_path / "empty.xml").write_text("<routes></routes>")
+    (tmp_path / "broken.xml").write_text("<routes><route")
+    for path, why in ((tmp_path, f"no {ROUTES_IN_CHECKOUT} in that folder"),
+                      (tmp_path / "missing.xml", "no such file or folder"),
+                      (tmp_path / "empty.xml", "no <route> in the file"),
+                      (tmp_path / "broken.xml", "malformed route XML")):
+        with pytest.raises(ToolError) as e:
+            benchmark_routes(path)
+        assert str(e.value).startswith(f"--bench2drive {path}: {why}") and "\n" not in str(e.value)
+
+
+def test_training_routes_are_shared_as_the_benchmarks_with_a_least_per_town(tmp_path):
+    file = benchmark_file(tmp_path / "b2d.xml", ["Town12"] * 6 + ["Town13"] * 3 + ["Town01"])
+    shares = routes_per_town(file, ["Town01", "Town12", "Town13", "Town02"], 100)
+    assert shares == {"Town01": 10, "Town12": 60, "Town13": 30, "Town02": LEAST_ROUTES_PER_TOWN}
+    assert routes_per_town(None, ["Town01", "Town02"], 10) == {"Town01": 5, "Town02": 5}

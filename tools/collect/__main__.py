@@ -99,7 +99,7 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
         max_length: longest route, metres (default 700).
         scenarios: comma-separated scenario types to place, one per route (tools.collect.base.scenario_types.PLACEABLE);
             "all": every placeable type the town has a place for (the summary names those it has none for).
-        preset: tiny, small, medium or full (the table above; tools/core/presets.py).
+        preset: tiny, small, medium, bench2drive or full (the table above; tools/core/presets.py).
         spacing: metres between two route waypoints (2 to 50; default 2, as leaderboard 2.0's route files).
     """
     from tools.collect.base.route_gen import generate_routes
@@ -107,7 +107,8 @@ def routes(town: str, count: int | None = None, out: str | None = None, seed: in
 
     chosen = resolve(ROUTES, check_preset(preset), {"count": count, "min_length": min_length, "max_length": max_length})
     if chosen["count"] is None:
-        raise ToolError("--count missing: give --count N, or --preset tiny|small|medium (4, 24 or 128 routes)")
+        raise ToolError("--count missing: give --count N, or --preset tiny|small|medium|bench2drive (4, 24, 128 or 192 "
+                        "routes)")
     if out is None:
         raise ToolError("--out missing: give the folder to write the route files into")
     town = cli.text(town, "town")
@@ -203,7 +204,7 @@ def collect(routes_dir: str, root: str | None = None, towns: str | None = None, 
         repetitions: runs of each route (K), seeded differently.
         max_attempts: attempts per route run before it is left failed.
         py123d: also write each finished route run as a Py123D log under ROOT/py123d.
-        preset: tiny, small, medium or full (the table above; tools/core/presets.py).
+        preset: tiny, small, medium, bench2drive or full (the table above; tools/core/presets.py).
         servers_per_gpu: CARLA servers at once on each GPU (--world=carla; 1 to 16): K x the GPUs workers locally,
             --gpus x K runs at once in each SLURM task.
         replace: discard and drive again the finished runs whose route file now holds another route.

@@ -466,10 +466,9 @@ def benchmark_routes(path: Any, flag: str = "--bench2drive") -> Path:
         raise ToolError(f"{flag} {given}: {what}; give your Bench2Drive checkout (git clone "
                         "https://github.com/Thinklab-SJTU/Bench2Drive) or a route file of its shape")
     try:
-        if not read_routes(file):
-            raise ToolError(f"{flag} {file}: no <route> in it; give Bench2Drive's {ROUTES_IN_CHECKOUT}")
+        read_routes(file)  # (a file without a route is a RouteError too)
     except RouteError as e:
-        raise ToolError(f"{flag} {file}: not a leaderboard route file ({e})") from None
+        raise ToolError(f"{flag} {e}; give Bench2Drive's {ROUTES_IN_CHECKOUT} or a route file of its shape") from None
     return file
 
 

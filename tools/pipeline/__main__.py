@@ -23,8 +23,9 @@ def run(routes_dir: str, root: str | None = None, flags: PipelineFlags | None = 
     nothing while the jobs are pending, running or done, and resubmits from the first stage that failed.
     Everything is checked before anything is submitted.
 
-    --preset tiny|small|medium|full sizes the run: bin/collect --preset and bin/train preset= (tools/core/presets.py;
-    the routes come from `python -m tools.collect routes --preset`); a --STAGE-args value wins over it.
+    --preset tiny|small|medium|bench2drive|full sizes the run: bin/collect --preset and bin/train preset=
+    (tools/core/presets.py; the routes come from `python -m tools.collect routes --preset`); a --STAGE-args value wins
+    over it.
     tiny runs every stage on 4 short routes in about a minute on 2 cores, small in about ten. Collection:
       {collect}
     Training (both phases):

@@ -153,7 +153,7 @@ class PipelineFlags:
     train_sbatch: tuple[str, ...] = ()
     """sbatch options of both training jobs ("--mem=200G --time=2-00:00:00")."""
     preset: str | None = None
-    """tiny, small, medium or full: the size of the collection and of both training runs (above)."""
+    """tiny, small, medium, bench2drive or full: the size of the collection and of both training runs (above)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= 10000:

@@ -42,8 +42,8 @@ class TrainConfig:
     phase: str = "pretrain"
     """pretrain (perception heads only) or posttrain (perception + planner); the command's first word."""
     preset: str = ""
-    """tiny, small, medium or full: the run size whose values (the table below) fill the keys not given on the command
-    line; empty: the defaults (as full). Recorded in config.json."""
+    """tiny, small, medium, bench2drive or full: the run size whose values (the table below) fill the keys not given on
+    the command line; empty: the defaults (as full). Recorded in config.json."""
 
     # --- where things are -------------------------------------------------------------------------
     root: str = ""

@@ -121,6 +121,19 @@ def test_a_type_the_world_cannot_place_is_refused_in_one_line_before_anything_is
     assert not out.exists()
 
 
+def test_all_places_every_type_a_real_town_has_a_place_for_and_names_those_it_has_none_for(tmp_path, carla_towns):
+    """--scenarios all on Town01 (one lane each way: no accident to pass in the same direction): every route has a
+    placeable type, each type once in as many routes as there are types, and the summary names those left out."""
+    out = tmp_path / "routes"
+    r = run_tool(PYTHON, "-m", "tools.collect", "routes", "--town", str(carla_towns / "Town01.xodr"), "--count",
+                 str(len(PLACEABLE)), "--out", str(out), "--scenarios", "all", "--seed", "4")
+    assert r.returncode == 0, r.stderr
+    types = [read_routes(p)[0].scenario for p in out.rglob("*.xml") if "towns" not in p.parts]
+    left_out = {t.strip() for t in r.stdout.split("no place in Town01 for ")[1].split(", ")}
+    assert {"Accident", "ParkedObstacle", "ConstructionObstacle"} <= left_out
+    assert set(types) == set(PLACEABLE) - left_out and len(types) == len(PLACEABLE)
+
+
 # ----------------------------------------------------------------------------------- driven in the world
 
 
