@@ -370,6 +370,24 @@ def test_demo_with_two_seeds_and_a_real_town_trains_and_scores_each_seed_on_each
     assert (demo / "eval-routes" / "Town01" / "towns" / "Town01.xodr").is_file()
 
 
+def test_demo_refuses_another_benchmark_file_for_a_folder_that_drove_one_and_keeps_the_first(tmp_path):
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this checkout (make install creates it); bin/demo runs only with it")
+    route = ('<route id="{}" town="Town01"><waypoints><position x="0.0" y="0.0" z="0.0"/><position x="0.0" y="50.0" '
+             'z="0.0"/></waypoints><scenarios/></route>')
+    first = tmp_path / "demo" / "benchmark" / "bench2drive.xml"
+    first.parent.mkdir(parents=True)
+    first.write_text(f"<routes>{route.format(1)}</routes>")
+    other = tmp_path / "other.xml"
+    other.write_text(f"<routes>{route.format(2)}</routes>")
+    proc = run_bin("demo", "--bench2drive", other, tmp_path / "demo")
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"demo: --bench2drive {other}: {tmp_path / 'demo'} was evaluated on another route file ({first}); give that "
+        "one, or a new DEMO_DIR")
+    assert first.read_text() == f"<routes>{route.format(1)}</routes>"
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["benchmark"]
+
+
 @pytest.mark.timeout(420)
 def test_demo_field_protocol_trains_on_carla_towns_and_scores_the_benchmark_with_bench2drives_metrics(tmp_path,
                                                                                                     carla_towns):
