@@ -18,7 +18,7 @@ import carla
 import numpy as np
 import pytest
 
-from tools.collect.base.town import Town, make_town
+from tools.collect.base.town import ALL_CARLA_TOWNS, Town, make_town
 from tools.core.errors import ToolError
 from tools.dataset.measurements import RoadOption
 from tools.expert.lanes import LaneGraph
@@ -27,8 +27,7 @@ from tools.expert.route import NoRoute
 
 REPO = Path(__file__).resolve().parents[2]
 #: Every CARLA town the py123d wheel ships (`make towns` extracts them all into DRIVEKIT_CARLA_TOWNS).
-TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD", "Town11", "Town12",
-         "Town13", "Town15")
+TOWNS = ALL_CARLA_TOWNS
 #: Planned length over the waypoints' polyline, for routes shaped like the field's: a junction's arc is longer
 #: than the chord across its gap (up to 9% over a 500 m route through many junctions); a loop round a block
 #: adds a hundred metres and more.
