@@ -222,18 +222,24 @@ def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_ex
         assert np.sqrt(A_LAT * radius) < curve_speed(arc) < np.sqrt(A_LAT * radius + 2 * IDM_DECEL * 8.0)
 
 
+class Predicts:
+    """A policy that predicts a straight route at 8 m/s, the light head's probability `light` and the BEV head's
+    agent cells `agents`."""
+
+    light: float | None = None
+    agents = np.zeros((0, 2))
+
+    def predict(self, sensors, m):
+        from tools.evaluate.policy import Plan
+
+        route = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
+        return Plan(waypoints=route[:8], target_speed=8.0, route=route, light=self.light, agents=self.agents)
+
+
 @pytest.mark.parametrize("rule", ["on", "off"])
 def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego_unless_the_rule_is_off(
         rule, monkeypatch):
     from tools.evaluate.driver import LIGHT_RULE_ENV, Pilot
-    from tools.evaluate.policy import Plan
-
-    class Predicts:  # a policy that predicts a straight route at 8 m/s and the light head's probability `light`
-        light: float | None = None
-
-        def predict(self, sensors, m):
-            route = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
-            return Plan(waypoints=route[:8], target_speed=8.0, route=route, light=self.light)
 
     monkeypatch.setenv(LIGHT_RULE_ENV, rule)
     policy = Predicts()
@@ -245,3 +251,44 @@ def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego
         assert pilot.detail() == ("" if light is None else f"light head {light:.2f}" + (": stops" if stops else ""))
         control = pilot.control(0.0, 0.0, 0.0, 8.0)
         assert (control.brake > 0) == stops
+
+
+def test_the_agent_gap_is_the_second_nearest_predicted_agent_cell_in_the_corridor_along_the_predicted_route():
+    from tools.evaluate.driver import AGENT_FROM_M, CORRIDOR_HALF_WIDTH_M, CORRIDOR_M, agent_gap
+
+    straight = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)  # the predicted route: 20 m straight on
+    car = np.array([[12.0, 0.5], [12.5, -0.5], [13.0, 0.0]])  # three cells of a car 12 m ahead
+    assert agent_gap(straight, car) == 12.5  # the second nearest: one cell alone is noise
+    assert agent_gap(straight, car[:1]) == float("inf")
+    assert agent_gap(straight, car + [0.0, CORRIDOR_HALF_WIDTH_M + 0.6]) == float("inf")  # beside the corridor
+    assert agent_gap(straight, np.array([[AGENT_FROM_M - 0.5, 0.0], [0.0, 0.2], [-6.0, 0.0], [-5.0, 0.0]])) == \
+        float("inf")  # the ego's own cells and a car behind
+    assert agent_gap(straight, car + [20.0, 0.0]) == 32.5  # past the route's 20 m: straight on, up to CORRIDOR_M
+    assert agent_gap(straight, car + [CORRIDOR_M, 0.0]) == float("inf")
+    assert agent_gap(np.zeros((10, 2)), car) == 12.5  # standing at the route's end (no heading): straight on
+    # A route turning right (a quarter circle of radius 10 m from 2 m ahead): a car on the arc is in the way, one
+    # straight ahead where the route has turned away is not.
+    angle = 2.0 * np.arange(10) / 10.0
+    arc = np.stack([2.0 + 10.0 * np.sin(angle), 10.0 * (1 - np.cos(angle))], axis=1)
+    on_arc = np.array([[2.0 + 10.0 * np.sin(1.2), 10.0 * (1 - np.cos(1.2))]]) + [[0.0, 0.0], [0.3, 0.0]]
+    assert agent_gap(arc, on_arc) == pytest.approx(2.0 + 12.0, abs=0.4)
+    assert agent_gap(arc, np.array([[14.0, 0.0], [14.5, 0.0]])) == float("inf")
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_the_policy_driver_stops_before_an_agent_its_bev_head_sees_in_its_way_unless_the_rule_is_off(
+        rule, monkeypatch):
+    from tools.evaluate.driver import AGENT_DECEL, AGENT_RULE_ENV, AGENT_STOP_M, Pilot
+
+    monkeypatch.setenv(AGENT_RULE_ENV, rule)
+    policy = Predicts()
+    pilot = Pilot(policy, dt=0.05)
+    for ahead, speed in ((None, 8.0), (30.0, 8.0), (12.0, np.sqrt(2 * AGENT_DECEL * (12.0 - AGENT_STOP_M))),
+                         (5.0, 0.0)):
+        policy.agents = np.zeros((0, 2)) if ahead is None else np.array([[ahead, 0.0], [ahead, 0.4], [ahead + 1, 0.0]])
+        pilot.plan({}, None, {"x": 0.0, "y": 0.0, "yaw": 0.0})
+        expected = speed if rule == "on" else 8.0
+        assert pilot.target_speed == pytest.approx(expected), (ahead, rule)
+        slows = rule == "on" and expected < 8.0
+        assert pilot.detail() == ("" if ahead is None else f"agent in {ahead:.1f} m" + (": slows" if slows else ""))
+        assert (pilot.control(0.0, 0.0, 0.0, 8.0).brake > 0) == (rule == "on" and expected < 6.0)

@@ -18,7 +18,7 @@ from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout, run_rel
 from tools.dataset.measurements import Measurements
 from tools.dataset.rig import RigConfig
-from tools.evaluate.policy import Plan, load_policy
+from tools.evaluate.policy import AGENT_CLASSES, AGENT_P, Plan, load_policy
 from tools.train import checkpoint
 from tools.train.data import collate, find_cache
 from tools.train.model import ModelConfig, TransFuser
@@ -115,6 +115,13 @@ def test_predict_on_a_recorded_frame_is_finite_deterministic_and_the_model_on_it
     with torch.inference_mode():
         out = model(collate([{**sample, "rebuilt": 0, "replaced": 0}]))
     np.testing.assert_allclose(plan.waypoints, out["waypoints"][0].double().numpy(), rtol=0, atol=1e-6)
+    # The agents: the centres of the BEV cells whose agent classes the BEV head gives AGENT_P or more, ego frame.
+    grid = read_cache_settings(cache_root).grid()
+    agent = out["bev"][0].softmax(0)[list(AGENT_CLASSES)].sum(0).numpy() >= AGENT_P
+    assert plan.agents.shape == (agent.sum(), 2)
+    if len(plan.agents):
+        cells = np.floor(grid.ego_to_pixel(plan.agents)).astype(int)  # (column, row)
+        assert agent[cells[:, 1], cells[:, 0]].all()
 
 
 def test_predict_on_sensors_rendered_for_a_snapshot_of_a_recorded_pose(policy, recorded, train_root):

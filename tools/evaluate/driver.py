@@ -10,12 +10,17 @@ the route's curves allow (the expert's curve rule: lateral acceleration A_LAT, b
 each curve). Steering along the speed-dependent waypoints instead went straight through junctions: coming
 too fast, the planner's waypoints hardly bend (docs/training.md, "Why the policy stopped"). While the model's light
 head says that a red or yellow light holds the ego (probability above LIGHT_STOP_P), the target speed is 0: the
-planner's target speed alone ran red lights (docs/training.md "Red lights"). DRIVEKIT_LIGHT_RULE=off drives without
-that rule (the ablation of that table), with the same checkpoint.
+planner's target speed alone ran red lights (docs/training.md "Red lights"). And the target speed is capped so that the
+ego can stop before the first agent the model's BEV head predicts in its way (a vehicle, pedestrian or obstacle in a
+corridor along the predicted route: `agent_gap`), braking at AGENT_DECEL: the planner's pooled features missed cars
+standing in a queue 20 m ahead and drove into them at 8 m/s (docs/training.md "Vehicle collisions").
+DRIVEKIT_LIGHT_RULE=off and DRIVEKIT_AGENT_RULE=off drive without either rule (the ablations of those tables), with
+the same checkpoint.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,13 +35,72 @@ from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
 from tools.expert.route import DenseRoute
 from tools.train.model import LIGHT_STOP_P
 
-#: The environment variable that turns the light rule off ("off"; anything else, or unset: on).
+#: The environment variables that turn the light rule and the agent rule off ("off"; anything else, or unset: on).
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
+AGENT_RULE_ENV = "DRIVEKIT_AGENT_RULE"
+#: The corridor along the predicted route in which a predicted agent is in the ego's way: half its width, metres
+#: (the ego's half width and 0.05 m; at 1.4 m a car standing in the next lane beside the ego's front held it for
+#: good, and the car waited for the ego).
+CORRIDOR_HALF_WIDTH_M = 1.1
+#: How far ahead of the ego's centre the corridor reaches, metres: the predicted route (20 m), then straight on.
+CORRIDOR_M = 40.0
+#: Agent cells nearer than this along the route (from the ego's centre) are the ego's own or beside it: its front is
+#: 2.4 m ahead, and a cell is 0.5 m.
+AGENT_FROM_M = 3.0
+#: The ego stops with its centre this far before an agent in its way (its front 3 m short, the expert's standstill
+#: gap, tools.expert.expert.IDM_MIN_GAP), metres.
+AGENT_STOP_M = 5.5
+#: The deceleration the target speed allows towards that stop, m/s^2: below the expert's 3, as the controller
+#: follows a falling target late (at 3 the ego still met a standing truck at 2 m/s).
+AGENT_DECEL = 2.0
+#: Fewer agent cells than this in the corridor are noise; the gap is to the AGENT_MIN_CELLS-th nearest.
+AGENT_MIN_CELLS = 2
+
+
+def rule_on(env: str) -> bool:
+    """Whether drivers apply the rule that the environment variable `env` can turn off (it is not "off")."""
+    return os.environ.get(env, "on").strip().lower() != "off"
 
 
 def light_rule_on() -> bool:
     """Whether drivers stop for the light head (LIGHT_RULE_ENV is not "off")."""
-    return os.environ.get(LIGHT_RULE_ENV, "on").strip().lower() != "off"
+    return rule_on(LIGHT_RULE_ENV)
+
+
+def agent_gap(route: np.ndarray, agents: np.ndarray) -> float:
+    """How far along `route` ((R, 2) ego frame, in driving order from the ego; straight on past its end, up to
+    CORRIDOR_M) the agents ((N, 2) ego frame) in the ego's way begin: the distance from the ego's centre to the
+    AGENT_MIN_CELLS-th nearest of those within CORRIDOR_HALF_WIDTH_M of the line and beyond AGENT_FROM_M; inf when
+    fewer are."""
+    if len(agents) < AGENT_MIN_CELLS:
+        return math.inf
+    line = np.concatenate([np.zeros((1, 2)), np.asarray(route, dtype=np.float64).reshape(-1, 2)])
+    step = np.diff(line, axis=0)
+    keep = np.hypot(step[:, 0], step[:, 1]) > 0.2  # repeated points (the route's end) have no heading
+    line = np.concatenate([line[:1], line[1:][keep]])
+    if len(line) < 2:
+        line = np.array([[0.0, 0.0], [1.0, 0.0]])  # no route: straight on
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(line, axis=0).T))])
+    if s[-1] < CORRIDOR_M:
+        heading = (line[-1] - line[-2]) / (s[-1] - s[-2])
+        line = np.concatenate([line, line[-1:] + (CORRIDOR_M - s[-1]) * heading])
+        s = np.append(s, CORRIDOR_M)
+    start, seg, length = line[:-1], np.diff(line, axis=0), np.diff(s)
+    rel = np.asarray(agents, dtype=np.float64)[:, None, :] - start[None]  # (N, S, 2)
+    t = np.clip((rel * seg[None]).sum(-1) / length[None] ** 2, 0.0, 1.0)
+    off = rel - t[..., None] * seg[None]
+    dist = np.hypot(off[..., 0], off[..., 1])
+    nearest = dist.argmin(axis=1)
+    rows = np.arange(len(agents))
+    along = s[nearest] + t[rows, nearest] * length[nearest]
+    ahead = np.sort(along[(dist[rows, nearest] < CORRIDOR_HALF_WIDTH_M) & (along > AGENT_FROM_M)])
+    return float(ahead[AGENT_MIN_CELLS - 1]) if len(ahead) >= AGENT_MIN_CELLS else math.inf
+
+
+def agent_speed(gap: float) -> float:
+    """The highest speed (m/s) from which the ego stops AGENT_STOP_M before an agent `gap` metres ahead of its centre,
+    braking at AGENT_DECEL."""
+    return math.sqrt(2 * AGENT_DECEL * max(gap - AGENT_STOP_M, 0.0))
 
 
 def curve_speed(route: np.ndarray) -> float:
@@ -68,7 +132,9 @@ class Pilot:
         self.path = np.zeros((0, 2))
         self.target_speed = 0.0
         self.light_rule = light_rule_on()
+        self.agent_rule = rule_on(AGENT_RULE_ENV)
         self.light: float | None = None  # the light head's probability in the latest plan (None: no head)
+        self.gap = math.inf  # agent_gap of the latest plan
 
     def plan(self, sensors: dict[str, np.ndarray], m: Measurements, pose: Any) -> None:
         """A new plan from one frame's sensors (arrays by the rig's names) and measurements; `pose` (x, y, yaw) is
@@ -80,16 +146,24 @@ class Pilot:
         self.light = plan.light
         if self.stops_for_light():
             self.target_speed = 0.0  # a red or yellow light holds the ego: stop
+        self.gap = agent_gap(route, plan.agents)
+        if self.agent_rule:
+            self.target_speed = min(self.target_speed, agent_speed(self.gap))  # stop before an agent in the way
 
     def stops_for_light(self) -> bool:
         """Whether the latest plan stops for a light: the light head says one holds the ego, and the rule is on."""
         return self.light_rule and self.light is not None and self.light > LIGHT_STOP_P
 
     def detail(self) -> str:
-        """What the latest plan says about lights, for the run's pictures (a frame's reason_detail)."""
-        if self.light is None:
-            return ""
-        return f"light head {self.light:.2f}" + (": stops" if self.stops_for_light() else "")
+        """What the latest plan says about lights and agents in the way, for the run's pictures (a frame's
+        reason_detail)."""
+        parts = []
+        if self.light is not None:
+            parts.append(f"light head {self.light:.2f}" + (": stops" if self.stops_for_light() else ""))
+        if math.isfinite(self.gap):
+            capped = self.agent_rule and agent_speed(self.gap) < self.target_speed + 1e-6
+            parts.append(f"agent in {self.gap:.1f} m" + (": slows" if capped else ""))
+        return ", ".join(parts)
 
     def control(self, x: float, y: float, yaw: float, speed: float) -> Control:
         """This tick's control: the ego at (x, y) heading `yaw` (degrees) at `speed` (m/s) on the plan."""

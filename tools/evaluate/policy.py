@@ -17,6 +17,7 @@ CPU in float32, one frame at a time, on one thread (several evaluation workers r
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import torch
 
 from tools.cache.preprocess import Preprocessor
 from tools.core.errors import ToolError
+from tools.dataset import semantics as S
 from tools.dataset.cache import decode_record, encode_record
 from tools.dataset.frames import FrameError
 from tools.dataset.measurements import Measurements
@@ -36,6 +38,11 @@ from tools.train.data import collate
 from tools.train.model import ModelConfig, TransFuser
 
 FLAG = "--checkpoint"
+#: The BEV classes that stand in the ego's way (Plan.agents): vehicles, pedestrians and cyclists, static obstacles.
+AGENT_CLASSES = (S.BEV_VEHICLE, S.BEV_PEDESTRIAN, S.BEV_OBSTACLE)
+#: A BEV cell holds an agent where the BEV head gives AGENT_CLASSES together at least this probability. Lower than
+#: the most likely class (argmax), which loses vehicles 20 m and more ahead.
+AGENT_P = 0.3
 #: The keys of a batch the driving model reads (tools.train.model TransFuser.forward); the rest are labels.
 MODEL_INPUTS = ("rgb", "lidar_bev", "target_point", "speed", "command")
 
@@ -46,6 +53,8 @@ class Plan:
     target_speed: float  # m/s, the model's predicted target speed (clamped >= 0)
     route: np.ndarray  # (R, 2) float, ego frame: the predicted path ahead (the route's next points, 2 m apart)
     light: float | None = None  # the light head's probability that a red or yellow light holds the ego (None: no head)
+    #: (N, 2) ego frame: the centres of the BEV cells where the BEV head predicts an agent (AGENT_CLASSES, AGENT_P)
+    agents: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
 
 
 class Policy:
@@ -59,6 +68,7 @@ class Policy:
         self.sensor_names: list[str] = list(preprocessor.sensor_names)  # what predict() needs in `sensors`
         self.camera: str = preprocessor.settings.camera  # the rig camera the model sees
         self._model, self._pre = model, preprocessor
+        self._grid = preprocessor.settings.grid()
 
     def predict(self, sensors: dict[str, np.ndarray], m: Measurements) -> Plan:
         """The plan for one frame: `sensors` by name (at least `sensor_names`), `m` its measurements."""
@@ -67,8 +77,11 @@ class Policy:
             out = self._model(batch)
         waypoints = out["waypoints"][0].double().numpy()
         light = float(torch.sigmoid(out["light"][0])) if "light" in out else None
+        agent = out["bev"][0].float().softmax(0)[list(AGENT_CLASSES)].sum(0).numpy() >= AGENT_P
+        rows, cols = np.nonzero(agent)
         return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
-                    route=out["route"][0].double().numpy(), light=light)
+                    route=out["route"][0].double().numpy(), light=light,
+                    agents=self._grid.pixel_to_ego(cols + 0.5, rows + 0.5))
 
     def batch(self, sensors: dict[str, np.ndarray], m: Measurements) -> dict[str, torch.Tensor]:
         """The model's batch of one frame, as `predict` hands it over (MODEL_INPUTS are what the model reads)."""
