@@ -9,6 +9,7 @@ DEMO_ROUTES ?= 8
 WORKERS ?= 2
 PRESET ?=
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 APPTAINER ?= apptainer
 APPTAINER_FLAGS ?=
 IMAGES ?= containers/carla.sif containers/train.sif
@@ -93,7 +94,7 @@ test: $(TEST_STAMP) $(TOWNS_STAMP) $(CARLA15_STAMP) test-deps
 	       "free some space (or set TMPDIR to a folder on a larger disk); tests may fail with 'No space left'" >&2; \
 	fi
 	DRIVEKIT_REQUIRE_SLURM=$(DRIVEKIT_REQUIRE_SLURM) DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) \
-	  $(PY) -m pytest -q $(PYTEST_ARGS)
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	@echo "make test: the carla-dependent tests again under CARLA 0.9.15's client ($(VENV15))"
 	DRIVEKIT_CARLA_TOWNS=$(abspath $(CARLA_TOWNS_DIR)) $(VENV15)/bin/python -m pytest -q $(CARLA15_TESTS)
 

@@ -187,6 +187,20 @@ def posttrained(train_root, pretrained, tmp_path_factory) -> Path:
     return logdir
 
 
+# ----------------------------------------------------------------------------- running in parallel
+
+#: The fixtures of tests/slurm_cluster.py: the tests that ask for one (directly or through another fixture) share
+#: one process when pytest-xdist runs the suite in several (make test: -n TEST_WORKERS --dist loadgroup), so the
+#: session's clusters start once; they mostly wait on the cluster, and the other tests run beside them.
+SLURM_FIXTURES = ("slurm", "slurm_accounting")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(name in item.fixturenames for name in SLURM_FIXTURES):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 # ----------------------------------------------------------------------------- the end of the run
 
 @pytest.hookimpl(trylast=True)
