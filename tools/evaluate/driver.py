@@ -31,7 +31,7 @@ from tools.dataset.geometry import ego_to_world
 from tools.dataset.measurements import Measurements
 from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
-from tools.expert.expert import A_LAT, IDM_DECEL, Decision, WorldView
+from tools.expert.expert import A_LAT, IDM_DECEL, IDM_MIN_GAP, Decision, WorldView
 from tools.expert.route import DenseRoute
 from tools.train.model import LIGHT_STOP_P
 
@@ -47,11 +47,11 @@ CORRIDOR_M = 40.0
 #: Agent cells nearer than this along the route (from the ego's centre) are the ego's own or beside it: its front is
 #: 2.4 m ahead, and a cell is 0.5 m.
 AGENT_FROM_M = 3.0
-#: The ego stops with its centre this far before an agent in its way (its front 3 m short, the expert's standstill
-#: gap, tools.expert.expert.IDM_MIN_GAP), metres.
-AGENT_STOP_M = 5.5
+#: The ego stops with its centre this far before an agent in its way, metres: its front (about 2.5 m ahead of the
+#: centre) the expert's standstill gap short of it.
+AGENT_STOP_M = 2.5 + IDM_MIN_GAP
 #: The deceleration the target speed allows towards that stop, m/s^2: below the expert's 3, as the controller
-#: follows a falling target late (at 3 the ego still met a standing truck at 2 m/s).
+#: follows a falling target late (at 3, stopping 1.6 m short, the ego met a standing truck at 2.5 m/s).
 AGENT_DECEL = 2.0
 #: Fewer agent cells than this in the corridor are noise; the gap is to the AGENT_MIN_CELLS-th nearest.
 AGENT_MIN_CELLS = 2
