@@ -40,8 +40,9 @@ from tools.train.model import ModelConfig, TransFuser
 FLAG = "--checkpoint"
 #: The BEV classes that stand in the ego's way (Plan.agents): vehicles, pedestrians and cyclists, static obstacles.
 AGENT_CLASSES = (S.BEV_VEHICLE, S.BEV_PEDESTRIAN, S.BEV_OBSTACLE)
-#: A BEV cell holds an agent where the BEV head gives AGENT_CLASSES together at least this probability. Lower than
-#: the most likely class (argmax), which loses vehicles 20 m and more ahead.
+#: A BEV cell holds an agent where the BEV head gives AGENT_CLASSES together at least this probability (the value the
+#: driver's agent rule was measured with, docs/training.md "Vehicle collisions"). It is also their share of a uniform
+#: guess over the ten classes: a barely trained BEV head puts agents about everywhere.
 AGENT_P = 0.3
 #: The keys of a batch the driving model reads (tools.train.model TransFuser.forward); the rest are labels.
 MODEL_INPUTS = ("rgb", "lidar_bev", "target_point", "speed", "command")
