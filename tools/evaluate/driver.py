@@ -13,7 +13,7 @@ head says that a red or yellow light holds the ego (probability above LIGHT_STOP
 planner's target speed alone ran red lights (docs/training.md "Red lights"). And the target speed is capped so that the
 ego can stop before the first agent the model's BEV head predicts in its way (a vehicle, pedestrian or obstacle in a
 corridor along the predicted route: `agent_gap`), braking at AGENT_DECEL: the planner's pooled features missed a truck
-standing in the ego's lane 35 m ahead and drove into it at 10 m/s (docs/training.md "Vehicle collisions").
+standing in the ego's lane 35 m ahead and drove into it at 8 m/s (docs/training.md "Vehicle collisions").
 DRIVEKIT_LIGHT_RULE=off and DRIVEKIT_AGENT_RULE=off drive without either rule (the ablations of those tables), with
 the same checkpoint.
 """
