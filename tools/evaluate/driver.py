@@ -53,6 +53,8 @@ AGENT_STOP_M = 2.5 + IDM_MIN_GAP
 #: The deceleration the target speed allows towards that stop, m/s^2: below the expert's 3, as the controller
 #: follows a falling target late (at 3, stopping 1.6 m short, the ego met a standing truck at 2.5 m/s).
 AGENT_DECEL = 2.0
+#: Consecutive route points closer than this, metres, are one (the route's end repeats its last point): no heading.
+SAME_POINT_M = 0.2
 #: Fewer agent cells than this in the corridor are noise; the gap is to the AGENT_MIN_CELLS-th nearest.
 AGENT_MIN_CELLS = 2
 
@@ -76,7 +78,7 @@ def agent_gap(route: np.ndarray, agents: np.ndarray) -> float:
         return math.inf
     line = np.concatenate([np.zeros((1, 2)), np.asarray(route, dtype=np.float64).reshape(-1, 2)])
     step = np.diff(line, axis=0)
-    keep = np.hypot(step[:, 0], step[:, 1]) > 0.2  # repeated points (the route's end) have no heading
+    keep = np.hypot(step[:, 0], step[:, 1]) > SAME_POINT_M
     line = np.concatenate([line[:1], line[1:][keep]])
     if len(line) < 2:
         line = np.array([[0.0, 0.0], [1.0, 0.0]])  # no route: straight on
@@ -108,7 +110,7 @@ def curve_speed(route: np.ndarray) -> float:
     ego frame, in driving order) at a lateral acceleration of A_LAT; inf when it is straight or too short."""
     step = np.diff(np.concatenate([np.zeros((1, 2)), route]), axis=0)
     length = np.hypot(step[:, 0], step[:, 1])
-    keep = length > 0.2  # repeated points (the route's end) have no heading
+    keep = length > SAME_POINT_M
     if keep.sum() < 3:
         return float("inf")
     step, length = step[keep], length[keep]

@@ -69,7 +69,6 @@ class Policy:
         self.sensor_names: list[str] = list(preprocessor.sensor_names)  # what predict() needs in `sensors`
         self.camera: str = preprocessor.settings.camera  # the rig camera the model sees
         self._model, self._pre = model, preprocessor
-        self._grid = preprocessor.settings.grid()
 
     def predict(self, sensors: dict[str, np.ndarray], m: Measurements) -> Plan:
         """The plan for one frame: `sensors` by name (at least `sensor_names`), `m` its measurements."""
@@ -82,7 +81,7 @@ class Policy:
         rows, cols = np.nonzero(agent)
         return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
                     route=out["route"][0].double().numpy(), light=light,
-                    agents=self._grid.pixel_to_ego(cols + 0.5, rows + 0.5))
+                    agents=self._pre.grid.pixel_to_ego(cols + 0.5, rows + 0.5))
 
     def batch(self, sensors: dict[str, np.ndarray], m: Measurements) -> dict[str, torch.Tensor]:
         """The model's batch of one frame, as `predict` hands it over (MODEL_INPUTS are what the model reads)."""
