@@ -211,12 +211,15 @@ def test_seeds_drive_each_route_in_distinct_worlds_and_the_summary_gives_interva
     assert "not computed" not in proc.stdout
 
 
+#: A predicted route 20 m straight on: 10 points 2 m apart, from 2 m ahead (ego frame).
+STRAIGHT = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
+
+
 def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_expert_does():
     from tools.evaluate.driver import curve_speed
     from tools.expert.expert import A_LAT, IDM_DECEL
 
-    straight = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
-    assert curve_speed(straight) > 100  # no curve: the target speed decides
+    assert curve_speed(STRAIGHT) > 100  # no curve: the target speed decides
     assert curve_speed(np.zeros((10, 2))) == float("inf")  # standing at the route's end: no heading
     for radius in (8.0, 15.0, 30.0):  # a curve to the right, 10 points 2 m apart along it, from 2 m ahead
         angle = 2.0 * np.arange(10) / radius
@@ -235,18 +238,25 @@ class Predicts:
     def predict(self, sensors, m):
         from tools.evaluate.policy import Plan
 
-        route = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)
-        return Plan(waypoints=route[:8], target_speed=8.0, route=route, light=self.light, agents=self.agents)
+        return Plan(waypoints=STRAIGHT[:8], target_speed=8.0, route=STRAIGHT, light=self.light, agents=self.agents)
+
+
+def piloted(monkeypatch, env: str, rule: str):
+    """A Predicts policy and the Pilot driving it, with the rule of the environment variable `env` `rule` ("on",
+    "off")."""
+    from tools.evaluate.driver import Pilot
+
+    monkeypatch.setenv(env, rule)
+    policy = Predicts()
+    return policy, Pilot(policy, dt=0.05)
 
 
 @pytest.mark.parametrize("rule", ["on", "off"])
 def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego_unless_the_rule_is_off(
         rule, monkeypatch):
-    from tools.evaluate.driver import LIGHT_RULE_ENV, Pilot
+    from tools.evaluate.driver import LIGHT_RULE_ENV
 
-    monkeypatch.setenv(LIGHT_RULE_ENV, rule)
-    policy = Predicts()
-    pilot = Pilot(policy, dt=0.05)
+    policy, pilot = piloted(monkeypatch, LIGHT_RULE_ENV, rule)
     for light, stops in ((None, False), (0.2, False), (0.9, rule == "on")):
         policy.light = light
         pilot.plan({}, None, {"x": 0.0, "y": 0.0, "yaw": 0.0})
@@ -259,7 +269,7 @@ def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego
 def test_the_agent_gap_is_the_second_nearest_predicted_agent_cell_in_the_corridor_along_the_predicted_route():
     from tools.evaluate.driver import AGENT_FROM_M, CORRIDOR_HALF_WIDTH_M, CORRIDOR_M, agent_gap
 
-    straight = np.stack([2.0 * np.arange(1, 11), np.zeros(10)], axis=1)  # the predicted route: 20 m straight on
+    straight = STRAIGHT  # the predicted route: 20 m straight on
     car = np.array([[12.0, 0.5], [12.5, -0.5], [13.0, 0.0]])  # three cells of a car 12 m ahead
     assert agent_gap(straight, car) == 12.5  # the second nearest: one cell alone is noise
     assert agent_gap(straight, car[:1]) == float("inf")
@@ -281,11 +291,9 @@ def test_the_agent_gap_is_the_second_nearest_predicted_agent_cell_in_the_corrido
 @pytest.mark.parametrize("rule", ["on", "off"])
 def test_the_policy_driver_stops_before_an_agent_its_bev_head_sees_in_its_way_unless_the_rule_is_off(
         rule, monkeypatch):
-    from tools.evaluate.driver import AGENT_DECEL, AGENT_RULE_ENV, AGENT_STOP_M, Pilot
+    from tools.evaluate.driver import AGENT_DECEL, AGENT_RULE_ENV, AGENT_STOP_M
 
-    monkeypatch.setenv(AGENT_RULE_ENV, rule)
-    policy = Predicts()
-    pilot = Pilot(policy, dt=0.05)
+    policy, pilot = piloted(monkeypatch, AGENT_RULE_ENV, rule)
     for ahead, speed in ((None, 8.0), (30.0, 8.0), (12.0, np.sqrt(2 * AGENT_DECEL * (12.0 - AGENT_STOP_M))),
                          (5.0, 0.0)):
         policy.agents = np.zeros((0, 2)) if ahead is None else np.array([[ahead, 0.0], [ahead, 0.4], [ahead + 1, 0.0]])
