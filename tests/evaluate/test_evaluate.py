@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from tools.collect.base.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import RoadOption
-from tools.evaluate.driver import AGENT_RULE_ENV
+from tools.evaluate.driver import AGENT_RULE_ENV, LINE_RULE_ENV
 from tools.expert.planner import RoutePlanner
 from tools.train import checkpoint
 
@@ -108,10 +109,10 @@ def test_a_policy_that_always_brakes_completes_almost_nothing_and_is_blocked(pos
 def test_a_policy_that_drives_straight_on_through_a_turn_deviates_from_the_route(posttrained, short_routes, tmp_path):
     policy = edited_policy(posttrained, tmp_path, target_speed=8.0, step_m=2.0)
     routes = routes_with(short_routes, tmp_path / "routes", turn=True)
-    # Without the agent rule: the barely trained BEV head gives every cell about the agent classes' prior (3 of 10),
-    # and the rule would stop the car before it could deviate.
+    # Without the agent and stop-line rules: the barely trained BEV head gives every cell about the agent classes'
+    # prior (3 of 10; the red and yellow lines' 2 of 10), and the rules would stop the car before it could deviate.
     proc = run_bin("evaluate", "--checkpoint", policy, routes, "--root", tmp_path / "eval", "--max-deviation=15",
-                   timeout=600, env={AGENT_RULE_ENV: "off"})
+                   timeout=600, env={AGENT_RULE_ENV: "off", LINE_RULE_ENV: "off"})
     assert proc.returncode == 0, proc.stderr
     (record,) = records(tmp_path / "eval")
     assert record["status"] == results.FAILED_DEVIATED, record
@@ -230,15 +231,22 @@ def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_ex
 
 class Predicts:
     """A policy that predicts a straight route at 8 m/s, the light head's probability `light` and the BEV head's
-    agent cells `agents`."""
+    agent cells `agents` and red stop-line cells `red_lines`."""
 
     light: float | None = None
     agents = np.zeros((0, 2))
+    red_lines = np.zeros((0, 2))
 
     def predict(self, sensors, m):
         from tools.evaluate.policy import Plan
 
-        return Plan(waypoints=STRAIGHT[:8], target_speed=8.0, route=STRAIGHT, light=self.light, agents=self.agents)
+        return Plan(waypoints=STRAIGHT[:8], target_speed=8.0, route=STRAIGHT, light=self.light, agents=self.agents,
+                    red_lines=self.red_lines)
+
+
+#: The pose the Pilot tests plan from, and the measurements of an ego at 8 m/s (what the Pilot reads of them).
+POSE = {"x": 0.0, "y": 0.0, "yaw": 0.0}
+AT_8 = SimpleNamespace(speed=8.0)
 
 
 def piloted(monkeypatch, env: str, rule: str):
@@ -259,7 +267,7 @@ def test_the_policy_driver_stops_while_its_light_head_says_a_light_holds_the_ego
     policy, pilot = piloted(monkeypatch, LIGHT_RULE_ENV, rule)
     for light, stops in ((None, False), (0.2, False), (0.9, rule == "on")):
         policy.light = light
-        pilot.plan({}, None, {"x": 0.0, "y": 0.0, "yaw": 0.0})
+        pilot.plan({}, AT_8, POSE)
         assert pilot.target_speed == (0.0 if stops else 8.0), (light, rule)
         assert pilot.detail() == ("" if light is None else f"light head {light:.2f}" + (": stops" if stops else ""))
         control = pilot.control(0.0, 0.0, 0.0, 8.0)
@@ -297,9 +305,48 @@ def test_the_policy_driver_stops_before_an_agent_its_bev_head_sees_in_its_way_un
     for ahead, speed in ((None, 8.0), (30.0, 8.0), (12.0, np.sqrt(2 * AGENT_DECEL * (12.0 - AGENT_STOP_M))),
                          (5.0, 0.0)):
         policy.agents = np.zeros((0, 2)) if ahead is None else np.array([[ahead, 0.0], [ahead, 0.4], [ahead + 1, 0.0]])
-        pilot.plan({}, None, {"x": 0.0, "y": 0.0, "yaw": 0.0})
+        pilot.plan({}, AT_8, POSE)
         expected = speed if rule == "on" else 8.0
         assert pilot.target_speed == pytest.approx(expected), (ahead, rule)
         slows = rule == "on" and expected < 8.0
         assert pilot.detail() == ("" if ahead is None else f"agent in {ahead:.1f} m" + (": slows" if slows else ""))
         assert (pilot.control(0.0, 0.0, 0.0, 8.0).brake > 0) == (rule == "on" and expected < 6.0)
+
+
+def test_the_line_speed_brings_the_ego_to_where_the_expert_stands_and_leaves_the_nearer_line_to_the_light_head():
+    from tools.evaluate.driver import AGENT_DECEL, EGO_FRONT_M, LINE_HANDOVER_M, LINE_STOP_M, line_speed
+    from tools.expert.expert import IDM_DECEL, LIGHT_STOP_GAP
+
+    assert LINE_STOP_M == EGO_FRONT_M + LIGHT_STOP_GAP  # the front where the expert stands: the light in view
+    assert LINE_STOP_M < LINE_HANDOVER_M
+    assert line_speed(30.0, 8.0) == pytest.approx(np.sqrt(2 * AGENT_DECEL * (30.0 - LINE_STOP_M)))
+    at_handover = np.sqrt(2 * AGENT_DECEL * (LINE_HANDOVER_M - LINE_STOP_M))
+    assert at_handover < 3.0 and line_speed(LINE_HANDOVER_M, 0.0) == pytest.approx(at_handover)  # slow: about to stand
+    assert line_speed(LINE_HANDOVER_M - 0.1, 0.0) == float("inf")  # nearer: the light head says stop or go
+    # Too close to stop the front before the line even at the expert's deceleration: it drives on.
+    too_fast = np.sqrt(2 * IDM_DECEL * (12.0 - EGO_FRONT_M)) + 0.1
+    assert line_speed(12.0, too_fast) == float("inf")
+    assert line_speed(12.0, too_fast - 0.2) == pytest.approx(np.sqrt(2 * AGENT_DECEL * (12.0 - LINE_STOP_M)))
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_the_policy_driver_stands_before_a_red_stop_line_its_bev_head_sees_on_its_way_unless_the_rule_is_off(
+        rule, monkeypatch):
+    from tools.evaluate.driver import AGENT_DECEL, LINE_HANDOVER_M, LINE_RULE_ENV, LINE_STOP_M
+
+    policy, pilot = piloted(monkeypatch, LINE_RULE_ENV, rule)
+    across = np.array([[0.0, -1.0], [0.0, -0.5], [0.0, 0.0], [0.0, 0.5], [0.5, 0.0]])  # a stop line across the lane
+    slowed = np.sqrt(2 * AGENT_DECEL * (20.0 - LINE_STOP_M))
+    # (where the line is, the ego's speed, the target speed with the rule): none; far; near enough to slow; too near
+    # to stop at 8 m/s (drives on); creeping up to the handover; standing where the expert stands (the light head's).
+    creep = np.sqrt(2 * AGENT_DECEL * 2.0)
+    for ahead, speed, on in ((None, 8.0, 8.0), (40.0, 8.0, 8.0), (20.0, 8.0, slowed), (10.0, 8.0, 8.0),
+                             (LINE_STOP_M + 2.0, 1.0, creep), (LINE_STOP_M, 0.0, 8.0)):
+        assert LINE_STOP_M + 2.0 == LINE_HANDOVER_M
+        policy.red_lines = np.zeros((0, 2)) if ahead is None else across + [ahead, 0.0]
+        pilot.plan({}, SimpleNamespace(speed=speed), POSE)
+        expected = on if rule == "on" else 8.0
+        assert pilot.target_speed == pytest.approx(expected), (ahead, speed, rule)
+        slows = rule == "on" and expected < 8.0
+        assert pilot.detail() == ("" if ahead is None else f"red line in {ahead:.1f} m" + (": slows" if slows else ""))
+        assert (pilot.control(0.0, 0.0, 0.0, speed).brake > 0) == (expected < speed - 0.5)  # brakes to the cap

@@ -18,7 +18,7 @@ from tools.dataset.frames import read_frame
 from tools.dataset.layout import Layout, run_rel
 from tools.dataset.measurements import Measurements
 from tools.dataset.rig import RigConfig
-from tools.evaluate.policy import AGENT_CLASSES, AGENT_P, Plan, load_policy
+from tools.evaluate.policy import AGENT_CLASSES, AGENT_P, HOLD_CLASSES, Plan, load_policy
 from tools.train import checkpoint
 from tools.train.data import collate, find_cache
 from tools.train.model import ModelConfig, TransFuser
@@ -115,15 +115,17 @@ def test_predict_on_a_recorded_frame_is_finite_deterministic_and_the_model_on_it
     with torch.inference_mode():
         out = model(collate([{**sample, "rebuilt": 0, "replaced": 0}]))
     np.testing.assert_allclose(plan.waypoints, out["waypoints"][0].double().numpy(), rtol=0, atol=1e-6)
-    # The agents: the centres of the BEV cells whose agent classes the BEV head gives AGENT_P or more, ego frame (the
-    # two models agree to 1e-6, so a cell within 1e-5 of AGENT_P may go either way).
+    # The agents and the red stop lines: the centres of the BEV cells whose agent classes (red and yellow stop-line
+    # classes) the BEV head gives AGENT_P or more, ego frame (the two models agree to 1e-6, so a cell within 1e-5 of
+    # AGENT_P may go either way).
     grid = read_cache_settings(cache_root).grid()
-    p_agent = out["bev"][0].softmax(0)[list(AGENT_CLASSES)].sum(0).numpy()
-    cells = np.floor(grid.ego_to_pixel(plan.agents)).astype(int)  # (column, row)
-    assert plan.agents.shape[1] == 2 and len({tuple(c) for c in cells}) == len(cells)
-    assert (p_agent[cells[:, 1], cells[:, 0]] >= AGENT_P - 1e-5).all()
-    rows, cols = np.nonzero(p_agent >= AGENT_P + 1e-5)
-    assert set(zip(cols.tolist(), rows.tolist(), strict=True)) <= {tuple(c) for c in cells.tolist()}
+    for found, classes in ((plan.agents, AGENT_CLASSES), (plan.red_lines, HOLD_CLASSES)):
+        p = out["bev"][0].softmax(0)[list(classes)].sum(0).numpy()
+        cells = np.floor(grid.ego_to_pixel(found)).astype(int).reshape(-1, 2)  # (column, row)
+        assert found.shape[1] == 2 and len({tuple(c) for c in cells}) == len(cells)
+        assert (p[cells[:, 1], cells[:, 0]] >= AGENT_P - 1e-5).all()
+        rows, cols = np.nonzero(p >= AGENT_P + 1e-5)
+        assert set(zip(cols.tolist(), rows.tolist(), strict=True)) <= {tuple(c) for c in cells.tolist()}
 
 
 def test_predict_on_sensors_rendered_for_a_snapshot_of_a_recorded_pose(policy, recorded, train_root):

@@ -26,7 +26,7 @@ from tools.collect.sim.drive import drive
 from tools.core.errors import ToolError
 from tools.dataset.geometry import Pose, ego_to_world
 from tools.dataset.layout import Layout, RunKey
-from tools.evaluate.driver import AGENT_RULE_ENV, policy_factory
+from tools.evaluate.driver import AGENT_RULE_ENV, LINE_RULE_ENV, policy_factory
 from tools.evaluate.leaderboard.host import AgentSettings, agent_factory
 from tools.evaluate.leaderboard.policy_inputs import HalfTurns, PolicyAgentCore, checkpoint_of, read_config
 from tools.evaluate.leaderboard.sensors import suite, validate
@@ -138,8 +138,9 @@ def test_without_the_leaderboards_noise_the_agent_file_drives_as_the_checkpoint_
     pixels, target point, speed and command; the LiDAR's BEV counts differ (the leaderboard's LiDAR is not the rig's),
     by the amount docs/leaderboard-agent.md reports."""
     drives = capture(monkeypatch)
-    # The agent rule reads the BEV head, which reads the LiDAR, which is not the same both ways (below).
+    # The agent and stop-line rules read the BEV head, which reads the LiDAR, which is not the same both ways (below).
     monkeypatch.setenv(AGENT_RULE_ENV, "off")
+    monkeypatch.setenv(LINE_RULE_ENV, "off")
     step = str(checkpoint.resolve(posttrained))
     # The junction route (9 vehicle collisions both ways); the other is a plain road.
     for route_file in [p for p in route_files(short_routes) if p.parent.name != "NoScenario"]:

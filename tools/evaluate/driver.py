@@ -13,9 +13,13 @@ head says that a red or yellow light holds the ego (probability above LIGHT_STOP
 planner's target speed alone ran red lights (docs/training.md "Red lights"). And the target speed is capped so that the
 ego can stop before the first agent the model's BEV head predicts in its way (a vehicle, pedestrian or obstacle in a
 corridor along the predicted route: `agent_gap`), braking at AGENT_DECEL: the planner's pooled features missed a truck
-standing in the ego's lane 35 m ahead and drove into it at 8 m/s (docs/training.md "Vehicle collisions").
-DRIVEKIT_LIGHT_RULE=off and DRIVEKIT_AGENT_RULE=off drive without either rule (the ablations of those tables), with
-the same checkpoint.
+standing in the ego's lane 35 m ahead and drove into it at 8 m/s (docs/training.md "Vehicle collisions"). Where the
+BEV head predicts a red or yellow stop line on the predicted route, the target speed is capped so that the ego stands
+where the expert does (LIGHT_STOP_GAP before the line, the light in view), unless it is too close to stop before the
+line: the light head alone fired too late at 11 m/s, and never on turns the training routes did not take
+(docs/training.md "Red lights: the stop line in the BEV").
+DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off and DRIVEKIT_LINE_RULE=off drive without each rule (the ablations of
+those tables), with the same checkpoint.
 """
 
 from __future__ import annotations
@@ -31,13 +35,17 @@ from tools.dataset.geometry import ego_to_world
 from tools.dataset.measurements import Measurements
 from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
-from tools.expert.expert import A_LAT, IDM_DECEL, IDM_MIN_GAP, Decision, WorldView
+from tools.expert.expert import A_LAT, IDM_DECEL, IDM_MIN_GAP, LIGHT_STOP_GAP, Decision, WorldView
 from tools.expert.route import DenseRoute
 from tools.train.model import LIGHT_STOP_P
 
-#: The environment variables that turn the light rule and the agent rule off ("off"; anything else, or unset: on).
+#: The environment variables that turn the light rule, the agent rule and the stop-line rule off ("off"; anything
+#: else, or unset: on).
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
 AGENT_RULE_ENV = "DRIVEKIT_AGENT_RULE"
+LINE_RULE_ENV = "DRIVEKIT_LINE_RULE"
+#: How far the ego's front is ahead of its centre, metres (about half a car's length).
+EGO_FRONT_M = 2.5
 #: The corridor along the predicted route in which a predicted agent is in the ego's way: half its width, metres
 #: (the ego's half width and 0.05 m; at 1.4 m a car standing in the next lane beside the ego's front held it for
 #: good, and the car waited for the ego).
@@ -49,8 +57,15 @@ CORRIDOR_M = 40.0
 AGENT_FROM_M = 3.0
 #: The ego stops with its centre this far before an agent in its way, metres: its front (about 2.5 m ahead of the
 #: centre) the expert's standstill gap short of it.
-AGENT_STOP_M = 2.5 + IDM_MIN_GAP
-#: The deceleration the target speed allows towards that stop, m/s^2: below the expert's 3, as the controller
+AGENT_STOP_M = EGO_FRONT_M + IDM_MIN_GAP
+#: The ego stops with its centre this far before a red or yellow stop line in its way, metres: its front where the
+#: expert stands (LIGHT_STOP_GAP short of the line, the light in view).
+LINE_STOP_M = EGO_FRONT_M + LIGHT_STOP_GAP
+#: Nearer than this (from the ego's centre, metres) a stop line is the light head's to judge: it learnt the light's
+#: state where the expert stands, and the BEV head's colour of a line that near is not to be trusted (standing at a
+#: green light, it still predicted the line red and held the ego for good).
+LINE_HANDOVER_M = LINE_STOP_M + 2.0
+#: The deceleration the target speed allows towards those stops, m/s^2: below the expert's 3, as the controller
 #: follows a falling target late (at 3, stopping 1.6 m short, the ego met a standing truck at 2.5 m/s).
 AGENT_DECEL = 2.0
 #: Consecutive route points closer than this, metres, are one (the route's end repeats its last point): no heading.
@@ -105,6 +120,17 @@ def agent_speed(gap: float) -> float:
     return math.sqrt(2 * AGENT_DECEL * max(gap - AGENT_STOP_M, 0.0))
 
 
+def line_speed(gap: float, speed: float) -> float:
+    """The highest speed (m/s) from which the ego stops LINE_STOP_M before a red or yellow stop line `gap` metres ahead
+    of its centre, braking at AGENT_DECEL; inf (no cap) when the line is nearer than LINE_HANDOVER_M (the light head
+    judges it there), or when, at `speed` m/s, even the expert's IDM_DECEL would no longer stop the ego's front before
+    the line: as the expert drives through a yellow light (tools.expert.expert stops_for), and a red one is better
+    crossed than stood at in the junction."""
+    if gap < LINE_HANDOVER_M or speed * speed > 2 * IDM_DECEL * (gap - EGO_FRONT_M):
+        return math.inf
+    return math.sqrt(2 * AGENT_DECEL * max(gap - LINE_STOP_M, 0.0))
+
+
 def curve_speed(route: np.ndarray) -> float:
     """The highest speed (m/s) from which the ego can brake at IDM_DECEL into every curve of `route` ((N, 2),
     ego frame, in driving order) at a lateral acceleration of A_LAT; inf when it is straight or too short."""
@@ -135,8 +161,11 @@ class Pilot:
         self.target_speed = 0.0
         self.light_rule = light_rule_on()
         self.agent_rule = rule_on(AGENT_RULE_ENV)
+        self.line_rule = rule_on(LINE_RULE_ENV)
         self.light: float | None = None  # the light head's probability in the latest plan (None: no head)
         self.gap = math.inf  # agent_gap of the latest plan
+        self.line_gap = math.inf  # how far ahead a red or yellow stop line is (agent_gap of its cells)
+        self.line_cap = math.inf  # line_speed of the latest plan
 
     def plan(self, sensors: dict[str, np.ndarray], m: Measurements, pose: Any) -> None:
         """A new plan from one frame's sensors (arrays by the rig's names) and measurements; `pose` (x, y, yaw) is
@@ -151,6 +180,10 @@ class Pilot:
         self.gap = agent_gap(route, plan.agents)
         if self.agent_rule:
             self.target_speed = min(self.target_speed, agent_speed(self.gap))  # stop before an agent in the way
+        self.line_gap = agent_gap(route, plan.red_lines)
+        self.line_cap = line_speed(self.line_gap, m.speed) if math.isfinite(self.line_gap) else math.inf
+        if self.line_rule:
+            self.target_speed = min(self.target_speed, self.line_cap)  # stand before a red stop line
 
     def stops_for_light(self) -> bool:
         """Whether the latest plan stops for a light: the light head says one holds the ego, and the rule is on."""
@@ -162,6 +195,9 @@ class Pilot:
         parts = []
         if self.light is not None:
             parts.append(f"light head {self.light:.2f}" + (": stops" if self.stops_for_light() else ""))
+        if math.isfinite(self.line_gap):
+            capped = self.line_rule and self.line_cap < self.target_speed + 1e-6
+            parts.append(f"red line in {self.line_gap:.1f} m" + (": slows" if capped else ""))
         if math.isfinite(self.gap):
             capped = self.agent_rule and agent_speed(self.gap) < self.target_speed + 1e-6
             parts.append(f"agent in {self.gap:.1f} m" + (": slows" if capped else ""))

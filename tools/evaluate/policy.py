@@ -44,6 +44,9 @@ AGENT_CLASSES = (S.BEV_VEHICLE, S.BEV_PEDESTRIAN, S.BEV_OBSTACLE)
 #: driver's agent rule was measured with, docs/training.md "Vehicle collisions"). It is also their share of a uniform
 #: guess over the ten classes: a barely trained BEV head puts agents about everywhere.
 AGENT_P = 0.3
+#: The BEV classes of a stop line whose light holds the ego (Plan.red_lines): red and yellow. Their cells are found as
+#: the agents' are (together at least AGENT_P).
+HOLD_CLASSES = (S.BEV_LIGHT_RED, S.BEV_LIGHT_YELLOW)
 #: The keys of a batch the driving model reads (tools.train.model TransFuser.forward); the rest are labels.
 MODEL_INPUTS = ("rgb", "lidar_bev", "target_point", "speed", "command")
 
@@ -56,6 +59,9 @@ class Plan:
     light: float | None = None  # the light head's probability that a red or yellow light holds the ego (None: no head)
     #: (N, 2) ego frame: the centres of the BEV cells where the BEV head predicts an agent (AGENT_CLASSES, AGENT_P)
     agents: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
+    #: (N, 2) ego frame: the centres of the BEV cells where the BEV head predicts a red or yellow stop line
+    #: (HOLD_CLASSES, AGENT_P)
+    red_lines: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
 
 
 class Policy:
@@ -77,11 +83,16 @@ class Policy:
             out = self._model(batch)
         waypoints = out["waypoints"][0].double().numpy()
         light = float(torch.sigmoid(out["light"][0])) if "light" in out else None
-        agent = out["bev"][0].float().softmax(0)[list(AGENT_CLASSES)].sum(0).numpy() >= AGENT_P
-        rows, cols = np.nonzero(agent)
+        bev = out["bev"][0].float().softmax(0)
         return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
                     route=out["route"][0].double().numpy(), light=light,
-                    agents=self._pre.grid.pixel_to_ego(cols + 0.5, rows + 0.5))
+                    agents=self._cells(bev[list(AGENT_CLASSES)].sum(0).numpy() >= AGENT_P),
+                    red_lines=self._cells(bev[list(HOLD_CLASSES)].sum(0).numpy() >= AGENT_P))
+
+    def _cells(self, mask: np.ndarray) -> np.ndarray:
+        """The ego-frame centres ((N, 2)) of the BEV cells where `mask` ((G, G), the BEV's rows and columns) holds."""
+        rows, cols = np.nonzero(mask)
+        return self._pre.grid.pixel_to_ego(cols + 0.5, rows + 0.5)
 
     def batch(self, sensors: dict[str, np.ndarray], m: Measurements) -> dict[str, torch.Tensor]:
         """The model's batch of one frame, as `predict` hands it over (MODEL_INPUTS are what the model reads)."""
