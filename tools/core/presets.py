@@ -54,13 +54,18 @@ TRAIN: dict[str, tuple[Any, Any, Any, Any, Any]] = {
 #: routes per town, 0 none; real_town: a CARLA town (the py123d wheel's) whose held-out routes are driven too, ""
 #: none; towns: where the training routes are, "generated" (a town of ours) or "carla" (CARLA's twelve, every
 #: scenario type each has a place for; bin/demo --train-towns picks); benchmark: "bench2drive" to require
-#: --bench2drive PATH, whose routes are then driven with Bench2Drive's metrics).
+#: --bench2drive PATH, whose routes are then driven with Bench2Drive's metrics; scenarios: the types the generated
+#: town's training routes take in turn (tools.collect routes --scenarios), "" the route tool's own choice (the
+#: junction flow of a route's first turn). `make demo` (the last column) trains on turns at signalized junctions,
+#: left and right: its 8 routes of the route tool's choice took no left turn at a light, and 2 of its 4 held-out
+#: routes do (docs/training.md "Red lights: the stop line in the BEV").
 DEMO: dict[str, tuple[Any, Any, Any, Any, Any]] = {
     "train_seeds": (1, 1, 3, 3, 1),
     "eval_routes": (4, 4, 8, 0, 4),
     "real_town": ("", "", "Town03", "", ""),
     "towns": ("generated", "generated", "generated", "carla", "generated"),
     "benchmark": ("", "", "", "bench2drive", ""),
+    "scenarios": ("", "", "", "", "SignalizedJunctionLeftTurn,SignalizedJunctionRightTurn"),
 }
 TABLES = {"routes": ROUTES, "collect": COLLECT, "train": TRAIN, "demo": DEMO}
 
