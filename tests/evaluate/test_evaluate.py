@@ -24,7 +24,7 @@ from tools.collect.base.town import Town
 from tools.dataset import results
 from tools.dataset.layout import Layout
 from tools.dataset.measurements import RoadOption
-from tools.evaluate.driver import AGENT_RULE_ENV, LINE_RULE_ENV
+from tools.evaluate.driver import AGENT_RULE_ENV, GO_RULE_ENV, LINE_RULE_ENV
 from tools.expert.planner import RoutePlanner
 from tools.train import checkpoint
 
@@ -84,8 +84,10 @@ def records(root: Path) -> list[dict]:
 def test_a_policy_that_always_brakes_completes_almost_nothing_and_is_blocked(posttrained, short_routes, tmp_path):
     policy = edited_policy(posttrained, tmp_path, target_speed=-5.0, step_m=0.0)
     routes = routes_with(short_routes, tmp_path / "routes", turn=False)
+    # Without the go rule, which would raise the planner's 0 m/s to GO_SPEED on this road: the judgment of a policy
+    # that stands is what is tested.
     proc = run_bin("evaluate", "--checkpoint", policy, routes, "--root", tmp_path / "eval", "--blocked-after=15",
-                   timeout=600)
+                   timeout=600, env={GO_RULE_ENV: "off"})
     assert proc.returncode == 0, proc.stderr
     (record,) = records(tmp_path / "eval")
     assert record["status"] == results.FAILED_BLOCKED
@@ -236,17 +238,23 @@ class Predicts:
     light: float | None = None
     agents = np.zeros((0, 2))
     red_lines = np.zeros((0, 2))
+    target_speed = 8.0
 
     def predict(self, sensors, m):
         from tools.evaluate.policy import Plan
 
-        return Plan(waypoints=STRAIGHT[:8], target_speed=8.0, route=STRAIGHT, light=self.light, agents=self.agents,
-                    red_lines=self.red_lines)
+        return Plan(waypoints=STRAIGHT[:8], target_speed=self.target_speed, route=STRAIGHT, light=self.light,
+                    agents=self.agents, red_lines=self.red_lines)
 
 
-#: The pose the Pilot tests plan from, and the measurements of an ego at 8 m/s (what the Pilot reads of them).
+def on_road(speed: float, command: int = RoadOption.LANEFOLLOW) -> SimpleNamespace:
+    """The measurements the Pilot reads: the ego's speed (m/s) and the command."""
+    return SimpleNamespace(speed=speed, command=command)
+
+
+#: The pose the Pilot tests plan from, and the measurements of an ego at 8 m/s on a road.
 POSE = {"x": 0.0, "y": 0.0, "yaw": 0.0}
-AT_8 = SimpleNamespace(speed=8.0)
+AT_8 = on_road(8.0)
 
 
 def piloted(monkeypatch, env: str, rule: str):
@@ -344,9 +352,38 @@ def test_the_policy_driver_stands_before_a_red_stop_line_its_bev_head_sees_on_it
                              (LINE_STOP_M + 2.0, 1.0, creep), (LINE_STOP_M, 0.0, 8.0)):
         assert LINE_STOP_M + 2.0 == LINE_HANDOVER_M
         policy.red_lines = np.zeros((0, 2)) if ahead is None else across + [ahead, 0.0]
-        pilot.plan({}, SimpleNamespace(speed=speed), POSE)
+        pilot.plan({}, on_road(speed), POSE)
         expected = on if rule == "on" else 8.0
         assert pilot.target_speed == pytest.approx(expected), (ahead, speed, rule)
         slows = rule == "on" and expected < 8.0
         assert pilot.detail() == ("" if ahead is None else f"red line in {ahead:.1f} m" + (": slows" if slows else ""))
         assert (pilot.control(0.0, 0.0, 0.0, speed).brake > 0) == (expected < speed - 0.5)  # brakes to the cap
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_the_policy_driver_goes_at_least_the_go_speed_on_a_road_where_its_planner_crawls_unless_the_rule_is_off(
+        rule, monkeypatch):
+    from tools.evaluate.driver import AGENT_DECEL, AGENT_STOP_M, GO_BELOW, GO_RULE_ENV, GO_SPEED
+
+    policy, pilot = piloted(monkeypatch, GO_RULE_ENV, rule)
+    goes = rule == "on"
+    # (the planner's target speed, the command, the ego's speed, the target speed with the rule): a crawl or a stand on
+    # a road goes; the planner's own speed above the go speed stays; at a junction's turn, and once the ego moves, the
+    # planner decides.
+    for planned, command, speed, on in ((0.5, RoadOption.LANEFOLLOW, 0.4, GO_SPEED),
+                                        (0.0, RoadOption.LANEFOLLOW, 0.0, GO_SPEED),
+                                        (8.0, RoadOption.LANEFOLLOW, 0.4, 8.0), (0.5, RoadOption.LEFT, 0.4, 0.5),
+                                        (0.5, RoadOption.STRAIGHT, 0.4, 0.5),
+                                        (0.5, RoadOption.LANEFOLLOW, GO_BELOW + 0.5, 0.5)):
+        policy.target_speed = planned
+        pilot.plan({}, on_road(speed, command), POSE)
+        assert pilot.target_speed == (on if goes else planned), (planned, command, speed, rule)
+        raised = goes and on > planned
+        assert pilot.detail().startswith(f"planner {planned:.1f} m/s: goes") == raised
+    # The other rules cap the raised speed as any other: a light that holds the ego, an agent in the way.
+    policy.target_speed, policy.light = 0.5, 0.9
+    pilot.plan({}, on_road(0.4), POSE)
+    assert pilot.target_speed == 0.0
+    policy.light, policy.agents = None, np.array([[AGENT_STOP_M + 1.0, 0.0], [AGENT_STOP_M + 1.0, 0.4]])
+    pilot.plan({}, on_road(0.4), POSE)
+    assert pilot.target_speed == pytest.approx(min(GO_SPEED if goes else 0.5, np.sqrt(2 * AGENT_DECEL * 1.0)))

@@ -18,8 +18,13 @@ BEV head predicts a red or yellow stop line on the predicted route, the target s
 where the expert does (LIGHT_STOP_GAP before the line, the light in view), unless it is too close to stop before the
 line: the light head alone fired too late at 11 m/s, and never on turns the training routes did not take
 (docs/training.md "Red lights: the stop line in the BEV").
-DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off and DRIVEKIT_LINE_RULE=off drive without each rule (the ablations of
-those tables), with the same checkpoint.
+On a road (the command LANEFOLLOW), while the ego stands or crawls (below GO_BELOW), the planner's target speed counts
+as at least GO_SPEED before those caps: at a crawl its expected speed stayed a crawl (0.5 m/s for 40 s on an empty road
+of Bench2Drive: the inertia of behaviour cloning), and 33 of Bench2Drive's 220 routes ran out of time
+(docs/training.md "The go rule"). Once the ego moves, slowing down is the planner's call: raised at any speed, the
+target overrode its slowing for a light it saw and the light head did not.
+DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off, DRIVEKIT_LINE_RULE=off and DRIVEKIT_GO_RULE=off drive without each
+rule (the ablations of those tables), with the same checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from tools.dataset.geometry import ego_to_world
-from tools.dataset.measurements import Measurements
+from tools.dataset.measurements import Measurements, RoadOption
 from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
 from tools.expert.expert import A_LAT, IDM_DECEL, IDM_MIN_GAP, LIGHT_STOP_GAP, Decision, WorldView
@@ -44,6 +49,11 @@ from tools.train.model import LIGHT_STOP_P
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
 AGENT_RULE_ENV = "DRIVEKIT_AGENT_RULE"
 LINE_RULE_ENV = "DRIVEKIT_LINE_RULE"
+GO_RULE_ENV = "DRIVEKIT_GO_RULE"
+#: The lowest target speed the planner's counts as on a road (command LANEFOLLOW) while the ego is slower than GO_BELOW,
+#: m/s, before the curve, light, agent and stop-line caps.
+GO_SPEED = 3.0
+GO_BELOW = 1.0
 #: How far the ego's front is ahead of its centre, metres (about half a car's length).
 EGO_FRONT_M = 2.5
 #: The corridor along the predicted route in which a predicted agent is in the ego's way: half its width, metres
@@ -162,6 +172,9 @@ class Pilot:
         self.light_rule = light_rule_on()
         self.agent_rule = rule_on(AGENT_RULE_ENV)
         self.line_rule = rule_on(LINE_RULE_ENV)
+        self.go_rule = rule_on(GO_RULE_ENV)
+        self.planned = 0.0  # the planner's target speed in the latest plan
+        self.goes = False  # the go rule raised it to GO_SPEED
         self.light: float | None = None  # the light head's probability in the latest plan (None: no head)
         self.gap = math.inf  # agent_gap of the latest plan
         self.line_gap = math.inf  # how far ahead a red or yellow stop line is (agent_gap of its cells)
@@ -173,7 +186,10 @@ class Pilot:
         plan = self.policy.predict(sensors, m)
         route = np.asarray(plan.route, dtype=np.float64)
         self.path = ego_to_world(pose, route)
-        self.target_speed = min(float(plan.target_speed), curve_speed(route))
+        self.planned = float(plan.target_speed)
+        self.goes = (self.go_rule and m.command == RoadOption.LANEFOLLOW and m.speed < GO_BELOW
+                     and self.planned < GO_SPEED)
+        self.target_speed = min(GO_SPEED if self.goes else self.planned, curve_speed(route))
         self.light = plan.light
         if self.stops_for_light():
             self.target_speed = 0.0  # a red or yellow light holds the ego: stop
@@ -190,9 +206,9 @@ class Pilot:
         return self.light_rule and self.light is not None and self.light > LIGHT_STOP_P
 
     def detail(self) -> str:
-        """What the latest plan says about lights and agents in the way, for the run's pictures (a frame's
-        reason_detail)."""
-        parts = []
+        """What the latest plan says about a crawling planner, lights and agents in the way, for the run's pictures (a
+        frame's reason_detail)."""
+        parts = [f"planner {self.planned:.1f} m/s: goes"] if self.goes else []
         if self.light is not None:
             parts.append(f"light head {self.light:.2f}" + (": stops" if self.stops_for_light() else ""))
         if math.isfinite(self.line_gap):
