@@ -44,15 +44,16 @@ from tools.expert.expert import A_LAT, IDM_DECEL, IDM_MIN_GAP, LIGHT_STOP_GAP, D
 from tools.expert.route import DenseRoute
 from tools.train.model import LIGHT_STOP_P
 
-#: The environment variables that turn the light rule, the agent rule and the stop-line rule off ("off"; anything
-#: else, or unset: on).
+#: The environment variables that turn the light, agent, stop-line and go rules off ("off"; anything else, or unset:
+#: on).
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
 AGENT_RULE_ENV = "DRIVEKIT_AGENT_RULE"
 LINE_RULE_ENV = "DRIVEKIT_LINE_RULE"
 GO_RULE_ENV = "DRIVEKIT_GO_RULE"
-#: The lowest target speed the planner's counts as on a road (command LANEFOLLOW) while the ego is slower than GO_BELOW,
-#: m/s, before the curve, light, agent and stop-line caps.
+#: On a road (command LANEFOLLOW), the planner's target speed counts as at least this, m/s, before the curve, light,
+#: agent and stop-line caps ...
 GO_SPEED = 3.0
+#: ... while the ego is slower than this, m/s (standing or crawling; faster, the planner's slowing down stands).
 GO_BELOW = 1.0
 #: How far the ego's front is ahead of its centre, metres (about half a car's length).
 EGO_FRONT_M = 2.5
