@@ -347,10 +347,9 @@ def test_the_policy_driver_stands_before_a_red_stop_line_its_bev_head_sees_on_it
     slowed = np.sqrt(2 * AGENT_DECEL * (20.0 - LINE_STOP_M))
     # (where the line is, the ego's speed, the target speed with the rule): none; far; near enough to slow; too near
     # to stop at 8 m/s (drives on); creeping up to the handover; standing where the expert stands (the light head's).
-    creep = np.sqrt(2 * AGENT_DECEL * 2.0)
+    creep = np.sqrt(2 * AGENT_DECEL * (LINE_HANDOVER_M - LINE_STOP_M))
     for ahead, speed, on in ((None, 8.0, 8.0), (40.0, 8.0, 8.0), (20.0, 8.0, slowed), (10.0, 8.0, 8.0),
-                             (LINE_STOP_M + 2.0, 1.0, creep), (LINE_STOP_M, 0.0, 8.0)):
-        assert LINE_STOP_M + 2.0 == LINE_HANDOVER_M
+                             (LINE_HANDOVER_M, 1.0, creep), (LINE_STOP_M, 0.0, 8.0)):
         policy.red_lines = np.zeros((0, 2)) if ahead is None else across + [ahead, 0.0]
         pilot.plan({}, on_road(speed), POSE)
         expected = on if rule == "on" else 8.0
