@@ -125,10 +125,16 @@ def agent_gap(route: np.ndarray, agents: np.ndarray) -> float:
     return float(ahead[AGENT_MIN_CELLS - 1]) if len(ahead) >= AGENT_MIN_CELLS else math.inf
 
 
+def stop_speed(distance: float) -> float:
+    """The highest speed (m/s) from which the ego stops within `distance` metres (none left: 0), braking at
+    AGENT_DECEL."""
+    return math.sqrt(2 * AGENT_DECEL * max(distance, 0.0))
+
+
 def agent_speed(gap: float) -> float:
     """The highest speed (m/s) from which the ego stops AGENT_STOP_M before an agent `gap` metres ahead of its centre,
     braking at AGENT_DECEL."""
-    return math.sqrt(2 * AGENT_DECEL * max(gap - AGENT_STOP_M, 0.0))
+    return stop_speed(gap - AGENT_STOP_M)
 
 
 def line_speed(gap: float, speed: float) -> float:
@@ -139,7 +145,7 @@ def line_speed(gap: float, speed: float) -> float:
     crossed than stood at in the junction."""
     if gap < LINE_HANDOVER_M or speed * speed > 2 * IDM_DECEL * (gap - EGO_FRONT_M):
         return math.inf
-    return math.sqrt(2 * AGENT_DECEL * max(gap - LINE_STOP_M, 0.0))
+    return stop_speed(gap - LINE_STOP_M)
 
 
 def curve_speed(route: np.ndarray) -> float:
@@ -198,7 +204,7 @@ class Pilot:
         if self.agent_rule:
             self.target_speed = min(self.target_speed, agent_speed(self.gap))  # stop before an agent in the way
         self.line_gap = agent_gap(route, plan.red_lines)
-        self.line_cap = line_speed(self.line_gap, m.speed) if math.isfinite(self.line_gap) else math.inf
+        self.line_cap = line_speed(self.line_gap, m.speed)
         if self.line_rule:
             self.target_speed = min(self.target_speed, self.line_cap)  # stand before a red stop line
 
