@@ -3,12 +3,13 @@ of a bench2drive preset root's routes a policy trains on, at the preset's fixed 
 protocol").
 
 The sizes are holdouts of one collected root (`bin/demo --preset bench2drive`'s DEMO/data): for each of
---test-fractions F, a copy of the root whose frames and cache records are hard links of the original's (only read:
-every tool writes a new file and renames it into place, so the original is never changed; the copy's buckets are its
-own), its routes split by `bin/build-buckets --test-fraction F` (stratified by town, scenario type and weather, as
-every split: training never reads the test split), then `bin/train pretrain` and `posttrain` (--preset, --seed) and
-`bin/evaluate --checkpoint` on the benchmark's routes, scored by `bin/evaluate score --bench2drive`. --full names
-evaluation roots of trainings on the root as it is (bin/demo's seeds, its own split): the curve's largest point.
+--test-fractions F, a copy of the root whose frames and cache records are hard links of the original's (the tools
+run on the copy, build-buckets, build-cache and train, write only new files renamed into place, so the original's
+files are never changed; the copy's buckets are its own), its routes split by `bin/build-buckets --test-fraction F`
+(stratified by town, scenario type and weather, as every split: training never reads the test split), then
+`bin/train pretrain` and `posttrain` (--preset, --seed) and `bin/evaluate --checkpoint` on the benchmark's routes,
+scored by `bin/evaluate score --bench2drive`. --full names evaluation roots of trainings on the root as it is
+(bin/demo's seeds, its own split): the curve's largest point.
 Every row is read back from what the tools wrote: the evaluation's checkpoint (evaluation.json), that training run's
 held-out ADE (summary.json) and root (config.json), the train split of the root's pretrain bucket file.
 
@@ -64,7 +65,7 @@ def row(evaluation: Path) -> dict:
     ability = json.loads(layout_eval.bench2drive_ability.read_text())
     return {"routes": len({run_rel for run_rel, _ in train}), "frames": len(train), "ds": merged["driving score"],
             "success": 100 * merged["success rate"], "ability": 100 * ability["mean"], "ade": val.get("ade"),
-            "cv": val.get("ade_constant_velocity"), "evaluation": evaluation}
+            "cv": val.get("ade_constant_velocity")}
 
 
 def main() -> None:
