@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -168,8 +169,12 @@ def main() -> None:
     axes[1].set_xticks(ns, [str(n) for n in ns])
     axes[1].legend(fontsize=7)
     fig.suptitle(f"{args.preset} preset, {args.steps} steps per phase", fontsize=9)
+    save_plot(fig, Path(args.png) if args.png else out / "learning-curve.png")
+
+
+def save_plot(fig: Any, png: Path) -> None:
+    """Write the matplotlib figure `fig` to `png` (its folder made) and say where."""
     fig.tight_layout()
-    png = Path(args.png) if args.png else out / "learning-curve.png"
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     print(f"plot: {png}")

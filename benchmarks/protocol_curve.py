@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_learning_curve import BIN, sh  # noqa: E402
+from benchmarks.bench_learning_curve import BIN, save_plot, sh  # noqa: E402
 from tools.dataset.buckets import load_collection  # noqa: E402
 from tools.dataset.layout import Layout  # noqa: E402
 
@@ -143,11 +143,7 @@ def main() -> None:
     ax.minorticks_off()
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    png = Path(args.png) if args.png else out / "protocol-curve.png"
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    print(f"plot: {png}")
+    save_plot(fig, Path(args.png) if args.png else out / "protocol-curve.png")
 
 
 if __name__ == "__main__":
