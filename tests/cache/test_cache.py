@@ -583,3 +583,33 @@ def test_lidar_rasterization_counts_every_point_in_its_cell_as_the_numpy_version
     expected = np.minimum(counts, 255).astype(np.uint8).reshape(2, g, g)
     got = pre.lidar_bev(points)
     assert got.dtype == np.uint8 and np.array_equal(got, expected) and got.max() == 255
+
+
+def test_the_overtake_label_is_how_far_left_of_the_route_the_expert_drove_six_metres_on():
+    """tools.cache.preprocess.overtake_offset: the expert stands behind an obstacle, then moves a lane over (left in
+    CARLA's world, whose y points right: y < 0). The route points stay in its lane; the driven path says so."""
+    from types import SimpleNamespace
+
+    from tools.cache.preprocess import OVERTAKE_FRAMES, overtake_offset
+    from tools.dataset.samples import OVERTAKE_AHEAD_M, OVERTAKE_MIN_M
+
+    here = SimpleNamespace(route=[[x, 0.0, 0.0] for x in np.arange(2.0, 22.0, 2.0)], ego_xy=(0.0, 0.0))
+
+    def at(x: float, y: float) -> SimpleNamespace:
+        return SimpleNamespace(ego_xy=(x, y))
+
+    standing = [at(0.0, 0.0)] * 24  # the expert's 6 s behind the obstacle: the label looks past them
+    out = [at(x, -3.5 * min(1.0, (x + 4.0) / 12.0)) for x in np.arange(0.5, 20.0, 0.5)]  # its ramp into the next lane
+    label = overtake_offset(here, standing + out)
+    assert OVERTAKE_MIN_M < label < 3.5
+    travelled = np.cumsum([0.0] + [float(np.hypot(b.ego_xy[0] - a.ego_xy[0], b.ego_xy[1] - a.ego_xy[1]))
+                                   for a, b in zip(out, out[1:], strict=False)]) + float(np.hypot(*out[0].ego_xy))
+    first = int(np.argmax(travelled >= OVERTAKE_AHEAD_M))
+    assert label == pytest.approx(-out[first].ego_xy[1])  # the point OVERTAKE_AHEAD_M along the driven path
+    assert overtake_offset(here, [at(x, 3.2) for x in np.arange(1.0, 12.0)]) == pytest.approx(-3.2)  # to the right
+    straight = [at(x, 0.1) for x in np.arange(1.0, 12.0)]
+    assert abs(overtake_offset(here, straight)) < OVERTAKE_MIN_M  # following the route
+    assert overtake_offset(here, straight[:4]) == 0.0  # the run ends first
+    assert overtake_offset(here, straight[:3] + [None] + straight[3:]) == 0.0  # an unreadable frame on the way
+    assert overtake_offset(SimpleNamespace(route=[], ego_xy=(0.0, 0.0)), straight) == 0.0
+    assert len(standing) + 16 < OVERTAKE_FRAMES  # the builder gives a sample this many later frames

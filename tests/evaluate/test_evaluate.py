@@ -232,19 +232,23 @@ def test_the_policy_driver_slows_for_the_curves_of_its_predicted_route_as_the_ex
 
 
 class Predicts:
-    """A policy that predicts a straight route at 8 m/s, the light head's probability `light` and the BEV head's
-    agent cells `agents` and red stop-line cells `red_lines`."""
+    """A policy that predicts a straight route at 8 m/s, the light head's probability `light`, the BEV head's
+    agent cells `agents` and red stop-line cells `red_lines`, and the overtake head's `overtake` and
+    `overtake_offset`."""
 
     light: float | None = None
     agents = np.zeros((0, 2))
     red_lines = np.zeros((0, 2))
     target_speed = 8.0
+    overtake: float | None = None
+    overtake_offset = 0.0
 
     def predict(self, sensors, m):
         from tools.evaluate.policy import Plan
 
         return Plan(waypoints=STRAIGHT[:8], target_speed=self.target_speed, route=STRAIGHT, light=self.light,
-                    agents=self.agents, red_lines=self.red_lines)
+                    agents=self.agents, red_lines=self.red_lines, overtake=self.overtake,
+                    overtake_offset=self.overtake_offset)
 
 
 def on_road(speed: float, command: int = RoadOption.LANEFOLLOW) -> SimpleNamespace:
@@ -386,3 +390,59 @@ def test_the_policy_driver_goes_at_least_the_go_speed_on_a_road_where_its_planne
     policy.light, policy.agents = None, np.array([[AGENT_STOP_M + 1.0, 0.0], [AGENT_STOP_M + 1.0, 0.4]])
     pilot.plan({}, on_road(0.4), POSE)
     assert pilot.target_speed == pytest.approx(min(GO_SPEED if goes else 0.5, np.sqrt(2 * AGENT_DECEL * 1.0)))
+
+
+def test_the_overtaking_route_moves_over_on_the_experts_ramp_from_where_the_ego_is():
+    from tools.dataset.geometry import left_of
+    from tools.evaluate.driver import overtaking_route
+    from tools.expert.expert import PASS_RAMP_M
+
+    moved = overtaking_route(STRAIGHT, 3.5)  # STRAIGHT: 10 points 2 m apart from 2 m ahead
+    assert np.allclose(moved[:, 0], STRAIGHT[:, 0])
+    s = STRAIGHT[:, 0]  # the ramp begins PASS_RAMP_M / 3 behind the ego and moves the whole offset over PASS_RAMP_M
+    assert np.allclose(-moved[:, 1], 3.5 * np.clip((s + PASS_RAMP_M / 3) / PASS_RAMP_M, 0.0, 1.0))
+    assert np.allclose(overtaking_route(STRAIGHT, -3.0)[-1], [STRAIGHT[-1, 0], 3.0])  # to the right
+    # A pass under way (the route 3.5 m to the ego's right, the ego in the next lane) goes on straight ahead.
+    beside = STRAIGHT + [0.0, 3.5]
+    assert left_of(beside, np.zeros(2)) == pytest.approx(3.5)
+    assert np.allclose(overtaking_route(beside, 3.5)[:, 1], 0.0)
+    # On a curve the points move across the route's direction: every one ends 3 m from the route, to its left.
+    angle = 2.0 * np.arange(10) / 15.0
+    arc = np.stack([2.0 + 15.0 * np.sin(angle), 15.0 * (1 - np.cos(angle))], axis=1)  # turning right
+    far = overtaking_route(arc, 3.0)[6:]
+    assert all(left_of(arc, p) == pytest.approx(3.0, abs=0.05) for p in far)
+    ended = STRAIGHT.copy()
+    ended[6:] = ended[5]  # the route's end repeats its last point: moved over as the point before it
+    assert np.allclose(overtaking_route(ended, 3.0)[6:], overtaking_route(ended, 3.0)[5])
+
+
+@pytest.mark.parametrize("rule", ["on", "off"])
+def test_the_policy_driver_goes_round_an_obstacle_where_its_overtake_head_fires_unless_the_rule_is_off(
+        rule, monkeypatch):
+    from tools.evaluate.driver import AGENT_DECEL, AGENT_STOP_M, OVERTAKE_RULE_ENV
+    from tools.expert.expert import PASS_SPEED
+
+    policy, pilot = piloted(monkeypatch, OVERTAKE_RULE_ENV, rule)
+    # A parked car 7 m ahead in the ego's lane (its cells up to 0.9 m either side of the lane's centre).
+    car = np.array([[x, y] for x in (7.0, 7.5, 8.0, 9.0, 10.0, 11.0) for y in (-0.9, -0.4, 0.0, 0.4, 0.9)])
+    policy.agents = car
+    stops = np.sqrt(2 * AGENT_DECEL * (7.0 - AGENT_STOP_M))
+    # (the head's probability, its offset, the command, goes round): it fires; it does not; an offset too small to
+    # be a lane; at a junction's turn (the expert never passes in a junction).
+    for p, offset, command, goes in ((0.9, 3.4, RoadOption.LANEFOLLOW, rule == "on"),
+                                     (0.3, 3.4, RoadOption.LANEFOLLOW, False), (0.9, 1.0, RoadOption.LANEFOLLOW, False),
+                                     (0.9, 3.4, RoadOption.LEFT, False)):
+        policy.overtake, policy.overtake_offset = p, offset
+        pilot.plan({}, on_road(8.0, command), POSE)
+        assert pilot.overtakes == goes, (p, offset, command, rule)
+        if goes:  # the path moves left (y < 0), past the car's cells: the agent rule lets it go, at the pass speed
+            assert pilot.path[-1][1] == pytest.approx(-3.4) and pilot.target_speed == PASS_SPEED
+            assert pilot.detail() == "overtake head 0.90, 3.4 m left: goes round"
+        else:  # straight on: it stops behind the car
+            assert np.allclose(pilot.path[:, 1], 0.0) and pilot.target_speed == pytest.approx(stops)
+            assert pilot.detail().startswith("overtake head 0.90, " if p > 0.5 else "agent in 7.0 m")
+    # A car in the next lane, where the pass goes: the agent rule holds the ego behind the parked one until it is gone.
+    policy.overtake, policy.overtake_offset = 0.9, 3.4
+    policy.agents = np.concatenate([car, car + [8.0, -3.4]])
+    pilot.plan({}, AT_8, POSE)
+    assert pilot.target_speed < 8.0 and pilot.gap < 20.0

@@ -93,7 +93,8 @@ def test_run_folder_holds_config_events_summary_and_picture(pretrained):
     found = tags(pretrained)
     for tag in ("train/loss", "train/semantics", "train/depth", "train/bev", "train/light", "train/lr",
                 "train/samples_per_s", "train/loader_wait", "train/skipped_steps", "val/miou_semantics",
-                "val/miou_bev", "val/loss_light", "val/light_accuracy"):
+                "val/miou_bev", "val/loss_light", "val/light_accuracy", "train/overtake", "val/loss_overtake",
+                "val/overtake_accuracy"):
         assert tag in found["scalars"], tag
     assert {"images/semantics", "images/bev"} <= set(found["images"])
     summary = json.loads((pretrained / "summary.json").read_text())
@@ -394,7 +395,8 @@ def test_the_light_head_learns_light_hazard_and_a_checkpoint_written_before_it_h
                                                                                                dtype=torch.uint8),
              "semantics": torch.zeros(2, 128, 256, dtype=torch.uint8),
              "bev": torch.zeros(2, 128, 128, dtype=torch.uint8),
-             "depth": torch.zeros(2, 128, 256), "light_hazard": torch.tensor([True, False])}
+             "depth": torch.zeros(2, 128, 256), "light_hazard": torch.tensor([True, False]),
+             "overtake_offset": torch.zeros(2)}
     batch["rgb"][0, 10:20, 120:124, 0] = 255  # a red lamp in the first frame
     out = model(batch)
     weights = {name: 1.0 for name in loss_names(True)}
@@ -406,6 +408,51 @@ def test_the_light_head_learns_light_hazard_and_a_checkpoint_written_before_it_h
     old_model = TransFuser(ModelConfig.from_dict(old))
     assert old_model.light is None and "light" not in old_model(batch)
     assert "light" not in compute_losses(old_model(batch), batch, weights) and "light" not in loss_names(True, False)
+
+
+def test_the_overtake_head_learns_where_the_expert_goes_round_and_a_checkpoint_written_before_it_has_none():
+    from tools.dataset.samples import OVERTAKE_MIN_M, CacheSettings
+    from tools.train.config import loss_names
+    from tools.train.model import OVERTAKE_P, ModelConfig, TransFuser, compute_losses, model_config
+
+    cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
+    assert cfg.overtake_head
+    torch.manual_seed(0)
+    model = TransFuser(cfg)
+    batch = {"rgb": torch.zeros(3, 128, 256, 3, dtype=torch.uint8),
+             "lidar_bev": torch.zeros(3, 2, 128, 128, dtype=torch.uint8),
+             "semantics": torch.zeros(3, 128, 256, dtype=torch.uint8), "bev": torch.zeros(3, 128, 128, dtype=torch.uint8),
+             "depth": torch.zeros(3, 128, 256), "light_hazard": torch.zeros(3, dtype=torch.bool),
+             "overtake_offset": torch.tensor([0.2, 3.4, -3.1])}  # follows the route; goes round left; right
+    batch["lidar_bev"][1, :, 40:50, 64:72] = 8  # an obstacle ahead, right of the lane's centre: round it to the left
+    batch["lidar_bev"][2, :, 40:50, 54:62] = 8  # ... left of it: to the right
+    out = model(batch)
+    assert out["overtake"].shape == (3,) and out["overtake_offset"].shape == (3,)
+    assert (out["overtake"].sigmoid() < OVERTAKE_P).all()  # untrained, it says "nothing to go round": the driver drives
+    weights = {name: 1.0 for name in loss_names(True)}
+    losses = compute_losses(out, batch, weights)
+    assert set(losses) == {"loss", *loss_names(False)} and "overtake" in losses
+    goes = (batch["overtake_offset"].abs() >= OVERTAKE_MIN_M).float()
+    assert goes.tolist() == [0.0, 1.0, 1.0]
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(out["overtake"], goes) + \
+        (out["overtake_offset"] - batch["overtake_offset"]).abs()[1:].mean()  # the offset only where it goes round
+    assert torch.isclose(losses["overtake"], expected)
+    # A few steps on these three frames: it calls the two that go round, with their sides.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(60):
+        optimizer.zero_grad()
+        compute_losses(model(batch), batch, weights)["overtake"].backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        out = model(batch)
+    assert (out["overtake"].sigmoid() > OVERTAKE_P).tolist() == [False, True, True]
+    assert out["overtake_offset"][1] > OVERTAKE_MIN_M and out["overtake_offset"][2] < -OVERTAKE_MIN_M
+    old = {k: v for k, v in cfg.to_dict().items() if k != "overtake_head"}  # written before the head
+    old_model = TransFuser(ModelConfig.from_dict(old))
+    assert old_model.overtake is None and "overtake" not in old_model(batch)
+    assert "overtake" not in compute_losses(old_model(batch), batch, weights)
+    assert "overtake" not in loss_names(True, True, False)
 
 
 def test_target_speed_is_a_distribution_over_classes_trained_two_hot_and_an_old_checkpoint_keeps_its_regression():

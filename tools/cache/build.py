@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tools.cache.preprocess import Preprocessor
+from tools.cache.preprocess import OVERTAKE_FRAMES, Preprocessor
 from tools.core import atomic, cli, files
 from tools.core.errors import ToolError, human, space_for
 from tools.dataset.cache import (
@@ -44,7 +44,7 @@ from tools.dataset.cache import (
     run_key,
     run_rel,
     settings_path,
-    unverified_cache_line,
+    older_cache_line,
     write_record,
 )
 from tools.dataset.frames import (
@@ -322,15 +322,17 @@ def _frame_problem(frame: dict[str, Any], plan: _RunPlan, index: int, listed: li
 def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Preprocessor, force: bool,
                bar: tqdm, stats: dict[str, int]) -> None:
     rel = run_rel(plan.key)
-    # measurements first (poses of the frames i .. i+horizon): from the run's index when it lists exactly its
+    # measurements first (poses of the frames i .. i+ahead: the waypoints' and the overtake label's): from the run's
+    # index when it lists exactly its
     # frames (one read instead of one per frame; with its frames' fingerprints from format 3 on), else from the
     # frames; then each frame's sensors
     summary = indexed_run(plan.index, plan.names)
     indexed = None if summary is None else summary.measurements
     listed = None if summary is None else summary.fingerprints
     measurements: dict[int, Measurements] = dict(enumerate(indexed or []))
+    ahead = max(settings.horizon, OVERTAKE_FRAMES)
     if indexed is None:
-        for j in sorted({j for i in plan.todo for j in range(i, i + settings.horizon + 1) if j in plan.frames}):
+        for j in sorted({j for i in plan.todo for j in range(i, i + ahead + 1) if j in plan.frames}):
             try:
                 measurements[j] = read_measurements(plan.frames[j])
             except (FrameError, OSError) as e:
@@ -349,7 +351,7 @@ def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Prepr
             if wrong:
                 raise FrameError(wrong)
             stats["unplaced"] += not identified(frame)
-            sample = pre(frame, [measurements.get(i + k) for k in range(1, settings.horizon + 1)])
+            sample = pre(frame, [measurements.get(i + k) for k in range(1, ahead + 1)])
         except (FrameError, OSError, KeyError, TypeError, ValueError) as e:
             _log(f"{plan.frames[i]}: cannot make its sample ({e.__class__.__name__}: {e})")
             path.unlink(missing_ok=True)  # a record there was made from another frame than the one there now
@@ -557,9 +559,9 @@ def verify_cache(root: Any = None, repair: Any = False, settings: dict[str, Any]
     fmt = cache_format(folder)
     if fmt != CACHE_FORMAT:
         if repair:
-            raise ToolError(f"--repair: {unverified_cache_line(folder)}; repairs write records of format "
+            raise ToolError(f"--repair: {older_cache_line(folder)}; repairs write records of format "
                             f"{CACHE_FORMAT}, so build that cache (bin/build-cache --root {layout.root})")
-        _log(unverified_cache_line(folder))
+        _log(older_cache_line(folder))
     runs = cacheable_runs(layout)
     _log(f"verifying cache {folder}")
     damaged: list[tuple[RunKey, int]] = []

@@ -19,9 +19,9 @@ from tools.cache.kernels import label_samples, lanczos_resize, lidar_counts, res
 from tools.core.errors import ToolError
 from tools.dataset import rig as R
 from tools.dataset.frames import FrameError, read_boxes
-from tools.dataset.geometry import BevGrid, world_to_ego
+from tools.dataset.geometry import BevGrid, left_of, world_to_ego
 from tools.dataset.measurements import Measurements, command_index
-from tools.dataset.samples import SEMANTIC_TO_TRAIN, CacheSettings
+from tools.dataset.samples import OVERTAKE_AHEAD_M, SEMANTIC_TO_TRAIN, CacheSettings
 
 _SEM_LUT = np.array(SEMANTIC_TO_TRAIN, dtype=np.uint8)
 #: Recorded depth (uint16 centimetres) to the sample's float16 metres, every value converted once: numpy's
@@ -32,6 +32,32 @@ _DEPTH_M = (np.arange(1 << 16, dtype=np.uint16).astype(np.float32) / 100.0).asty
 def _nearest(n_out: int, start: int, n_in: int) -> np.ndarray:
     """Source indices of nearest-neighbour resampling of `n_in` pixels from `start` onto `n_out`."""
     return start + np.minimum(((np.arange(n_out) + 0.5) * n_in / n_out).astype(np.int64), n_in - 1)
+
+
+#: How many later frames' measurements the cache builder gives a sample for its overtake label: the expert stands
+#: behind an obstacle for tools.expert PASS_AFTER_S (6 s) and may wait longer for the oncoming lane to clear; 40 s at
+#: the 4 Hz recording rate.
+OVERTAKE_FRAMES = 160
+
+
+def overtake_offset(m: Measurements, future: list[Measurements | None]) -> float:
+    """How far left of the route (`m.route`, the map's route points ahead) the expert's driven path lies
+    OVERTAKE_AHEAD_M along it from the ego (metres; right: negative): the label of the overtake head. Passing an
+    obstacle the expert leaves the route's lane for the next one, and the driven path says so from where it stands
+    behind the obstacle, which the route points do not. 0.0 when the run ends (or a frame is unreadable) before
+    the ego has driven that far, or without route points."""
+    if not m.route:
+        return 0.0
+    here, travelled = np.array(m.ego_xy, dtype=np.float64), 0.0
+    for later in future:
+        if later is None:
+            return 0.0
+        there = np.array(later.ego_xy, dtype=np.float64)
+        travelled += float(np.hypot(*(there - here)))
+        here = there
+        if travelled >= OVERTAKE_AHEAD_M:
+            return left_of(np.array(m.route, dtype=np.float64)[:, :2], here)
+    return 0.0
 
 
 class Preprocessor:
@@ -90,7 +116,8 @@ class Preprocessor:
 
     def __call__(self, frame: dict[str, Any], future: list[Measurements | None]) -> dict[str, np.ndarray]:
         """The sample of `frame` (read_frame with self.sensor_names); `future` holds the measurements of the
-        next `horizon` frames (None past the end of the run)."""
+        frames after it (None past the end of the run or where unreadable): the first `horizon` give the waypoints,
+        as many as there are (OVERTAKE_FRAMES: the builder's) the overtake label (`overtake_offset`)."""
         s, m = self.settings, Measurements.from_dict(frame["measurements"])
         sensors = frame["sensors"]
         missing = [n for n in self.sensor_names if n not in sensors]
@@ -115,6 +142,7 @@ class Preprocessor:
         if len(route) < s.route_points:  # near the end of the route: repeat its last point
             route = np.concatenate([route, np.repeat(route[-1:], s.route_points - len(route), axis=0)])
         sample["route"], sample["target_point"] = route, target
+        sample["overtake_offset"] = np.array(overtake_offset(m, future), dtype=np.float32)
 
         sample["command"] = np.array(command_index(m.command), dtype=np.int64)
         sample["speed"] = np.array(m.speed, dtype=np.float32)

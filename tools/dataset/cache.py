@@ -133,11 +133,14 @@ def cache_format(cache_root: Path) -> int:
     return _read_settings_file(cache_root)[0]
 
 
-def unverified_cache_line(cache_root: Path) -> str:
-    """The one line a tool says about a cache of an older format: what it cannot verify, and how to have it."""
-    return (f"cache {cache_root} is of format {cache_format(cache_root)}: its records do not name the frame they "
-            f"hold, so whether each is in its place is unverified (their checksums are checked); bin/build-cache "
-            f"builds a cache of format {CACHE_FORMAT} beside it, which training then reads")
+def older_cache_line(cache_root: Path) -> str:
+    """The one line a tool says about a cache of an older format: what it lacks, and how to have it."""
+    fmt = cache_format(cache_root)
+    lacks = ("its records do not name the frame they hold, so whether each is in its place is unverified (their "
+             "checksums are checked)") if fmt == 2 else \
+        "its samples have no overtake label (overtake_offset), so a model trained on it has no overtake head"
+    return (f"cache {cache_root} is of format {fmt}: {lacks}; bin/build-cache builds a cache of format {CACHE_FORMAT} "
+            "beside it, which training then reads")
 
 
 def _read_settings_file(cache_root: Path) -> tuple[int, CacheSettings]:
@@ -244,6 +247,7 @@ _REPAIR = "rebuild it (python -m tools.cache verify --repair)"
 #: The keys of a record's outer map, by format.
 _RECORD_KEYS = {2: frozenset({"format", "run", "crc32", "body"}),
                 3: frozenset({"format", "run", "source", "index", "frame", "crc32", "body"})}
+_RECORD_KEYS[4] = _RECORD_KEYS[3]  # format 4 changed a sample's keys (overtake_offset), not the record's
 
 
 def _open_record(data: bytes, path: Path, run: str | None = None, place: tuple[str, int] | None = None,

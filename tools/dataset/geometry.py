@@ -76,6 +76,29 @@ def ego_to_world(pose: Any, pts: np.ndarray) -> np.ndarray:
     return np.stack(out, axis=-1)
 
 
+def left_of(line: np.ndarray, point: np.ndarray) -> float:
+    """How far `point` lies left of the polyline `line` ((N, 2), in driving order), metres (right: negative), in a
+    frame whose y points right (the ego frame, or CARLA's world): its distance to the nearest point of the line (its
+    first and last segments drawn on without end), signed by the side of that segment. 0.0 for an empty line; for one
+    point, its offset across the x axis."""
+    line = np.asarray(line, dtype=np.float64).reshape(-1, 2)
+    p = np.asarray(point, dtype=np.float64)
+    if len(line) == 0:
+        return 0.0
+    if len(line) == 1:
+        return float(line[0, 1] - p[1])
+    a, seg = line[:-1], np.diff(line, axis=0)
+    length2 = (seg**2).sum(-1)
+    lo, hi = np.zeros(len(seg)), np.ones(len(seg))
+    lo[0], hi[-1] = -np.inf, np.inf
+    t = np.clip(((p - a) * seg).sum(-1) / np.maximum(length2, 1e-12), lo, hi)
+    off = p - (a + t[:, None] * seg)
+    dist = np.hypot(off[:, 0], off[:, 1])
+    k = int(dist.argmin())
+    cross = seg[k, 0] * (p[1] - a[k, 1]) - seg[k, 1] * (p[0] - a[k, 0])  # > 0: right of the segment (y right)
+    return float(-np.sign(cross) * dist[k]) if cross != 0 else 0.0
+
+
 def yaw_to_ego(pose: Any, yaw: float) -> float:
     """A world heading (degrees) as seen from the ego of `pose`, in [-180, 180)."""
     return float(wrap_degrees(float(yaw) - Pose.of(pose).yaw))

@@ -22,6 +22,7 @@ One sample (numpy arrays and scalars), in the ego frame (x forward, y right, met
 | target_speed      | float32 | ()             | the expert's target speed, m/s |
 | light_hazard      | bool    | ()             | |
 | vehicle_hazard    | bool    | ()             | |
+| overtake_offset   | float32 | ()             | the expert's driven path, m left of the route (OVERTAKE_AHEAD_M on) |
 | boxes             | float32 | (N, 8)         | other vehicles: x, y, z, length, width, height, yaw (rad), class id |
 
 The BEV grid of G x G cells (`CacheSettings.grid()`, a tools.dataset.geometry.BevGrid) covers
@@ -48,9 +49,19 @@ from tools.dataset.geometry import BevGrid
 #: 2: a record names the recorded attempt of its run it was made from (`run`, tools.dataset.cache).
 #: 3: a record names the frame it was made from (`source` run, `index`, the frame's fingerprint `frame`), inside
 #: its checksum. A cache of format 2 is still read (training, verify), its records' place unverified.
-CACHE_FORMAT = 3
+#: 4: a sample holds `overtake_offset` (the overtake head's label: the expert going round an obstacle). A cache of
+#: format 3 is still read; a model trained on it has no overtake head.
+CACHE_FORMAT = 4
 #: Cache formats this tool reads (newest first): where no cache of the current format is there, an older one is.
-READABLE_CACHE_FORMATS = (3, 2)
+READABLE_CACHE_FORMATS = (4, 3, 2)
+#: The first cache format whose samples hold `overtake_offset`.
+OVERTAKE_CACHE_FORMAT = 4
+#: A sample's `overtake_offset` is measured this far along the expert's driven path from the ego, metres: near
+#: enough that it says "going round now" (standing behind the obstacle, or beside it), not "somewhere ahead".
+OVERTAKE_AHEAD_M = 6.0
+#: The expert overtakes in a sample whose |overtake_offset| is at least this, metres (half a lane: its passes move a
+#: whole lane, 3 to 3.5 m).
+OVERTAKE_MIN_M = 1.5
 #: The most box rows a sample holds (actors within the recorder's 60 m: dense traffic is a few hundred).
 MAX_BOXES = 4096
 
@@ -118,7 +129,7 @@ class CacheSettings:
         before its arrays are decoded."""
         h, w, g = self.image_height, self.image_width, self.bev_pixels
         scalar = {"command": "int64", "speed": "float32", "target_speed": "float32", "light_hazard": "bool",
-                  "vehicle_hazard": "bool"}
+                  "vehicle_hazard": "bool", "overtake_offset": "float32"}
         return {"rgb": Spec("uint8", (h, w, 3)), "semantics": Spec("uint8", (h, w)), "depth": Spec("float16", (h, w)),
                 "lidar_bev": Spec("uint8", (2, g, g)), "bev": Spec("uint8", (g, g)),
                 "waypoints": Spec("float32", (self.horizon, 2)), "waypoints_valid": Spec("bool", (self.horizon,)),

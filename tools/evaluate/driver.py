@@ -23,8 +23,14 @@ as at least GO_SPEED before those caps: at a crawl its expected speed stayed a c
 of Bench2Drive: the inertia of behaviour cloning), and 33 of Bench2Drive's 220 routes ran out of time
 (docs/training.md "The go rule"). Once the ego moves, slowing down is the planner's call: raised at any speed, the
 target overrode its slowing for a light it saw and the light head did not.
-DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off, DRIVEKIT_LINE_RULE=off and DRIVEKIT_GO_RULE=off drive without each
-rule (the ablations of those tables), with the same checkpoint.
+While the model's overtake head says that the expert would go round an obstacle here (probability above OVERTAKE_P,
+an offset of OVERTAKE_MIN_M or more, the command LANEFOLLOW), the wheel follows the predicted route moved over by the
+head's offset, on the expert's ramp (tools.expert PASS_RAMP_M, begun PASS_RAMP_M / 3 behind), and the target speed is
+at most the expert's PASS_SPEED; the agent rule then looks along that path, so it waits for a free lane. The route
+head learns the map's route points, which stay in the blocked lane: the policy stood behind every obstacle of
+Bench2Drive's Overtaking routes (docs/training.md "Overtaking").
+DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off, DRIVEKIT_LINE_RULE=off, DRIVEKIT_GO_RULE=off and
+DRIVEKIT_OVERTAKE_RULE=off drive without each rule (the ablations of those tables), with the same checkpoint.
 """
 
 from __future__ import annotations
@@ -36,20 +42,31 @@ from typing import Any
 
 import numpy as np
 
-from tools.dataset.geometry import ego_to_world
+from tools.dataset.geometry import ego_to_world, left_of
 from tools.dataset.measurements import Measurements, RoadOption
+from tools.dataset.samples import OVERTAKE_MIN_M
 from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
-from tools.expert.expert import A_LAT, IDM_DECEL, IDM_MIN_GAP, LIGHT_STOP_GAP, Decision, WorldView
+from tools.expert.expert import (
+    A_LAT,
+    IDM_DECEL,
+    IDM_MIN_GAP,
+    LIGHT_STOP_GAP,
+    PASS_RAMP_M,
+    PASS_SPEED,
+    Decision,
+    WorldView,
+)
 from tools.expert.route import DenseRoute
-from tools.train.model import LIGHT_STOP_P
+from tools.train.model import LIGHT_STOP_P, OVERTAKE_P
 
-#: The environment variables that turn the light, agent, stop-line and go rules off ("off"; anything else, or unset:
-#: on).
+#: The environment variables that turn the light, agent, stop-line, go and overtake rules off ("off"; anything else,
+#: or unset: on).
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
 AGENT_RULE_ENV = "DRIVEKIT_AGENT_RULE"
 LINE_RULE_ENV = "DRIVEKIT_LINE_RULE"
 GO_RULE_ENV = "DRIVEKIT_GO_RULE"
+OVERTAKE_RULE_ENV = "DRIVEKIT_OVERTAKE_RULE"
 #: On a road (command LANEFOLLOW), the planner's target speed counts as at least this, m/s, before the curve, light,
 #: agent and stop-line caps ...
 GO_SPEED = 3.0
@@ -125,6 +142,29 @@ def agent_gap(route: np.ndarray, agents: np.ndarray) -> float:
     return float(ahead[AGENT_MIN_CELLS - 1]) if len(ahead) >= AGENT_MIN_CELLS else math.inf
 
 
+def overtaking_route(route: np.ndarray, offset: float) -> np.ndarray:
+    """`route` ((R, 2) ego frame, x forward, y right) moved `offset` metres to its left (right: negative) as the expert
+    moves its path round an obstacle: from where the ego is now (its own offset from the route, so a pass under way
+    goes on straight) to the whole offset over PASS_RAMP_M of the route, the ramp begun PASS_RAMP_M / 3 behind the
+    ego."""
+    route = np.asarray(route, dtype=np.float64).reshape(-1, 2)
+    if len(route) == 0:
+        return route
+    step = np.diff(np.concatenate([np.zeros((1, 2)), route]), axis=0)
+    s = np.cumsum(np.hypot(step[:, 0], step[:, 1]))  # each point's distance along the route from the ego
+    # The route's direction at each point (towards the next; the last point's, the segment before it); repeated
+    # points (the route's end repeats its last) take the direction before them.
+    ahead = np.diff(route, axis=0)
+    direction = np.concatenate([ahead, ahead[-1:]]) if len(ahead) else np.array([[1.0, 0.0]])
+    for k in range(len(direction)):
+        if np.hypot(*direction[k]) <= SAME_POINT_M:
+            direction[k] = direction[k - 1] if k > 0 else [1.0, 0.0]
+    left = np.stack([direction[:, 1], -direction[:, 0]], axis=-1) / np.hypot(direction[:, :1], direction[:, 1:])
+    now = left_of(route, np.zeros(2))
+    shift = now + (offset - now) * np.clip((s + PASS_RAMP_M / 3) / PASS_RAMP_M, 0.0, 1.0)
+    return route + shift[:, None] * left
+
+
 def stop_speed(distance: float) -> float:
     """The highest speed (m/s) from which the ego stops within `distance` metres (none left: 0), braking at
     AGENT_DECEL."""
@@ -180,23 +220,34 @@ class Pilot:
         self.agent_rule = rule_on(AGENT_RULE_ENV)
         self.line_rule = rule_on(LINE_RULE_ENV)
         self.go_rule = rule_on(GO_RULE_ENV)
+        self.overtake_rule = rule_on(OVERTAKE_RULE_ENV)
         self.planned = 0.0  # the planner's target speed in the latest plan
         self.goes = False  # the go rule raised it to GO_SPEED
         self.light: float | None = None  # the light head's probability in the latest plan (None: no head)
         self.gap = math.inf  # agent_gap of the latest plan
         self.line_gap = math.inf  # how far ahead a red or yellow stop line is (agent_gap of its cells)
         self.line_cap = math.inf  # line_speed of the latest plan
+        self.overtake: float | None = None  # the overtake head's probability in the latest plan (None: no head)
+        self.overtake_offset = 0.0  # ... and its offset, metres left of the route
+        self.overtakes = False  # the latest plan goes round an obstacle (the overtake rule)
 
     def plan(self, sensors: dict[str, np.ndarray], m: Measurements, pose: Any) -> None:
         """A new plan from one frame's sensors (arrays by the rig's names) and measurements; `pose` (x, y, yaw) is
         where the ego is, to put the predicted route into the world."""
         plan = self.policy.predict(sensors, m)
         route = np.asarray(plan.route, dtype=np.float64)
+        self.overtake, self.overtake_offset = plan.overtake, plan.overtake_offset
+        self.overtakes = (self.overtake_rule and plan.overtake is not None and plan.overtake > OVERTAKE_P
+                          and abs(plan.overtake_offset) >= OVERTAKE_MIN_M and m.command == RoadOption.LANEFOLLOW)
+        if self.overtakes:
+            route = overtaking_route(route, plan.overtake_offset)  # round the obstacle, as the expert
         self.path = ego_to_world(pose, route)
         self.planned = float(plan.target_speed)
         self.goes = (self.go_rule and m.command == RoadOption.LANEFOLLOW and m.speed < GO_BELOW
                      and self.planned < GO_SPEED)
         self.target_speed = min(GO_SPEED if self.goes else self.planned, curve_speed(route))
+        if self.overtakes:
+            self.target_speed = min(self.target_speed, PASS_SPEED)
         self.light = plan.light
         if self.stops_for_light():
             self.target_speed = 0.0  # a red or yellow light holds the ego: stop
@@ -216,6 +267,10 @@ class Pilot:
         """What the latest plan says about a crawling planner, lights and agents in the way, for the run's pictures (a
         frame's reason_detail)."""
         parts = [f"planner {self.planned:.1f} m/s: goes"] if self.goes else []
+        if self.overtake is not None and (self.overtakes or self.overtake > OVERTAKE_P):
+            side = "left" if self.overtake_offset >= 0 else "right"
+            parts.append(f"overtake head {self.overtake:.2f}, {abs(self.overtake_offset):.1f} m {side}"
+                         + (": goes round" if self.overtakes else ""))
         if self.light is not None:
             parts.append(f"light head {self.light:.2f}" + (": stops" if self.stops_for_light() else ""))
         if math.isfinite(self.line_gap):

@@ -62,6 +62,10 @@ class Plan:
     #: (N, 2) ego frame: the centres of the BEV cells where the BEV head predicts a red or yellow stop line
     #: (HOLD_CLASSES, AGENT_P)
     red_lines: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2)))
+    #: the overtake head's probability that the expert would go round an obstacle here (None: no head), and how far
+    #: left of the route (metres; right: negative) it would drive
+    overtake: float | None = None
+    overtake_offset: float = 0.0
 
 
 class Policy:
@@ -83,9 +87,11 @@ class Policy:
             out = self._model(batch)
         waypoints = out["waypoints"][0].double().numpy()
         light = float(torch.sigmoid(out["light"][0])) if "light" in out else None
+        overtake = float(torch.sigmoid(out["overtake"][0])) if "overtake" in out else None
         bev = out["bev"][0].float().softmax(0)
         return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
-                    route=out["route"][0].double().numpy(), light=light,
+                    route=out["route"][0].double().numpy(), light=light, overtake=overtake,
+                    overtake_offset=float(out["overtake_offset"][0]) if "overtake" in out else 0.0,
                     agents=self._cells(bev[list(AGENT_CLASSES)].sum(0).numpy() >= AGENT_P),
                     red_lines=self._cells(bev[list(HOLD_CLASSES)].sum(0).numpy() >= AGENT_P))
 

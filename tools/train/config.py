@@ -26,15 +26,17 @@ MODELS = ("tiny", "full")
 #: The heads' losses, named once. `model.compute_losses` returns these (the planner's only with a planner)
 #: and their weighted sum "loss"; the weight of each is the key `w_<name>`; the log lines, TensorBoard
 #: (`train/<name>`, `val/loss_<name>`) and summary.json use these names in this order.
-#: "light" is the light head's (a model without one, written before it, has no such loss).
-PERCEPTION_LOSSES = ("semantics", "bev", "depth", "light")
+#: "light" is the light head's, "overtake" the overtake head's (a model without one, written before it or trained on
+#: a cache without its label, has no such loss).
+PERCEPTION_LOSSES = ("semantics", "bev", "depth", "light", "overtake")
 PLANNER_LOSSES = ("waypoints", "target_speed", "route")
 LOSSES = PERCEPTION_LOSSES + PLANNER_LOSSES
 
 
-def loss_names(planner: bool, light: bool = True) -> tuple[str, ...]:
-    """The losses of a model with or without the planner and the light head, in LOSSES order."""
-    return tuple(name for name in (LOSSES if planner else PERCEPTION_LOSSES) if light or name != "light")
+def loss_names(planner: bool, light: bool = True, overtake: bool = True) -> tuple[str, ...]:
+    """The losses of a model with or without the planner, the light head and the overtake head, in LOSSES order."""
+    left_out = {name for name, has in (("light", light), ("overtake", overtake)) if not has}
+    return tuple(name for name in (LOSSES if planner else PERCEPTION_LOSSES) if name not in left_out)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,9 @@ class TrainConfig:
     w_light: float = 1.0
     """Weight of the light head's loss (binary cross-entropy against the frame's light_hazard: the light the expert
     obeys is within 25 m and it stops for it)."""
+    w_overtake: float = 1.0
+    """Weight of the overtake head's loss (binary cross-entropy of whether the expert goes round an obstacle, its
+    driven path 1.5 m or more beside the route 6 m ahead, plus the L1 of that offset in metres where it does)."""
     w_waypoints: float = 1.0
     """posttrain: weight of the waypoint loss (L1 in metres over valid waypoints)."""
     w_target_speed: float = 0.5

@@ -43,15 +43,17 @@ from tools.dataset.cache import (
     record_path,
     record_run,
     run_key,
-    unverified_cache_line,
+    older_cache_line,
 )
 from tools.dataset.frames import read_run_fingerprints
 from tools.dataset.layout import Layout
 from tools.dataset.samples import CacheSettings
 
-#: The sample keys a batch holds (boxes vary in count per frame and no head uses them yet).
+#: The sample keys a batch holds (boxes vary in count per frame and no head uses them yet), and those a cache of an
+#: older format lacks (overtake_offset: format 4 on), which a batch holds when its samples do.
 BATCH_KEYS = ("rgb", "semantics", "depth", "lidar_bev", "bev", "waypoints", "waypoints_valid", "route",
               "target_point", "command", "speed", "target_speed", "light_hazard")
+NEWER_BATCH_KEYS = ("overtake_offset",)
 
 #: Consecutive unusable samples after which the cache is considered broken, not merely damaged.
 MAX_REPLACEMENTS = 16
@@ -110,7 +112,7 @@ def check_cache_complete(cache_root: Path, layout: Layout, items: Sequence[Item]
     older format is said once (its records' place is unverified)."""
     fmt = cache_format(cache_root)
     if fmt != CACHE_FORMAT:
-        warn(unverified_cache_line(cache_root))
+        warn(older_cache_line(cache_root))
     missing = sum(1 for run, index in items if not record_path(cache_root, run, index).is_file())
     if missing:
         raise ToolError(f"cache {cache_root} lacks {missing} of {len(items)} samples: run bin/build-cache "
@@ -192,7 +194,8 @@ class RecordDataset(Dataset):
 
 
 def collate(samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    batch = {k: torch.from_numpy(np.stack([np.asarray(s[k]) for s in samples])) for k in BATCH_KEYS}
+    keys = BATCH_KEYS + tuple(k for k in NEWER_BATCH_KEYS if all(k in s for s in samples))
+    batch = {k: torch.from_numpy(np.stack([np.asarray(s[k]) for s in samples])) for k in keys}
     batch["rebuilt"] = torch.tensor(sum(s["rebuilt"] for s in samples))
     batch["replaced"] = torch.tensor(sum(s["replaced"] for s in samples))
     return batch

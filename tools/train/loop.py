@@ -43,11 +43,11 @@ from torch.nn.parallel import DistributedDataParallel
 from tools.core import atomic, files
 from tools.core.errors import ToolError, space_for
 from tools.dataset.buckets import TRAINING_SPLITS, Collection, collection_path, load_collection
-from tools.dataset.cache import SessionCache, read_frame_dt
+from tools.dataset.cache import SessionCache, cache_format, read_frame_dt
 from tools.dataset.layout import Layout, run_key
 from tools.dataset.manifest import dataset_id
 from tools.dataset.rig import RigConfig, run_rig
-from tools.dataset.samples import CacheSettings
+from tools.dataset.samples import OVERTAKE_CACHE_FORMAT, CacheSettings
 from tools.train import checkpoint, data
 from tools.train.config import TrainConfig, loss_names
 from tools.train.model import ModelConfig, TransFuser, compute_losses, count_parameters, model_config
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 #: What must be the same in a checkpoint's model and the cache it trains on (besides frame_dt).
-CACHE_SHAPED = ("image_size", "bev_pixels", "horizon", "route_points")
+CACHE_SHAPED = ("image_size", "bev_pixels", "horizon", "route_points", "overtake_head")
 
 
 # ----------------------------------------------------------------------------- model source
@@ -288,7 +288,9 @@ def build_model(cfg: TrainConfig, rt: Runtime, src: Source, ckpt: dict[str, Any]
                 start: dict[str, Any] | None) -> TransFuser:
     """The checkpoint's architecture (which must fit the cache), else the preset for this cache; with the
     checkpoint's weights, or the pre-training weights and a new planner, or fresh ones (seeded), on the device."""
-    mcfg = model_config(cfg.model, src.settings, src.frame_dt)
+    # A cache of a format before OVERTAKE_CACHE_FORMAT has no overtake label: the model has no overtake head.
+    mcfg = dataclasses.replace(model_config(cfg.model, src.settings, src.frame_dt),
+                               overtake_head=cache_format(src.cache_root) >= OVERTAKE_CACHE_FORMAT)
     if ckpt is not None:
         mcfg = stored_model_config(ckpt["state"]["model_config"], ckpt["path"], mcfg, src.cache_root,
                                    "train from scratch in a new --logdir=, or on the cache this run was trained on")
@@ -513,7 +515,8 @@ def train(cfg: TrainConfig) -> int:
                                 cfg.batch_size, rt.rank, rt.world, cfg.num_workers, loop["epoch"], loop["consumed"])
     writer = open_run_folder(logdir, cfg, rt, model, src, loop, ckpt, start) if rt.main else None
 
-    logged = ("loss", *loss_names(model.planner is not None, model.light is not None))  # train/<name>, in order
+    logged = ("loss", *loss_names(model.planner is not None, model.light is not None,  # train/<name>, in order
+                                  model.overtake is not None))
     window = new_window(logged)
     last_losses: dict[str, float] = {}
     val_metrics: dict[str, float] = {}

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tools.dataset.measurements import NUM_COMMANDS
-from tools.dataset.samples import BEV_CLASSES, TRAIN_CLASSES, CacheSettings
+from tools.dataset.samples import BEV_CLASSES, OVERTAKE_MIN_M, TRAIN_CLASSES, CacheSettings
 from tools.train.config import loss_names
 
 RGB_MEAN = (0.485, 0.456, 0.406)
@@ -41,6 +41,7 @@ LIDAR_SCALE = 8.0  # points per cell that count as "full"; the count is clipped 
 DEPTH_UNIT = 10.0  # depth is predicted and compared in units of 10 m
 DEPTH_MAX = 100.0  # metres; beyond is clipped
 POS_SCALE = 10.0  # metres; the planner sees positions divided by this
+OVERTAKE_SCALE = 3.0  # metres; the overtake head's offset is predicted in units of this (a lane is about 3.5 m)
 SPEED_SCALE = 10.0  # m/s; also the speed whose one-frame step is the unit of the planner's deltas (step_scale)
 #: The target speed classes (m/s) of the planner's target-speed head, as TransFuser++ (Jaeger et al., ICCV
 #: 2023) predicts target speed: a distribution over these, trained on the expert's target speed spread over
@@ -55,6 +56,11 @@ LIGHT_STAGE = 2
 LIGHT_PRIOR_LOGIT = -4.0
 #: The light head's probability above which a light holds the ego: a call in validation, a stop for the driver.
 LIGHT_STOP_P = 0.5
+#: The BEV stage (0-based, cells of 0.5 m * 2**(stage+1)) the overtake head reads: 4 m places, an obstacle's size.
+OVERTAKE_STAGE = 2
+#: The overtake head's probability above which the expert would go round an obstacle here: a call in validation, a
+#: move into the next lane for the driver.
+OVERTAKE_P = 0.5
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,10 @@ class ModelConfig:
     # The light head (LightHead): whether a light holds the ego (the frame's light_hazard); False in checkpoints
     # written before it (from_dict reads a missing key so).
     light_head: bool = True
+    # The overtake head (OvertakeHead): whether, and how far to which side, the expert leaves the route's lane to go
+    # round an obstacle (the sample's overtake_offset, cache format 4 on); False in checkpoints written before it and
+    # for a cache without the label (from_dict reads a missing key so; tools.train.loop).
+    overtake_head: bool = True
     # Seconds between two waypoints: the time between the recorded frames of the cache the model was
     # trained on (tools.dataset.cache.read_frame_dt). No default: no stage assumes a recording rate.
     frame_dt: float = dataclasses.field(kw_only=True)
@@ -113,7 +123,7 @@ class ModelConfig:
             problems = ([f"missing {', '.join(missing)}"] if missing else []) + \
                 ([f"unknown {', '.join(unknown)}"] if unknown else [])
             raise ValueError(f"model config: {'; '.join(problems)}")
-        d = {"speed_classes": [], "light_head": False, **d}  # written before the classes, the light head
+        d = {"speed_classes": [], "light_head": False, "overtake_head": False, **d}  # written before these
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -219,6 +229,29 @@ class LightHead(nn.Module):
         return self.score(img).flatten(1).amax(dim=1)
 
 
+class OvertakeHead(nn.Module):
+    """Would the expert go round an obstacle here, and by how much to which side (the sample's `overtake_offset`: its
+    driven path OVERTAKE_AHEAD_M ahead, left of the route; the route points stay in the blocked lane)? From the BEV's
+    fused features at OVERTAKE_STAGE, each place told where it is (the obstacle must be in the ego's lane, ahead): a
+    logit and an offset per place; the place of the highest logit counts, as the light head's lamp. The pooled
+    features the planner reads do not place an obstacle in the lane (it predicted the route straight through the
+    accident it stood behind: docs/training.md "Overtaking"). Trained in both phases; the driver moves into the next
+    lane while it fires (tools.evaluate.driver)."""
+
+    def __init__(self, c: int, width: int):
+        super().__init__()
+        self.score = nn.Sequential(conv_bn(c + 2, width), nn.Conv2d(width, 2, 1))
+        nn.init.constant_(self.score[-1].bias[:1], LIGHT_PRIOR_LOGIT)  # untrained: "no obstacle to go round"
+
+    def forward(self, bev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, _, h, w = bev.shape
+        rows = torch.linspace(-1.0, 1.0, h, device=bev.device, dtype=bev.dtype).view(1, 1, h, 1).expand(n, 1, h, w)
+        cols = torch.linspace(-1.0, 1.0, w, device=bev.device, dtype=bev.dtype).view(1, 1, 1, w).expand(n, 1, h, w)
+        out = self.score(torch.cat([bev, rows, cols], dim=1)).flatten(2)  # (N, 2, places)
+        logit, place = out[:, 0].max(dim=1)
+        return logit, out[:, 1].gather(1, place[:, None]).squeeze(1) * OVERTAKE_SCALE
+
+
 class Planner(nn.Module):
     """Waypoints (a GRU emitting deltas), target speed and route points from the fused features."""
 
@@ -287,6 +320,7 @@ class TransFuser(nn.Module):
         self.depth = Decoder(cfg.channels, cfg.decoder_channels, 1)
         self.bev = Decoder(cfg.channels, cfg.decoder_channels, cfg.bev_classes)
         self.light = LightHead(cfg.channels[LIGHT_STAGE], cfg.decoder_channels) if cfg.light_head else None
+        self.overtake = OvertakeHead(cfg.channels[OVERTAKE_STAGE], cfg.decoder_channels) if cfg.overtake_head else None
         self.planner = Planner(cfg) if planner else None
         self.register_buffer("rgb_mean", torch.tensor(RGB_MEAN).view(1, 3, 1, 1) * 255, persistent=False)
         self.register_buffer("rgb_std", torch.tensor(RGB_STD).view(1, 3, 1, 1) * 255, persistent=False)
@@ -310,6 +344,8 @@ class TransFuser(nn.Module):
         }
         if self.light is not None:
             out["light"] = self.light(img_feats[LIGHT_STAGE])
+        if self.overtake is not None:
+            out["overtake"], out["overtake_offset"] = self.overtake(bev_feats[OVERTAKE_STAGE])
         if self.planner is not None:
             out.update(self.planner(img, bev, batch["target_point"].float(), batch["speed"].float(),
                                     batch["command"].long()))
@@ -330,6 +366,12 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
     losses["depth"] = (err * valid).sum() / valid.sum().clamp(min=1)
     if "light" in out:
         losses["light"] = F.binary_cross_entropy_with_logits(out["light"].float(), batch["light_hazard"].float())
+    if "overtake" in out:  # whether the expert goes round (|offset| >= OVERTAKE_MIN_M), then how far (L1, metres)
+        offset = batch["overtake_offset"].float()
+        goes = (offset.abs() >= OVERTAKE_MIN_M).float()
+        err = (out["overtake_offset"].float() - offset).abs()
+        losses["overtake"] = F.binary_cross_entropy_with_logits(out["overtake"].float(), goes) + \
+            (err * goes).sum() / goes.sum().clamp(min=1)
     if "waypoints" in out:
         wvalid = batch["waypoints_valid"].bool()
         werr = (out["waypoints"].float() - batch["waypoints"].float()).abs().sum(-1)
@@ -341,7 +383,7 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
         else:
             losses["target_speed"] = F.l1_loss(out["target_speed"].float(), batch["target_speed"].float())
         losses["route"] = F.l1_loss(out["route"].float(), batch["route"].float())
-    losses = {name: losses[name] for name in loss_names("waypoints" in out, "light" in out)}
+    losses = {name: losses[name] for name in loss_names("waypoints" in out, "light" in out, "overtake" in out)}
     losses["loss"] = sum(weights[name] * value for name, value in losses.items())
     return losses
 

@@ -21,10 +21,10 @@ import torch
 from PIL import Image
 
 from tools.core import atomic
-from tools.dataset.samples import CacheSettings
+from tools.dataset.samples import OVERTAKE_MIN_M, CacheSettings
 from tools.train import data, pictures
 from tools.train.config import TrainConfig, loss_names
-from tools.train.model import DEPTH_UNIT, LIGHT_STOP_P, TransFuser, compute_losses
+from tools.train.model import DEPTH_UNIT, LIGHT_STOP_P, OVERTAKE_P, TransFuser, compute_losses
 from tools.train.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -65,17 +65,20 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
     frames, miou_semantics, miou_bev, loss and loss_<name> (means per frame); with a light head, how its calls
     (a light holds the ego: probability above LIGHT_STOP_P) match the frames' light_hazard: light_accuracy over all
     frames, light_recall over the frames a light holds, light_precision over the frames called so (absent without
-    such frames); with a planner: ade, fde (metres, over valid waypoints; fde over frames whose last waypoint is
+    such frames); with an overtake head, the same of its calls (probability above OVERTAKE_P) against the frames
+    whose overtake_offset is OVERTAKE_MIN_M or more (overtake_accuracy, overtake_recall, overtake_precision); with a
+    planner: ade, fde (metres, over valid waypoints; fde over frames whose last waypoint is
     valid) and the same of the constant-velocity baseline (ade_constant_velocity, fde_constant_velocity)."""
     model.eval()
     mc = model.cfg
-    planner, light = model.planner is not None, model.light is not None
-    losses = ("loss", *loss_names(planner, light))
+    planner, light, overtake = model.planner is not None, model.light is not None, model.overtake is not None
+    losses = ("loss", *loss_names(planner, light, overtake))
+    heads = [head for head, has in (("light", light), ("overtake", overtake)) if has]  # the heads that call
     conf_sem = torch.zeros(mc.semantic_classes, mc.semantic_classes, dtype=torch.long)
     conf_bev = torch.zeros(mc.bev_classes, mc.bev_classes, dtype=torch.long)
     sums = dict.fromkeys(("frames", *(f"loss/{k}" for k in losses), "waypoints", "error", "error_cv",
-                          "final_waypoints", "final_error", "final_error_cv", "light_true", "light_called",
-                          "light_hits", "light_right"), 0.0)
+                          "final_waypoints", "final_error", "final_error_cv",
+                          *(f"{head}_{k}" for head in heads for k in ("true", "called", "hits", "right"))), 0.0)
     mine = list(items)[rt.rank::rt.world]
     if mine:
         for batch in data.loader(make_dataset(mine), cfg.batch_size, cfg.num_workers, drop_last=False):
@@ -89,12 +92,17 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
                 sums[f"loss/{k}"] += float(batch_losses[k]) * n
             conf_sem += confusion(out["semantics"].argmax(1), batch["semantics"], mc.semantic_classes)
             conf_bev += confusion(out["bev"].argmax(1), batch["bev"], mc.bev_classes)
+            calls = {}
             if light:
-                called, true_light = out["light"].float().sigmoid() > LIGHT_STOP_P, batch["light_hazard"].bool()
-                sums["light_true"] += float(true_light.sum())
-                sums["light_called"] += float(called.sum())
-                sums["light_hits"] += float((called & true_light).sum())
-                sums["light_right"] += float((called == true_light).sum())
+                calls["light"] = out["light"].float().sigmoid() > LIGHT_STOP_P, batch["light_hazard"].bool()
+            if overtake:
+                calls["overtake"] = (out["overtake"].float().sigmoid() > OVERTAKE_P,
+                                     batch["overtake_offset"].float().abs() >= OVERTAKE_MIN_M)
+            for head, (called, true) in calls.items():
+                sums[f"{head}_true"] += float(true.sum())
+                sums[f"{head}_called"] += float(called.sum())
+                sums[f"{head}_hits"] += float((called & true).sum())
+                sums[f"{head}_right"] += float((called == true).sum())
             if planner:
                 valid = batch["waypoints_valid"].bool()
                 true = batch["waypoints"].float()
@@ -114,9 +122,9 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
     frames = max(1.0, sums["frames"])
     metrics = {"frames": int(sums["frames"]), "miou_semantics": miou(conf_sem), "miou_bev": miou(conf_bev)}
     metrics.update({k if k == "loss" else f"loss_{k}": sums[f"loss/{k}"] / frames for k in losses})
-    if light:
-        shares = {"light_accuracy": ("light_right", "frames"), "light_recall": ("light_hits", "light_true"),
-                  "light_precision": ("light_hits", "light_called")}
+    for head in heads:
+        shares = {f"{head}_accuracy": (f"{head}_right", "frames"), f"{head}_recall": (f"{head}_hits", f"{head}_true"),
+                  f"{head}_precision": (f"{head}_hits", f"{head}_called")}
         metrics.update({name: sums[part] / sums[whole] for name, (part, whole) in shares.items() if sums[whole] > 0})
     if planner and sums["waypoints"] > 0:
         waypoints, final = sums["waypoints"], max(1.0, sums["final_waypoints"])
