@@ -421,7 +421,8 @@ def test_the_overtake_head_learns_where_the_expert_goes_round_and_a_checkpoint_w
     model = TransFuser(cfg)
     batch = {"rgb": torch.zeros(3, 128, 256, 3, dtype=torch.uint8),
              "lidar_bev": torch.zeros(3, 2, 128, 128, dtype=torch.uint8),
-             "semantics": torch.zeros(3, 128, 256, dtype=torch.uint8), "bev": torch.zeros(3, 128, 128, dtype=torch.uint8),
+             "semantics": torch.zeros(3, 128, 256, dtype=torch.uint8),
+             "bev": torch.zeros(3, 128, 128, dtype=torch.uint8),
              "depth": torch.zeros(3, 128, 256), "light_hazard": torch.zeros(3, dtype=torch.bool),
              "overtake_offset": torch.tensor([0.2, 3.4, -3.1])}  # follows the route; goes round left; right
     batch["lidar_bev"][1, :, 40:50, 64:72] = 8  # an obstacle ahead, right of the lane's centre: round it to the left

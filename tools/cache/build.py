@@ -35,6 +35,7 @@ from tools.dataset.cache import (
     cache_dir,
     cache_format,
     check_record,
+    older_cache_line,
     read_cache_settings,
     readable_cache_dir,
     record_path,
@@ -44,7 +45,6 @@ from tools.dataset.cache import (
     run_key,
     run_rel,
     settings_path,
-    older_cache_line,
     write_record,
 )
 from tools.dataset.frames import (

@@ -35,6 +35,7 @@ from tools.dataset.cache import (
     SessionCache,
     cache_format,
     decode_record,
+    older_cache_line,
     read_cache_settings,
     read_record_bytes,
     read_run_fingerprint,
@@ -43,7 +44,6 @@ from tools.dataset.cache import (
     record_path,
     record_run,
     run_key,
-    older_cache_line,
 )
 from tools.dataset.frames import read_run_fingerprints
 from tools.dataset.layout import Layout
