@@ -58,6 +58,7 @@ def schema(s: CacheSettings) -> dict[str, tuple[type, tuple]]:
         "target_speed": (np.float32, ()),
         "light_hazard": (np.bool_, ()),
         "vehicle_hazard": (np.bool_, ()),
+        "overtake_offset": (np.float32, ()),
         "boxes": (np.float32, (None, 8)),
     }
 
