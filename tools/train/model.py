@@ -235,8 +235,8 @@ class OvertakeHead(nn.Module):
     fused features at OVERTAKE_STAGE, each place told where it is (the obstacle must be in the ego's lane, ahead): a
     logit and an offset per place; the place of the highest logit counts, as the light head's lamp. The pooled
     features the planner reads do not place an obstacle in the lane (it predicted the route straight through the
-    accident it stood behind: docs/training.md "Overtaking"). Trained in both phases; the driver moves into the next
-    lane while it fires (tools.evaluate.driver)."""
+    accident it stood behind: docs/training.md "The field's protocol with today's rules"). Trained in both phases; the
+    driver moves into the next lane while it fires (tools.evaluate.driver; docs/training.md "Overtaking")."""
 
     def __init__(self, c: int, width: int):
         super().__init__()
