@@ -323,9 +323,8 @@ def _build_run(folder: Path, settings: CacheSettings, plan: _RunPlan, pre: Prepr
                bar: tqdm, stats: dict[str, int]) -> None:
     rel = run_rel(plan.key)
     # measurements first (poses of the frames i .. i+ahead: the waypoints' and the overtake label's): from the run's
-    # index when it lists exactly its
-    # frames (one read instead of one per frame; with its frames' fingerprints from format 3 on), else from the
-    # frames; then each frame's sensors
+    # index when it lists exactly its frames (one read instead of one per frame; with its frames' fingerprints from
+    # format 3 on), else from the frames; then each frame's sensors
     summary = indexed_run(plan.index, plan.names)
     indexed = None if summary is None else summary.measurements
     listed = None if summary is None else summary.fingerprints

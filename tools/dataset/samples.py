@@ -62,6 +62,12 @@ OVERTAKE_AHEAD_M = 6.0
 #: The expert overtakes in a sample whose |overtake_offset| is at least this, metres (half a lane: its passes move a
 #: whole lane, 3 to 3.5 m).
 OVERTAKE_MIN_M = 1.5
+
+
+def goes_round(offset: Any) -> Any:
+    """Whether an overtake offset (a float, an array or a tensor of them, metres) is a pass: |offset| >= OVERTAKE_MIN_M.
+    The label's rule (the head's loss and validation) and the driver's test of the head's offset."""
+    return abs(offset) >= OVERTAKE_MIN_M
 #: The most box rows a sample holds (actors within the recorder's 60 m: dense traffic is a few hundred).
 MAX_BOXES = 4096
 

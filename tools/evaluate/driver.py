@@ -44,7 +44,7 @@ import numpy as np
 
 from tools.dataset.geometry import ego_to_world, left_of
 from tools.dataset.measurements import Measurements, RoadOption
-from tools.dataset.samples import OVERTAKE_MIN_M
+from tools.dataset.samples import goes_round
 from tools.evaluate.policy import Policy, load_policy
 from tools.expert.control import Control, Controller
 from tools.expert.expert import (
@@ -238,7 +238,7 @@ class Pilot:
         route = np.asarray(plan.route, dtype=np.float64)
         self.overtake, self.overtake_offset = plan.overtake, plan.overtake_offset
         self.overtakes = (self.overtake_rule and plan.overtake is not None and plan.overtake > OVERTAKE_P
-                          and abs(plan.overtake_offset) >= OVERTAKE_MIN_M and m.command == RoadOption.LANEFOLLOW)
+                          and goes_round(plan.overtake_offset) and m.command == RoadOption.LANEFOLLOW)
         if self.overtakes:
             route = overtaking_route(route, plan.overtake_offset)  # round the obstacle, as the expert
         self.path = ego_to_world(pose, route)
@@ -267,7 +267,7 @@ class Pilot:
         """What the latest plan says about a crawling planner, lights and agents in the way, for the run's pictures (a
         frame's reason_detail)."""
         parts = [f"planner {self.planned:.1f} m/s: goes"] if self.goes else []
-        if self.overtake is not None and (self.overtakes or self.overtake > OVERTAKE_P):
+        if self.overtake is not None and self.overtake > OVERTAKE_P:  # so whenever it goes round
             side = "left" if self.overtake_offset >= 0 else "right"
             parts.append(f"overtake head {self.overtake:.2f}, {abs(self.overtake_offset):.1f} m {side}"
                          + (": goes round" if self.overtakes else ""))

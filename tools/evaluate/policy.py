@@ -87,11 +87,12 @@ class Policy:
             out = self._model(batch)
         waypoints = out["waypoints"][0].double().numpy()
         light = float(torch.sigmoid(out["light"][0])) if "light" in out else None
-        overtake = float(torch.sigmoid(out["overtake"][0])) if "overtake" in out else None
+        overtake, offset = (float(torch.sigmoid(out["overtake"][0])), float(out["overtake_offset"][0])) \
+            if "overtake" in out else (None, 0.0)
         bev = out["bev"][0].float().softmax(0)
         return Plan(waypoints=waypoints, target_speed=max(0.0, float(out["target_speed"][0])),
                     route=out["route"][0].double().numpy(), light=light, overtake=overtake,
-                    overtake_offset=float(out["overtake_offset"][0]) if "overtake" in out else 0.0,
+                    overtake_offset=offset,
                     agents=self._cells(bev[list(AGENT_CLASSES)].sum(0).numpy() >= AGENT_P),
                     red_lines=self._cells(bev[list(HOLD_CLASSES)].sum(0).numpy() >= AGENT_P))
 

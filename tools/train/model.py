@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tools.dataset.measurements import NUM_COMMANDS
-from tools.dataset.samples import BEV_CLASSES, OVERTAKE_MIN_M, TRAIN_CLASSES, CacheSettings
+from tools.dataset.samples import BEV_CLASSES, TRAIN_CLASSES, CacheSettings, goes_round
 from tools.train.config import loss_names
 
 RGB_MEAN = (0.485, 0.456, 0.406)
@@ -366,9 +366,9 @@ def compute_losses(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
     losses["depth"] = (err * valid).sum() / valid.sum().clamp(min=1)
     if "light" in out:
         losses["light"] = F.binary_cross_entropy_with_logits(out["light"].float(), batch["light_hazard"].float())
-    if "overtake" in out:  # whether the expert goes round (|offset| >= OVERTAKE_MIN_M), then how far (L1, metres)
+    if "overtake" in out:  # whether the expert goes round (goes_round), then how far (L1, metres)
         offset = batch["overtake_offset"].float()
-        goes = (offset.abs() >= OVERTAKE_MIN_M).float()
+        goes = goes_round(offset).float()
         err = (out["overtake_offset"].float() - offset).abs()
         losses["overtake"] = F.binary_cross_entropy_with_logits(out["overtake"].float(), goes) + \
             (err * goes).sum() / goes.sum().clamp(min=1)

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from tools.core import atomic
-from tools.dataset.samples import OVERTAKE_MIN_M, CacheSettings
+from tools.dataset.samples import CacheSettings, goes_round
 from tools.train import data, pictures
 from tools.train.config import TrainConfig, loss_names
 from tools.train.model import DEPTH_UNIT, LIGHT_STOP_P, OVERTAKE_P, TransFuser, compute_losses
@@ -66,7 +66,7 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
     (a light holds the ego: probability above LIGHT_STOP_P) match the frames' light_hazard: light_accuracy over all
     frames, light_recall over the frames a light holds, light_precision over the frames called so (absent without
     such frames); with an overtake head, the same of its calls (probability above OVERTAKE_P) against the frames
-    whose overtake_offset is OVERTAKE_MIN_M or more (overtake_accuracy, overtake_recall, overtake_precision); with a
+    whose overtake_offset is a pass (goes_round) (overtake_accuracy, overtake_recall, overtake_precision); with a
     planner: ade, fde (metres, over valid waypoints; fde over frames whose last waypoint is
     valid) and the same of the constant-velocity baseline (ade_constant_velocity, fde_constant_velocity)."""
     model.eval()
@@ -97,7 +97,7 @@ def validate(model: TransFuser, items: Sequence[data.Item], rt: Runtime, cfg: Tr
                 calls["light"] = out["light"].float().sigmoid() > LIGHT_STOP_P, batch["light_hazard"].bool()
             if overtake:
                 calls["overtake"] = (out["overtake"].float().sigmoid() > OVERTAKE_P,
-                                     batch["overtake_offset"].float().abs() >= OVERTAKE_MIN_M)
+                                     goes_round(batch["overtake_offset"].float()))
             for head, (called, true) in calls.items():
                 sums[f"{head}_true"] += float(true.sum())
                 sums[f"{head}_called"] += float(called.sum())
