@@ -178,3 +178,45 @@ def test_spawn_places_and_stop_lines_are_read_from_sumo_once_per_town_and_kept_t
             world.close()
     kept_files = {p.name.rsplit(".", 2)[-2] for p in long_town.xodr.parent.iterdir() if p.name.startswith(".")}
     assert {"spawn-places", "stop-lines"} <= kept_files
+
+
+def test_a_shadow_no_longer_needed_leaves_sumo_from_the_far_end_of_its_lane(tmp_path):
+    """Bench2Drive route 2790 (the overtake rule on): the ego's shadow in the oncoming lane, taken out of SUMO where
+    it stood as the ego entered a junction, crashed SUMO's next step (SIGSEGV in libsumo's simulationStep, every
+    attempt). A shadow no longer needed first stands at the far end of its lane, away from the ego, and leaves SUMO
+    two steps later."""
+    from tools.collect.sim.world import SHADOW_END_M, SumoWorld
+
+    town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
+    route = _straight_route(town, 250.0)
+    # Into the oncoming lane (CARLA's y points right: 3.5 m to the left of a route heading +x is y - 3.5) from
+    # 30 to 60 m, back by 80 m.
+    s = route.s
+    path = route.xy + np.column_stack([np.zeros(len(s)), -3.5 * np.interp(s, [30, 40, 60, 80], [0, 1, 1, 0])])
+    world = SumoWorld(town, route, seed=2, vehicles=0, sim_hz=20)
+    controller = Controller(world.dt)
+    placed, retired = set(), []  # shadow ids; (id, tick, lane) of each as it was retired
+    index = 0
+    try:
+        for tick in range(25 * 20):
+            e = world.ego
+            index, _ = route.advance(index, e.x, e.y, 20.0)
+            before = world._shadow
+            world.step(controller(e.x, e.y, e.yaw, e.speed, path[index:index + 40], 6.0))
+            present = set(world.ls.vehicle.getIDList())
+            if world._shadow is not None:
+                placed.add(world._shadow[0])
+            if before is not None and world._shadow != before:
+                vid, lane = before
+                assert vid in present, "taken out where it stood"
+                pos, length = world.ls.vehicle.getLanePosition(vid), world.ls.lane.getLength(lane)
+                assert min(pos, length - pos) <= SHADOW_END_M + 5.0, (pos, length)  # SUMO's position: the front
+                retired.append((vid, tick))
+            for vid, at in retired:
+                assert (vid in present) == (tick < at + 1), (vid, at, tick)
+            if e.x > route.xy[0, 0] + 120.0:
+                break
+    finally:
+        world.close()
+    assert placed, "the ego in the oncoming lane had no shadow"
+    assert {vid for vid, _ in retired} == placed, "a shadow was never taken out"

@@ -44,6 +44,8 @@ START_CLEAR_M = 30.0
 _COLLISION_KIND = {"vehicle": "vehicle", "pedestrian": "pedestrian", "cyclist": "pedestrian", "obstacle": "layout"}
 #: In an oncoming lane the ego drives in (passing), SUMO's traffic stops this far ahead of it, metres.
 SHADOW_AHEAD_M = 15.0
+#: A shadow no longer needed stands this far from its lane's far end for its last steps in SUMO, metres.
+SHADOW_END_M = 0.5
 #: The minimum-speed criterion's "surrounding traffic" (tools.collect.base.referee.MinSpeedCheckpoints): the
 #: background vehicles (not the scenarios' actors) whose front bumpers are within this distance of the ego's centre,
 #: metres. In CARLA the criterion averages every vehicle of the leaderboard's background activity, which lives only
@@ -158,6 +160,10 @@ class SumoWorld:
         #: maps the ego onto one lane, and its drivers see only what is in theirs. (SUMO id, lane) or None.
         self._shadow: tuple[str, str] | None = None
         self._shadows = 0
+        #: Shadows no longer needed, moved to the far end of their lane (`_retire_shadow`), and the SUMO step after
+        #: which each leaves SUMO.
+        self._retired: dict[str, int] = {}
+        self._steps = 0  # SUMO steps taken
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
             "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "none",
@@ -464,10 +470,7 @@ class SumoWorld:
                 pos = max(pos - SHADOW_AHEAD_M, 0.5)  # its positions grow against the ego's heading
             sx, sy = ls.simulation.convert2D(edge, pos, index)
         if self._shadow is not None and (target is None or self._shadow[1] != f"{target[0]}_{target[1]}"):
-            try:
-                ls.vehicle.remove(self._shadow[0])
-            except self.ls.TraCIException:  # SUMO took it out already (teleported from a jam)
-                pass
+            self._retire_shadow(*self._shadow)
             self._shadow = None
         if target is None:
             return
@@ -483,6 +486,30 @@ class SumoWorld:
         except self.ls.TraCIException:  # gone meanwhile: a new one on the next tick
             self._shadow = None
 
+    def _retire_shadow(self, vid: str, lane: str) -> None:
+        """Take a shadow out of SUMO: first to the far end of its lane, then out of SUMO two steps later. Taken out
+        where it stood, beside the ego entering a junction, SUMO's next step crashed the process (SIGSEGV in
+        libsumo 1.28's simulationStep, Bench2Drive route 2790 with the overtake rule, every attempt)."""
+        ls = self.ls
+        try:
+            edge, index = lane.rsplit("_", 1)
+            pos, length = ls.vehicle.getLanePosition(vid), ls.lane.getLength(lane)
+            far = SHADOW_END_M if pos > length / 2 else max(length - SHADOW_END_M, SHADOW_END_M)
+            fx, fy = ls.simulation.convert2D(edge, far, int(index))
+            ls.vehicle.moveToXY(vid, edge, int(index), fx, fy, _tc.INVALID_DOUBLE_VALUE, 2, 3.0)
+        except self.ls.TraCIException:  # SUMO took it out already (teleported from a jam): nothing to retire
+            return
+        self._retired[vid] = self._steps + 2
+
+    def _remove_retired(self) -> None:
+        """Take out the retired shadows whose time has come (`_retire_shadow`)."""
+        for vid in [vid for vid, step in self._retired.items() if step <= self._steps]:
+            del self._retired[vid]
+            try:
+                self.ls.vehicle.remove(vid)
+            except self.ls.TraCIException:  # gone meanwhile (it arrived at its route's end)
+                pass
+
     def _lane_angle(self, lane: str) -> float:
         """SUMO's angle of a lane (asked once: a lane's shape never changes)."""
         if lane not in self._lane_angles:
@@ -494,6 +521,8 @@ class SumoWorld:
         it arrives at the end of its (one-edge) route when placed there, and standing still for --time-to-teleport
         seconds it counts as jammed and is teleported there."""
         self.ls.simulationStep()
+        self._steps += 1
+        self._remove_retired()
         self._near = None  # the context subscription's results are this step's
         self._removed.clear()
         arrived = set(self.ls.simulation.getArrivedIDList())
