@@ -404,10 +404,46 @@ def test_the_light_head_learns_light_hazard_and_a_checkpoint_written_before_it_h
     assert set(losses) == {"loss", *loss_names(False)} and "light" in losses
     expected = torch.nn.functional.binary_cross_entropy_with_logits(out["light"], torch.tensor([1.0, 0.0]))
     assert torch.isclose(losses["light"], expected)
-    old = {k: v for k, v in cfg.to_dict().items() if k != "light_head"}  # written before the head
+    old = {k: v for k, v in cfg.to_dict().items() if k not in ("light_head", "light_input")}  # written before the head
     old_model = TransFuser(ModelConfig.from_dict(old))
     assert old_model.light is None and "light" not in old_model(batch)
     assert "light" not in compute_losses(old_model(batch), batch, weights) and "light" not in loss_names(True, False)
+
+
+def test_the_lamp_head_sees_a_small_window_of_the_image_and_a_checkpoint_written_before_it_keeps_its_light_head():
+    """The light head on the fused features learnt where the expert had stood at red lights, not the lamp
+    (docs/training.md "Red lights: a lamp head"): each place of the lamp head sees 23 x 23 pixels of the image, and
+    nothing else of the frame. A checkpoint written before it (no light_input) builds the head it was trained with."""
+    from tools.dataset.samples import CacheSettings
+    from tools.train.model import LampHead, LightHead, ModelConfig, TransFuser, model_config
+
+    cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
+    assert cfg.light_input == "image" and model_config("full", CacheSettings(), frame_dt=0.25).light_input == "image"
+    torch.manual_seed(0)
+    model = TransFuser(cfg)
+    assert isinstance(model.light, LampHead)
+    model.eval()  # BatchNorm of its running statistics (in training, a batch's statistics reach every place)
+    rgb = torch.randn(1, 3, 128, 256, requires_grad=True)
+    scores = model.light.scores(rgb)
+    assert scores.shape == (1, 32, 64)
+    scores[0, 10, 20].backward()  # the place at pixels (40, 80) of the image
+    rows, cols = torch.nonzero(rgb.grad[0].abs().sum(0)).unbind(1)
+    assert rows.max() - rows.min() + 1 <= 23 and cols.max() - cols.min() + 1 <= 23
+    assert rows.min() <= 40 <= rows.max() and cols.min() <= 80 <= cols.max()
+    batch = {"rgb": torch.zeros(2, 128, 256, 3, dtype=torch.uint8),
+             "lidar_bev": torch.zeros(2, 2, 128, 128, dtype=torch.uint8)}
+    lidar_only = {**batch, "lidar_bev": torch.full((2, 2, 128, 128), 5, dtype=torch.uint8)}
+    with torch.no_grad():
+        assert torch.equal(model(batch)["light"], model(lidar_only)["light"])  # the LiDAR does not reach it
+    old = {k: v for k, v in cfg.to_dict().items() if k != "light_input"}  # written before the lamp head
+    old_model = TransFuser(ModelConfig.from_dict(old))
+    assert isinstance(old_model.light, LightHead) and old_model.cfg.light_input == "fused"
+    assert {k for k in old_model.state_dict() if k.startswith("light.")} == {
+        "light.score.0.0.weight", "light.score.0.1.weight", "light.score.0.1.bias", "light.score.0.1.running_mean",
+        "light.score.0.1.running_var", "light.score.0.1.num_batches_tracked", "light.score.1.weight",
+        "light.score.1.bias"}  # the keys of those checkpoints
+    with pytest.raises(ValueError, match="light_input='crop'"):
+        ModelConfig.from_dict({**cfg.to_dict(), "light_input": "crop"})
 
 
 def test_the_overtake_head_learns_where_the_expert_goes_round_and_a_checkpoint_written_before_it_has_none():

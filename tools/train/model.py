@@ -56,6 +56,12 @@ LIGHT_STAGE = 2
 LIGHT_PRIOR_LOGIT = -4.0
 #: The light head's probability above which a light holds the ego: a call in validation, a stop for the driver.
 LIGHT_STOP_P = 0.5
+#: What the light head reads: "image", a small network of its own on the camera image (LampHead); "fused", the
+#: camera's fused features at LIGHT_STAGE (LightHead: checkpoints written before the lamp head).
+LIGHT_INPUTS = ("image", "fused")
+#: The lamp head's channels: a stride-2 and a stride-4 convolution, then two more at stride 4 (3 x 3 each): each
+#: place sees 23 x 23 pixels of the 256 x 128 image, a light 20 m away (2 x 6 pixels) and what is round it.
+LAMP_CHANNELS = (16, 32)
 #: The BEV stage (0-based, cells of 0.5 m * 2**(stage+1)) the overtake head reads: 4 m places, an obstacle's size.
 OVERTAKE_STAGE = 2
 #: The overtake head's probability above which the expert would go round an obstacle here: a call in validation, a
@@ -89,6 +95,9 @@ class ModelConfig:
     # The light head (LightHead): whether a light holds the ego (the frame's light_hazard); False in checkpoints
     # written before it (from_dict reads a missing key so).
     light_head: bool = True
+    # What the light head reads (LIGHT_INPUTS); "fused" in checkpoints written before the lamp head (from_dict reads a
+    # missing key so).
+    light_input: str = "image"
     # The overtake head (OvertakeHead): whether, and how far to which side, the expert leaves the route's lane to go
     # round an obstacle (the sample's overtake_offset, cache format 4 on); False in checkpoints written before it and
     # for a cache without the label (from_dict reads a missing key so; tools.train.loop).
@@ -103,6 +112,9 @@ class ModelConfig:
         c = self.speed_classes
         if c and (len(c) < 2 or c[0] != 0 or any(b <= a for a, b in zip(c, c[1:], strict=False))):
             raise ValueError(f"model config: speed_classes={c!r}, expected increasing speeds from 0 (or none)")
+        if self.light_input not in LIGHT_INPUTS:
+            raise ValueError(f"model config: light_input={self.light_input!r}, expected one of "
+                             f"{', '.join(LIGHT_INPUTS)}")
 
     @property
     def step_scale(self) -> float:
@@ -123,7 +135,8 @@ class ModelConfig:
             problems = ([f"missing {', '.join(missing)}"] if missing else []) + \
                 ([f"unknown {', '.join(unknown)}"] if unknown else [])
             raise ValueError(f"model config: {'; '.join(problems)}")
-        d = {"speed_classes": [], "light_head": False, "overtake_head": False, **d}  # written before these
+        d = {"speed_classes": [], "light_head": False, "overtake_head": False, "light_input": "fused",
+             **d}  # written before these
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -215,7 +228,8 @@ class LightHead(nn.Module):
     """Does a red or yellow light hold the ego (the frame's `light_hazard`)? One logit from the camera's fused
     features at stride 16 (a lamp 20 m away is 2 x 6 pixels of the 256 x 128 image): a score per place, and the
     highest counts, as a lamp anywhere in view can be the one. Trained in both phases (a perception loss); the
-    driver stops for it (tools.evaluate.driver)."""
+    driver stops for it (tools.evaluate.driver). The light head of checkpoints written before LampHead
+    (`ModelConfig.light_input` "fused")."""
 
     def __init__(self, c: int, width: int):
         super().__init__()
@@ -227,6 +241,34 @@ class LightHead(nn.Module):
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         return self.score(img).flatten(1).amax(dim=1)
+
+
+class LampHead(nn.Module):
+    """Does a red or yellow light hold the ego (the frame's `light_hazard`)? The light head of models since the tenth
+    session (`ModelConfig.light_input` "image"): a small network of its own on the camera image whose every place sees
+    23 x 23 pixels (LAMP_CHANNELS), a light's head and what is round it, told where in the image it is (coordinate
+    channels); a score per place, the highest counts. LightHead, on the fused features at stride 16, sees the whole
+    scene through the fusion: on the demo's 3,245 training frames it learnt where the expert had stood at red lights,
+    not the lamp, and said 0.00 driving at 9 m/s towards a red light of a held-out route (docs/training.md "Red
+    lights: a lamp head")."""
+
+    def __init__(self):
+        super().__init__()
+        a, b = LAMP_CHANNELS
+        self.trunk = nn.Sequential(conv_bn(3, a, stride=2), conv_bn(a, b, stride=2), conv_bn(b, b), conv_bn(b, b))
+        self.score = nn.Conv2d(b + 2, 1, 1)
+        nn.init.constant_(self.score.bias, LIGHT_PRIOR_LOGIT)  # untrained: "no light" (LightHead)
+
+    def scores(self, rgb: torch.Tensor) -> torch.Tensor:
+        """The score of every place ((B, H/4, W/4)) of the normalised image `rgb` ((B, 3, H, W))."""
+        x = self.trunk(rgb)
+        b, _, h, w = x.shape
+        ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype).view(1, 1, h, 1).expand(b, 1, h, w)
+        xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype).view(1, 1, 1, w).expand(b, 1, h, w)
+        return self.score(torch.cat([x, ys, xs], dim=1)).squeeze(1)
+
+    def forward(self, rgb: torch.Tensor) -> torch.Tensor:
+        return self.scores(rgb).flatten(1).amax(dim=1)
 
 
 class OvertakeHead(nn.Module):
@@ -319,14 +361,16 @@ class TransFuser(nn.Module):
         self.semantics = Decoder(cfg.channels, cfg.decoder_channels, cfg.semantic_classes)
         self.depth = Decoder(cfg.channels, cfg.decoder_channels, 1)
         self.bev = Decoder(cfg.channels, cfg.decoder_channels, cfg.bev_classes)
-        self.light = LightHead(cfg.channels[LIGHT_STAGE], cfg.decoder_channels) if cfg.light_head else None
+        self.light = (None if not cfg.light_head else LampHead() if cfg.light_input == "image"
+                      else LightHead(cfg.channels[LIGHT_STAGE], cfg.decoder_channels))
         self.overtake = OvertakeHead(cfg.channels[OVERTAKE_STAGE], cfg.decoder_channels) if cfg.overtake_head else None
         self.planner = Planner(cfg) if planner else None
         self.register_buffer("rgb_mean", torch.tensor(RGB_MEAN).view(1, 3, 1, 1) * 255, persistent=False)
         self.register_buffer("rgb_std", torch.tensor(RGB_STD).view(1, 3, 1, 1) * 255, persistent=False)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        img = (batch["rgb"].permute(0, 3, 1, 2).float() - self.rgb_mean) / self.rgb_std
+        rgb = (batch["rgb"].permute(0, 3, 1, 2).float() - self.rgb_mean) / self.rgb_std
+        img = rgb
         bev = batch["lidar_bev"].float().clamp(max=LIDAR_SCALE) / LIDAR_SCALE
         img_feats, bev_feats = [], []
         for s, (img_stage, bev_stage) in enumerate(zip(self.image_encoder.stages, self.bev_encoder.stages,
@@ -343,7 +387,7 @@ class TransFuser(nn.Module):
             "bev": self.bev(bev_feats, (g, g)),
         }
         if self.light is not None:
-            out["light"] = self.light(img_feats[LIGHT_STAGE])
+            out["light"] = self.light(rgb if isinstance(self.light, LampHead) else img_feats[LIGHT_STAGE])
         if self.overtake is not None:
             out["overtake"], out["overtake_offset"] = self.overtake(bev_feats[OVERTAKE_STAGE])
         if self.planner is not None:
