@@ -8,6 +8,7 @@
                                                                 |
                             pooled camera + BEV features, target point, speed, command --> planner
                                                                          (posttrain: waypoints, target speed, route)
+    rgb ---- lamp head (a small network of its own, 23 x 23 pixels a place) --> does a light hold the ego?
 
 As in TransFuser (Chitta et al., PAMI 2022), both feature maps are pooled to a small token grid at each
 fused scale, concatenated with learned position embeddings, mixed by a few transformer layers, and the
@@ -52,8 +53,9 @@ SPEED_SCALE = 10.0  # m/s; also the speed whose one-frame step is the unit of th
 SPEED_CLASSES = (0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0, 12.0, 14.0)
 #: The camera stage (0-based, stride 4 * 2**stage) the light head reads.
 LIGHT_STAGE = 2
-#: The light head's score at every place before training (a logit: -4 is a probability of 0.018).
-LIGHT_PRIOR_LOGIT = -4.0
+#: The score of every place of the light and overtake heads before training, each a rare call (a logit: -4 is a
+#: probability of 0.018).
+RARE_PRIOR_LOGIT = -4.0
 #: The light head's probability above which a light holds the ego: a call in validation, a stop for the driver.
 LIGHT_STOP_P = 0.5
 #: What the light head reads: "image", a small network of its own on the camera image (LampHead); "fused", the
@@ -237,7 +239,7 @@ class LightHead(nn.Module):
         # Untrained, it says "no light" (a probability of about 0.02 at every place, as RetinaNet starts its
         # classifier at its prior): a score near 0 is 0.5, and the highest of many is above it, so a model trained for a
         # few steps stood still at every light-less frame (its driver stops above 0.5).
-        nn.init.constant_(self.score[-1].bias, LIGHT_PRIOR_LOGIT)
+        nn.init.constant_(self.score[-1].bias, RARE_PRIOR_LOGIT)
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         return self.score(img).flatten(1).amax(dim=1)
@@ -257,7 +259,7 @@ class LampHead(nn.Module):
         a, b = LAMP_CHANNELS
         self.trunk = nn.Sequential(conv_bn(3, a, stride=2), conv_bn(a, b, stride=2), conv_bn(b, b), conv_bn(b, b))
         self.score = nn.Conv2d(b + 2, 1, 1)
-        nn.init.constant_(self.score.bias, LIGHT_PRIOR_LOGIT)  # untrained: "no light" (LightHead)
+        nn.init.constant_(self.score.bias, RARE_PRIOR_LOGIT)  # untrained: "no light" (LightHead)
 
     def scores(self, rgb: torch.Tensor) -> torch.Tensor:
         """The score of every place ((B, H/4, W/4)) of the normalised image `rgb` ((B, 3, H, W))."""
@@ -283,7 +285,7 @@ class OvertakeHead(nn.Module):
     def __init__(self, c: int, width: int):
         super().__init__()
         self.score = nn.Sequential(conv_bn(c + 2, width), nn.Conv2d(width, 2, 1))
-        nn.init.constant_(self.score[-1].bias[:1], LIGHT_PRIOR_LOGIT)  # untrained: "no obstacle to go round"
+        nn.init.constant_(self.score[-1].bias[:1], RARE_PRIOR_LOGIT)  # untrained: "no obstacle to go round"
 
     def forward(self, bev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, _, h, w = bev.shape
