@@ -61,8 +61,8 @@ LIGHT_STOP_P = 0.5
 #: What the light head reads: "image", a small network of its own on the camera image (LampHead); "fused", the
 #: camera's fused features at LIGHT_STAGE (LightHead: checkpoints written before the lamp head).
 LIGHT_INPUTS = ("image", "fused")
-#: The lamp head's channels: a stride-2 and a stride-4 convolution, then two more at stride 4 (3 x 3 each): each
-#: place sees 23 x 23 pixels of the 256 x 128 image, a light 20 m away (2 x 6 pixels) and what is round it.
+#: The lamp head's channels: a 3 x 3 convolution to stride 2, one to stride 4, then two more at stride 4: each place
+#: sees 23 x 23 pixels of the image, at 256 x 128 a light 20 m away (2 x 6 pixels) and what is round it.
 LAMP_CHANNELS = (16, 32)
 #: The BEV stage (0-based, cells of 0.5 m * 2**(stage+1)) the overtake head reads: 4 m places, an obstacle's size.
 OVERTAKE_STAGE = 2
@@ -94,8 +94,8 @@ class ModelConfig:
     # The target-speed head's classes (m/s, increasing, the first 0); empty: one regressed value (L1), what
     # checkpoints written before the classes hold (from_dict reads a missing key so).
     speed_classes: tuple[float, ...] = SPEED_CLASSES
-    # The light head (LightHead): whether a light holds the ego (the frame's light_hazard); False in checkpoints
-    # written before it (from_dict reads a missing key so).
+    # The light head (LampHead, or LightHead: light_input): whether a light holds the ego (the frame's light_hazard);
+    # False in checkpoints written before it (from_dict reads a missing key so).
     light_head: bool = True
     # What the light head reads (LIGHT_INPUTS); "fused" in checkpoints written before the lamp head (from_dict reads a
     # missing key so).
