@@ -29,12 +29,8 @@ head's offset, on the expert's ramp (tools.expert PASS_RAMP_M, begun PASS_RAMP_M
 at most the expert's PASS_SPEED; the agent rule then looks along that path, so it waits for a free lane. The route
 head learns the map's route points, which stay in the blocked lane: the policy stood behind every obstacle of
 Bench2Drive's Overtaking routes (docs/training.md "Overtaking").
-The agent rule holds an agent it saw for AGENT_HOLD_S, standing where it was seen, while the later plans do not see it
-(the hold rule): the BEV head's agents come and go between frames, and the ego drove into a truck whenever it was
-missing (docs/training.md "Vehicle collisions: the agent the BEV head saw a moment ago").
-DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off, DRIVEKIT_LINE_RULE=off, DRIVEKIT_GO_RULE=off,
-DRIVEKIT_OVERTAKE_RULE=off and DRIVEKIT_HOLD_RULE=off drive without each rule (the ablations of those tables), with the
-same checkpoint.
+DRIVEKIT_LIGHT_RULE=off, DRIVEKIT_AGENT_RULE=off, DRIVEKIT_LINE_RULE=off, DRIVEKIT_GO_RULE=off and
+DRIVEKIT_OVERTAKE_RULE=off drive without each rule (the ablations of those tables), with the same checkpoint.
 """
 
 from __future__ import annotations
@@ -64,14 +60,13 @@ from tools.expert.expert import (
 from tools.expert.route import DenseRoute
 from tools.train.model import LIGHT_STOP_P, OVERTAKE_P
 
-#: The environment variables that turn the light, agent, stop-line, go, overtake and hold rules off ("off"; anything
-#: else, or unset: on).
+#: The environment variables that turn the light, agent, stop-line, go and overtake rules off ("off"; anything else,
+#: or unset: on).
 LIGHT_RULE_ENV = "DRIVEKIT_LIGHT_RULE"
 AGENT_RULE_ENV = "DRIVEKIT_AGENT_RULE"
 LINE_RULE_ENV = "DRIVEKIT_LINE_RULE"
 GO_RULE_ENV = "DRIVEKIT_GO_RULE"
 OVERTAKE_RULE_ENV = "DRIVEKIT_OVERTAKE_RULE"
-HOLD_RULE_ENV = "DRIVEKIT_HOLD_RULE"
 #: On a road (command LANEFOLLOW), the planner's target speed counts as at least this, m/s, before the curve, light,
 #: agent and stop-line caps ...
 GO_SPEED = 3.0
@@ -105,10 +100,6 @@ AGENT_DECEL = 2.0
 SAME_POINT_M = 0.2
 #: Fewer agent cells than this in the corridor are noise; the gap is to the AGENT_MIN_CELLS-th nearest.
 AGENT_MIN_CELLS = 2
-#: For this long after a plan's BEV head last saw an agent in the ego's way, seconds, the agent rule still counts it,
-#: standing where it was seen (its gap less the ego's travel since): the BEV head's agents come and go between frames,
-#: and a truck standing 4 to 14 m ahead, missing from 5 of 9 plans, was driven into at 5 m/s.
-AGENT_HOLD_S = 1.0
 
 
 def rule_on(env: str) -> bool:
@@ -233,11 +224,7 @@ class Pilot:
         self.planned = 0.0  # the planner's target speed in the latest plan
         self.goes = False  # the go rule raised it to GO_SPEED
         self.light: float | None = None  # the light head's probability in the latest plan (None: no head)
-        self.hold_rule = rule_on(HOLD_RULE_ENV)
-        self.gap = math.inf  # agent_gap of the latest plan, or the gap held from an earlier one (held_gap)
-        self.held = False  # ... held from an earlier one
-        #: The agent in the way last seen: (until when it is held, its gap now, the time of the plan that said so).
-        self._seen: tuple[float, float, float] | None = None
+        self.gap = math.inf  # agent_gap of the latest plan
         self.line_gap = math.inf  # how far ahead a red or yellow stop line is (agent_gap of its cells)
         self.line_cap = math.inf  # line_speed of the latest plan
         self.overtake: float | None = None  # the overtake head's probability in the latest plan (None: no head)
@@ -264,31 +251,13 @@ class Pilot:
         self.light = plan.light
         if self.stops_for_light():
             self.target_speed = 0.0  # a red or yellow light holds the ego: stop
-        self.gap = self.held_gap(agent_gap(route, plan.agents), m.time, m.speed)
+        self.gap = agent_gap(route, plan.agents)
         if self.agent_rule:
             self.target_speed = min(self.target_speed, agent_speed(self.gap))  # stop before an agent in the way
         self.line_gap = agent_gap(route, plan.red_lines)
         self.line_cap = line_speed(self.line_gap, m.speed)
         if self.line_rule:
             self.target_speed = min(self.target_speed, self.line_cap)  # stand before a red stop line
-
-    def held_gap(self, seen: float, time: float, speed: float) -> float:
-        """The gap to the agent in the ego's way: `seen` (this plan's agent_gap), or, when that is farther, the gap of
-        the agent last seen, less the ego's travel since (at `speed` m/s, `time` the plan's), for AGENT_HOLD_S after
-        it was seen (the hold rule; off, `seen`). Sets `held`."""
-        held = math.inf
-        if self._seen is not None:
-            until, gap, then = self._seen
-            gap -= speed * max(time - then, 0.0)
-            if time <= until:
-                held = gap
-                self._seen = (until, gap, time)
-            else:
-                self._seen = None
-        if math.isfinite(seen):
-            self._seen = (time + AGENT_HOLD_S, seen, time)
-        self.held = self.hold_rule and held < seen
-        return held if self.held else seen
 
     def stops_for_light(self) -> bool:
         """Whether the latest plan stops for a light: the light head says one holds the ego, and the rule is on."""
@@ -309,7 +278,7 @@ class Pilot:
             parts.append(f"red line in {self.line_gap:.1f} m" + (": slows" if capped else ""))
         if math.isfinite(self.gap):
             capped = self.agent_rule and agent_speed(self.gap) < self.target_speed + 1e-6
-            parts.append(f"agent {'held ' if self.held else ''}in {self.gap:.1f} m" + (": slows" if capped else ""))
+            parts.append(f"agent in {self.gap:.1f} m" + (": slows" if capped else ""))
         return ", ".join(parts)
 
     def control(self, x: float, y: float, yaw: float, speed: float) -> Control:
