@@ -161,6 +161,15 @@ def conv_bn(cin: int, cout: int, stride: int = 1, kernel: int = 3) -> nn.Sequent
                          nn.ReLU(inplace=True))
 
 
+def with_coordinates(x: torch.Tensor) -> torch.Tensor:
+    """`x` ((N, C, H, W)) with two channels more: each place's row and column, from -1 to 1 (a head that must know
+    where in the map or image a place is)."""
+    n, _, h, w = x.shape
+    rows = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype).view(1, 1, h, 1).expand(n, 1, h, w)
+    cols = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype).view(1, 1, 1, w).expand(n, 1, h, w)
+    return torch.cat([x, rows, cols], dim=1)
+
+
 class ResBlock(nn.Module):
     def __init__(self, c: int):
         super().__init__()
@@ -263,11 +272,7 @@ class LampHead(nn.Module):
 
     def scores(self, rgb: torch.Tensor) -> torch.Tensor:
         """The score of every place ((B, H/4, W/4)) of the normalised image `rgb` ((B, 3, H, W))."""
-        x = self.trunk(rgb)
-        b, _, h, w = x.shape
-        ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype).view(1, 1, h, 1).expand(b, 1, h, w)
-        xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype).view(1, 1, 1, w).expand(b, 1, h, w)
-        return self.score(torch.cat([x, ys, xs], dim=1)).squeeze(1)
+        return self.score(with_coordinates(self.trunk(rgb))).squeeze(1)
 
     def forward(self, rgb: torch.Tensor) -> torch.Tensor:
         return self.scores(rgb).flatten(1).amax(dim=1)
@@ -288,10 +293,7 @@ class OvertakeHead(nn.Module):
         nn.init.constant_(self.score[-1].bias[:1], RARE_PRIOR_LOGIT)  # untrained: "no obstacle to go round"
 
     def forward(self, bev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n, _, h, w = bev.shape
-        rows = torch.linspace(-1.0, 1.0, h, device=bev.device, dtype=bev.dtype).view(1, 1, h, 1).expand(n, 1, h, w)
-        cols = torch.linspace(-1.0, 1.0, w, device=bev.device, dtype=bev.dtype).view(1, 1, 1, w).expand(n, 1, h, w)
-        out = self.score(torch.cat([bev, rows, cols], dim=1)).flatten(2)  # (N, 2, places)
+        out = self.score(with_coordinates(bev)).flatten(2)  # (N, 2, places)
         logit, place = out[:, 0].max(dim=1)
         return logit, out[:, 1].gather(1, place[:, None]).squeeze(1) * OVERTAKE_SCALE
 

@@ -195,7 +195,7 @@ def test_a_shadow_no_longer_needed_leaves_sumo_from_the_far_end_of_its_lane(tmp_
     path = route.xy + np.column_stack([np.zeros(len(s)), -3.5 * np.interp(s, [30, 40, 60, 80], [0, 1, 1, 0])])
     world = SumoWorld(town, route, seed=2, vehicles=0, sim_hz=20)
     controller = Controller(world.dt)
-    placed, retired = set(), []  # shadow ids; (id, tick, lane) of each as it was retired
+    placed, retired = set(), []  # shadow ids; (id, tick) of each as it was retired
     index = 0
     try:
         for tick in range(25 * 20):
