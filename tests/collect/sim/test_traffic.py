@@ -220,3 +220,70 @@ def test_a_shadow_no_longer_needed_leaves_sumo_from_the_far_end_of_its_lane(tmp_
         world.close()
     assert placed, "the ego in the oncoming lane had no shadow"
     assert {vid for vid, _ in retired} == placed, "a shadow was never taken out"
+
+
+def _standing_in_a_turn(town: Town, lane_id: str) -> DenseRoute:
+    """A route whose start puts the ego's centre half-way along the junction's connection `lane_id`, turned 0.3 of
+    the way the connection has turned there (an ego that cut the corner and stopped): SUMO maps it onto another of
+    the junction's connections."""
+    lane = next(la for la in town.lanes if la.id == lane_id)
+    cl = lane.centerline
+    d = np.diff(cl, axis=0)
+    along = np.concatenate([[0.0], np.cumsum(np.hypot(d[:, 0], d[:, 1]))])
+    half = along[-1] / 2
+    x, y = np.interp(half, along, cl[:, 0]), np.interp(half, along, cl[:, 1])
+    k = int(np.searchsorted(along, half)) - 1
+    start, there = (math.degrees(math.atan2(d[i, 1], d[i, 0])) for i in (0, k))
+    yaw = start + ((there - start + 180) % 360 - 180) * 0.3
+    c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
+    ds = np.arange(0.0, 60.0, 1.0)
+    x0, y0 = x - c * 2.45, y - s * 2.45  # the ego's rear on the route's first point, its centre at (x, y)
+    return DenseRoute(xy=np.column_stack([x0 + c * ds, y0 + s * ds]), yaw=np.full(len(ds), yaw),
+                      option=np.full(len(ds), 4), s=ds, junction=np.zeros(len(ds), dtype=bool))
+
+
+def _follower_behind_the_standing_ego(town: Town, lane_id: str, guard: bool, monkeypatch):
+    """The ego standing in the turn of `_standing_in_a_turn`, a background vehicle coming at 8 m/s from 35 m before
+    the junction on the connection's approach: (the collisions in 10 s, the follower's gap to the ego's box and
+    its speed at the end)."""
+    from tools.collect.sim import world as sim
+    from tools.expert.control import Control
+
+    if not guard:
+        monkeypatch.setattr(sim.SumoWorld, "_guard", lambda self: None)
+    world = sim.SumoWorld(town, _standing_in_a_turn(town, lane_id), seed=1, vehicles=0, sim_hz=20)
+    try:
+        ls = world.ls
+        approach = next(la for la in ls.lane.getIDList() if not la.startswith(":")
+                        and any(link[4] == lane_id for link in ls.lane.getLinks(la)))
+        out = next(link[0] for link in ls.lane.getLinks(approach) if link[4] == lane_id)
+        ls.route.add("follow", [approach.rsplit("_", 1)[0], out.rsplit("_", 1)[0]])
+        ls.vehicle.add("bg_follower", "follow", typeID="DEFAULT_VEHTYPE", depart="now",
+                       departPos=str(max(ls.lane.getLength(approach) - 35.0, 0.0)),
+                       departLane=approach.rsplit("_", 1)[1], departSpeed="8")
+        collisions = []
+        for _ in range(200):
+            collisions += world.step(Control(steer=0.0, throttle=0.0, brake=1.0)).collisions
+        near = world._vehicles()
+        row = near.rows[near.vids.index("bg_follower")]
+        e = world.ego_box()
+        gap = math.hypot(row[0] - e.x, row[1] - e.y) - (row[3] + e.length) / 2
+        return collisions, gap, float(row[5])
+    finally:
+        world.close()
+
+
+def test_a_background_vehicle_brakes_for_the_ego_standing_where_sumo_does_not_see_it(tmp_path, monkeypatch):
+    """Bench2Drive BlockedIntersection 2989: the ego stood in a left turn, SUMO mapped it onto another of the
+    junction's overlapping connections, and the vehicle behind, seeing no leader on its own, drove into it at 8 m/s.
+    CARLA's Traffic Manager brakes for every vehicle in its way, the hero too; the world's guard
+    (tools.collect.sim.world `_guard`) does so along each background vehicle's lanes. Without it the same follower
+    drives into the standing ego (the check that this case is one SUMO misses)."""
+    town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
+    lane_id = ":1_2_1"  # a left turn of the grid's first junction, whose start overlaps the straight connection's
+    with monkeypatch.context() as m:
+        collisions, _, _ = _follower_behind_the_standing_ego(town, lane_id, guard=False, monkeypatch=m)
+    assert collisions, "without the guard SUMO's follower stopped for the ego: this case no longer tests the guard"
+    collisions, gap, speed = _follower_behind_the_standing_ego(town, lane_id, guard=True, monkeypatch=monkeypatch)
+    assert collisions == []
+    assert speed < 0.1 and gap > 0.5, (gap, speed)  # it stands behind the ego, short of its box

@@ -54,6 +54,22 @@ SHADOW_END_M = 0.5
 #: 40 m up its entries within 30 m plus 1.5 m per m/s of it); SUMO's traffic covers the whole town, so its vehicles
 #: count within the farthest of those reaches.
 TRAFFIC_SPEED_RADIUS_M = 80.0
+#: The background's drivers brake for the ego where its box stands in their way, as CARLA's Traffic Manager brakes
+#: for every vehicle it does not drive, the hero too (its collision stage: each vehicle's path ahead, extended with
+#: its speed, against the other actors' boxes). SUMO's drivers see the ego only as the leader on the one lane SUMO
+#: maps it onto, and inside a junction that lane jumps between the overlapping connections as the ego slows: the
+#: vehicle behind, on the connection the ego stands on, saw no leader and drove into it (Bench2Drive
+#: BlockedIntersection 2989, 8 m/s into the standing ego). The way looked along: from its front this far
+#: plus GUARD_TIME_S of its speed along its lanes (through the junction its route takes), as wide as the vehicle and
+#: GUARD_SIDE_M on each side.
+GUARD_MIN_M = 4.0
+GUARD_TIME_S = 1.5
+GUARD_SIDE_M = 0.2
+#: The way ahead is looked at in pieces this long, metres.
+GUARD_STEP_M = 1.0
+#: A guarded vehicle stops this short of the ego's box, braking at SUMO's default deceleration (m/s^2).
+GUARD_GAP_M = 1.5
+GUARD_DECEL = 4.5
 
 
 def _opposite(angle_a: float, angle_b: float) -> bool:
@@ -164,6 +180,8 @@ class SumoWorld:
         #: which each leaves SUMO.
         self._retired: dict[str, int] = {}
         self._steps = 0  # SUMO steps taken
+        self._guarded: set[str] = set()  # background vehicles braking for the ego (`_guard`), their speed set
+        self._lane_shapes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # `_lane_shape`, by lane id
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
             "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "none",
@@ -264,6 +282,7 @@ class SumoWorld:
         self._ego_box = None  # it moved
         self._place_ego()
         self._place_shadow()
+        self._guard()
         arrived = self._sumo_step()
         self.time += self.dt
         self.tick += 1
@@ -485,6 +504,88 @@ class SumoWorld:
             ls.vehicle.setSpeed(self._shadow[0], 0.0)
         except self.ls.TraCIException:  # gone meanwhile: a new one on the next tick
             self._shadow = None
+
+    def _guard(self) -> None:
+        """Brake the background vehicles whose way ahead (`_way_ahead`: GUARD_MIN_M and GUARD_TIME_S of its speed) the
+        ego's box stands in: each to the speed that stops it GUARD_GAP_M short of the box (plus what the ego, driving
+        on in its direction, still travels braking as hard), for this step; the others guarded before get their own
+        speed back."""
+        near, e = self._vehicles(), self.ego_box()
+        rows = near.rows
+        erad = math.radians(e.yaw)
+        ego = np.array([e.x, e.y, e.yaw, e.length, e.width])
+        guarded: set[str] = set()
+        for i, vid in enumerate(near.vids):
+            x, y, yaw, length, width, speed = rows[i]
+            ahead = GUARD_MIN_M + GUARD_TIME_S * speed
+            if not vid.startswith("bg") or math.hypot(x - e.x, y - e.y) > ahead + length + e.length:
+                continue
+            rad = math.radians(yaw)
+            if (e.x - x) * math.cos(rad) + (e.y - y) * math.sin(rad) < -(length + e.length) / 2:
+                continue  # the ego is behind it
+            way = self._way_ahead(vid, ahead)
+            if len(way) < 2:
+                continue
+            step = np.diff(way, axis=0)
+            seg = np.hypot(step[:, 0], step[:, 1])
+            boxes = np.stack([way[:-1, 0] + step[:, 0] / 2, way[:-1, 1] + step[:, 1] / 2,
+                              np.degrees(np.arctan2(step[:, 1], step[:, 0])), seg,
+                              np.full(len(seg), width + 2 * GUARD_SIDE_M)], axis=1)
+            hit = np.flatnonzero(boxes_overlap(ego, boxes))
+            if not hit.size:
+                continue
+            gap = float(np.sum(seg[:hit[0]]))  # from its front to the first piece of its way the box is in
+            heading = math.atan2(step[hit[0], 1], step[hit[0], 0])
+            along = max(0.0, e.speed * math.cos(erad - heading))
+            safe = math.sqrt(2 * GUARD_DECEL * max(gap - GUARD_GAP_M, 0.0) + along * along)
+            if safe < speed + GUARD_DECEL * self.dt:  # it could be faster than that after this step
+                self.ls.vehicle.setSpeed(vid, safe)
+                guarded.add(vid)
+        for vid in self._guarded - guarded:
+            try:
+                self.ls.vehicle.setSpeed(vid, -1)  # its own speed again
+            except self.ls.TraCIException:  # it left SUMO meanwhile
+                pass
+        self._guarded = guarded
+
+    def _way_ahead(self, vid: str, ahead: float) -> np.ndarray:
+        """The lane centre a SUMO vehicle drives along from its front bumper for `ahead` metres, through the junctions
+        its route takes: (N, 2) points GUARD_STEP_M apart in CARLA's frame; empty when SUMO cannot say."""
+        ls = self.ls
+        try:
+            lane, pos = ls.vehicle.getLaneID(vid), ls.vehicle.getLanePosition(vid)
+            route, at = ls.vehicle.getRoute(vid), ls.vehicle.getRouteIndex(vid)
+        except ls.TraCIException:
+            return np.zeros((0, 2))
+        pieces, left = [], ahead
+        while lane and left > 0:
+            s, shape = self._lane_shape(lane)
+            end = min(pos + left, float(s[-1]))
+            if end > pos:
+                at_s = np.append(np.arange(pos, end, GUARD_STEP_M), end)
+                pieces.append(np.stack([np.interp(at_s, s, shape[:, 0]), np.interp(at_s, s, shape[:, 1])], axis=1))
+            left -= end - pos
+            pos, nxt = 0.0, ""
+            following = route[at + 1] if not lane.startswith(":") and at + 1 < len(route) else None
+            for link in ls.lane.getLinks(lane):
+                to, via = link[0], link[4]
+                if lane.startswith(":") or to.rsplit("_", 1)[0] == following:
+                    nxt = via or to
+                    break
+            if following is not None and nxt:
+                at += 1
+            lane = nxt
+        if not pieces:
+            return np.zeros((0, 2))
+        return self.town.sumo_to_carla(np.concatenate(pieces))
+
+    def _lane_shape(self, lane: str) -> tuple[np.ndarray, np.ndarray]:
+        """A lane's centre in SUMO's frame, (N, 2), with each point's distance along it (asked once a lane)."""
+        if lane not in self._lane_shapes:
+            shape = np.array(self.ls.lane.getShape(lane), dtype=np.float64)[:, :2]
+            s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(shape, axis=0).T))])
+            self._lane_shapes[lane] = (s, shape)
+        return self._lane_shapes[lane]
 
     def _retire_shadow(self, vid: str, lane: str) -> None:
         """Take a shadow out of SUMO: first to the far end of its lane, then out of SUMO two steps later. Taken out
