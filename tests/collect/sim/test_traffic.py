@@ -242,10 +242,12 @@ def _standing_in_a_turn(town: Town, lane_id: str) -> DenseRoute:
                       option=np.full(len(ds), 4), s=ds, junction=np.zeros(len(ds), dtype=bool))
 
 
-def _follower_behind_the_standing_ego(town: Town, lane_id: str, guard: bool, monkeypatch):
-    """The ego standing in the turn of `_standing_in_a_turn`, a background vehicle coming at 8 m/s from 35 m before
-    the junction on the connection's approach: (the collisions in 10 s, the follower's gap to the ego's box and
-    its speed at the end)."""
+def _follower_behind_the_standing_ego(town: Town, lane_id: str, guard: bool, monkeypatch, scenario: dict | None = None,
+                                      followers: int = 1):
+    """The ego standing in the turn of `_standing_in_a_turn`, a vehicle coming at 8 m/s from 35 m before the
+    junction on the connection's approach (`followers` of them, 3 s apart): a background vehicle, or with `scenario`
+    a scenario vehicle added with those keywords (SumoWorld.add_vehicle). (The collisions in 9 s, the last
+    follower's gap to the ego's box and its speed at the end.)"""
     from tools.collect.sim import world as sim
     from tools.expert.control import Control
 
@@ -257,15 +259,21 @@ def _follower_behind_the_standing_ego(town: Town, lane_id: str, guard: bool, mon
         approach = next(la for la in ls.lane.getIDList() if not la.startswith(":")
                         and any(link[4] == lane_id for link in ls.lane.getLinks(la)))
         out = next(link[0] for link in ls.lane.getLinks(approach) if link[4] == lane_id)
-        ls.route.add("follow", [approach.rsplit("_", 1)[0], out.rsplit("_", 1)[0]])
-        ls.vehicle.add("bg_follower", "follow", typeID="DEFAULT_VEHTYPE", depart="now",
-                       departPos=str(max(ls.lane.getLength(approach) - 35.0, 0.0)),
-                       departLane=approach.rsplit("_", 1)[1], departSpeed="8")
-        collisions = []
-        for _ in range(200):
+        edges, index = [approach.rsplit("_", 1)[0], out.rsplit("_", 1)[0]], int(approach.rsplit("_", 1)[1])
+        pos = max(ls.lane.getLength(approach) - 35.0, 0.0)
+        ls.route.add("follow", edges)
+        collisions, last = [], ""
+        for tick in range(180):
+            if tick % 60 == 0 and tick // 60 < followers:
+                if scenario is None:
+                    last = f"bg_follower{tick}"
+                    ls.vehicle.add(last, "follow", typeID="DEFAULT_VEHTYPE", depart="now", departPos=str(pos),
+                                   departLane=str(index), departSpeed="8")
+                else:
+                    last = world.add_vehicle(edges, index, pos, 8.0, **scenario)
             collisions += world.step(Control(steer=0.0, throttle=0.0, brake=1.0)).collisions
         near = world._vehicles()
-        row = near.rows[near.vids.index("bg_follower")]
+        row = near.rows[near.vids.index(last)]
         e = world.ego_box()
         gap = math.hypot(row[0] - e.x, row[1] - e.y) - (row[3] + e.length) / 2
         return collisions, gap, float(row[5])
@@ -287,3 +295,21 @@ def test_a_background_vehicle_brakes_for_the_ego_standing_where_sumo_does_not_se
     collisions, gap, speed = _follower_behind_the_standing_ego(town, lane_id, guard=True, monkeypatch=monkeypatch)
     assert collisions == []
     assert speed < 0.1 and gap > 0.5, (gap, speed)  # it stands behind the ego, short of its box
+
+
+def test_scenario_vehicles_brake_for_the_ego_as_their_classes_do(tmp_path, monkeypatch):
+    """scenario_runner's OppositeActorFlow drives its vehicles with a BasicAgent, which brakes for vehicles in its
+    way; ActorFlow's vehicles ignore every other vehicle until one of them collides, then its whole flow brakes for
+    them; the adversaries' ConstantVelocityAgent ignores vehicles. Where SUMO does not see the standing ego (the
+    case above): a vehicle that `yields` stops short of it; of a `flow`'s two vehicles the first hits the ego and
+    the second stops; one that does neither hits it."""
+    town = Town(make_town(tmp_path / "small.xodr", grid="4x4"))
+    lane_id = ":1_2_1"
+    collisions, gap, speed = _follower_behind_the_standing_ego(town, lane_id, True, monkeypatch,
+                                                               scenario={"yields": True})
+    assert collisions == [] and speed < 0.1 and gap > 0.5, (collisions, gap, speed)
+    collisions, gap, speed = _follower_behind_the_standing_ego(town, lane_id, True, monkeypatch,
+                                                               scenario={"flow": "ActorFlow_1/0"}, followers=2)
+    assert len(collisions) == 1 and gap > 0.5, (collisions, gap, speed)  # the second closes in, short of the ego
+    collisions, _, _ = _follower_behind_the_standing_ego(town, lane_id, True, monkeypatch, scenario={})
+    assert len(collisions) == 1

@@ -117,7 +117,8 @@ class RecordingWorld:
     def speed_limit(self) -> float:
         return self.LANE_SPEED
 
-    def add_vehicle(self, edges: list[str], lane: int, pos: float, speed: float, rules: bool = True) -> None:
+    def add_vehicle(self, edges: list[str], lane: int, pos: float, speed: float, rules: bool = True,
+                    yields: bool = False, flow: str = "") -> None:
         return None
 
     def actors(self) -> list[Box]:

@@ -146,6 +146,10 @@ class Flow:
     gaps: tuple[float, float]
     until: float
     rules: bool = True  # False: the vehicles ignore lights and right of way
+    #: How its vehicles brake for the ego (tools.collect.sim.world.SumoWorld.add_vehicle): "always" (the BasicAgent
+    #: of OppositeActorFlow), "after a collision" (ActorFlow: they ignore other vehicles until one of them hits
+    #: one), "never" (the adversary: a ConstantVelocityAgent with ignore_vehicles).
+    yields: str = "never"
     hold: tuple[float, float] = (math.inf, math.inf)  # no new vehicle while the ego's route s is in [from, to]
     #: The point the flow is placed around, where its class has one (a TwoWays obstacle's OppositeActorFlow: the
     #: oncoming lane beside the obstacle): what tools.collect.sim.placements compares.
@@ -266,11 +270,12 @@ class Scenarios:
             elif m.started is None:
                 m.started = t
             world.move_static(m.id, *m.pose(t))
-        for f in a.flows:
+        for k, f in enumerate(a.flows):
             if f.hold[0] <= s_ego <= f.hold[1]:
                 continue
             if t < f.until and t >= f.next_time:
-                vid = world.add_vehicle(f.edges, f.lane, f.pos, f.speed, rules=f.rules)
+                vid = world.add_vehicle(f.edges, f.lane, f.pos, f.speed, rules=f.rules, yields=f.yields == "always",
+                                        flow=f"{a.block['name']}/{k}" if f.yields == "after a collision" else "")
                 if vid is not None:
                     f.vehicles.append(vid)
                 f.next_time = t + self.rng.uniform(*f.gaps) / max(f.speed, 1.0)
@@ -578,7 +583,7 @@ class Scenarios:
         speed = max(8.0, world.lane_speed(edges[0], lane))
         first = a.site_s - EXTENT_M.get(a.block["type"], 0.0)
         a.flows.append(Flow(edges, lane, pos, speed, gaps, until=math.inf, hold=(first - HOLD_M, a.site_s + 5.0),
-                            next_time=world.time, reference=self._along(left, 0.0)))
+                            next_time=world.time, reference=self._along(left, 0.0), yields="always"))
 
     @staticmethod
     def _along(wp, metres: float, step: float = 2.0) -> tuple[float, float]:
@@ -623,7 +628,8 @@ class Scenarios:
             if found is None:
                 continue
             edges, lane, pos = found
-            a.flows.append(Flow(edges, lane, pos, flow_speed, gaps, until=world.time + FLOW_S, next_time=world.time))
+            a.flows.append(Flow(edges, lane, pos, flow_speed, gaps, until=world.time + FLOW_S, next_time=world.time,
+                                yields="after a collision"))
         if not a.flows:
             raise ValueError("SUMO has no route for the flow")
 

@@ -70,6 +70,8 @@ GUARD_STEP_M = 1.0
 #: A guarded vehicle stops this short of the ego's box, braking at SUMO's default deceleration (m/s^2).
 GUARD_GAP_M = 1.5
 GUARD_DECEL = 4.5
+#: A braked vehicle drives on by itself once the speed that stops it short of the ego is this far above its own, m/s.
+GUARD_RELEASE_MPS = 2.0
 
 
 def _opposite(angle_a: float, angle_b: float) -> bool:
@@ -180,7 +182,14 @@ class SumoWorld:
         #: which each leaves SUMO.
         self._retired: dict[str, int] = {}
         self._steps = 0  # SUMO steps taken
-        self._guarded: set[str] = set()  # background vehicles braking for the ego (`_guard`), their speed set
+        self._guarded: set[str] = set()  # vehicles braking for the ego (`_guard`), their speed set
+        #: Scenario vehicles that brake for the ego as the background does; the flow each of the others belongs to,
+        #: the flows one of whose vehicles hit the ego (all of theirs brake from then on), and the speed each
+        #: scenario vehicle holds (`add_vehicle`).
+        self._yielders: set[str] = set()
+        self._flow_of: dict[str, str] = {}
+        self._yielding_flows: set[str] = set()
+        self._held: dict[str, float] = {}
         self._lane_shapes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # `_lane_shape`, by lane id
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
@@ -310,7 +319,10 @@ class SumoWorld:
         if touch:
             hit = boxes_overlap(np.array([ego.x, ego.y, ego.yaw, ego.length, ego.width]), vehicles.rows[touch, :5])
             for k in np.flatnonzero(hit):
-                self._collide(ev, self._ids[vehicles.vids[touch[k]]], semantics.CAR)
+                vid = vehicles.vids[touch[k]]
+                self._collide(ev, self._ids[vid], semantics.CAR)
+                if vid in self._flow_of:  # ActorFlow's collision sensor: its whole flow now brakes for vehicles
+                    self._yielding_flows.add(self._flow_of[vid])
         near = [b for b in self._statics.values() if abs(b.x - ego.x) < 16.0 and abs(b.y - ego.y) < 16.0]
         if near:
             rows = np.array([[b.x, b.y, b.yaw, b.length, b.width] for b in near])
@@ -412,9 +424,13 @@ class SumoWorld:
     def lane_speed(self, edge: str, lane: int) -> float:
         return float(self.ls.lane.getMaxSpeed(f"{edge}_{lane}"))
 
-    def add_vehicle(self, edges: list[str], lane: int, pos: float, speed: float, rules: bool = True) -> str | None:
+    def add_vehicle(self, edges: list[str], lane: int, pos: float, speed: float, rules: bool = True,
+                    yields: bool = False, flow: str = "") -> str | None:
         """A SUMO vehicle entering at (edges[0], lane, pos) at `speed`, holding it where traffic allows. `rules`
-        False: it ignores red lights and right of way (SUMO speed mode 7). Its SUMO id."""
+        False: it ignores red lights and right of way (SUMO speed mode 7). `yields`: it brakes for the ego in its way
+        as the background does (`_guard`: scenario_runner's BasicAgent-driven flows); else, with `flow` named, from
+        when a vehicle of that flow first hits the ego (ActorFlow: its vehicles ignore every other vehicle until one
+        of them collides). Its SUMO id."""
         self._next_sc += 1
         vid = f"sc{self._next_sc}"
         try:
@@ -424,8 +440,13 @@ class SumoWorld:
         except self.ls.TraCIException:
             return None
         self.ls.vehicle.setSpeed(vid, speed)
+        self._held[vid] = speed
         if not rules:
             self.ls.vehicle.setSpeedMode(vid, 7)
+        if yields:
+            self._yielders.add(vid)
+        elif flow:
+            self._flow_of[vid] = flow
         return vid
 
     def take_out(self, box_ids: set[int]) -> int:
@@ -518,7 +539,7 @@ class SumoWorld:
         for i, vid in enumerate(near.vids):
             x, y, yaw, length, width, speed = rows[i]
             ahead = GUARD_MIN_M + GUARD_TIME_S * speed
-            if not vid.startswith("bg") or math.hypot(x - e.x, y - e.y) > ahead + length + e.length:
+            if not self._yields(vid) or math.hypot(x - e.x, y - e.y) > ahead + length + e.length:
                 continue
             rad = math.radians(yaw)
             if (e.x - x) * math.cos(rad) + (e.y - y) * math.sin(rad) < -(length + e.length) / 2:
@@ -538,15 +559,22 @@ class SumoWorld:
             heading = math.atan2(step[hit[0], 1], step[hit[0], 0])
             along = max(0.0, e.speed * math.cos(erad - heading))
             safe = math.sqrt(2 * GUARD_DECEL * max(gap - GUARD_GAP_M, 0.0) + along * along)
-            if safe < speed + GUARD_DECEL * self.dt:  # it could be faster than that after this step
+            # Braked when it could be faster than that after this step; kept braked (creeping up to its gap) until that
+            # speed is GUARD_RELEASE_MPS above its own.
+            if safe < speed + (GUARD_RELEASE_MPS if vid in self._guarded else GUARD_DECEL * self.dt):
                 self.ls.vehicle.setSpeed(vid, safe)
                 guarded.add(vid)
         for vid in self._guarded - guarded:
             try:
-                self.ls.vehicle.setSpeed(vid, -1)  # its own speed again
+                self.ls.vehicle.setSpeed(vid, self._held.get(vid, -1))  # its own speed again
             except self.ls.TraCIException:  # it left SUMO meanwhile
                 pass
         self._guarded = guarded
+
+    def _yields(self, vid: str) -> bool:
+        """Whether a SUMO vehicle brakes for the ego (`_guard`): the background, and the scenario vehicles that do
+        (`add_vehicle`)."""
+        return vid.startswith("bg") or vid in self._yielders or self._flow_of.get(vid, "\0") in self._yielding_flows
 
     def _way_ahead(self, vid: str, ahead: float) -> np.ndarray:
         """The lane centre a SUMO vehicle drives along from its front bumper for `ahead` metres, through the junctions
