@@ -527,10 +527,10 @@ class SumoWorld:
             self._shadow = None
 
     def _guard(self) -> None:
-        """Brake the background vehicles whose way ahead (`_way_ahead`: GUARD_MIN_M and GUARD_TIME_S of its speed) the
-        ego's box stands in: each to the speed that stops it GUARD_GAP_M short of the box (plus what the ego, driving
-        on in its direction, still travels braking as hard), for this step; the others guarded before get their own
-        speed back."""
+        """Brake the vehicles that yield to the ego (`_yields`) whose way ahead (`_way_ahead`: GUARD_MIN_M and
+        GUARD_TIME_S of its speed) the ego's box stands in: each to the speed that stops it GUARD_GAP_M short of the box
+        (plus what the ego, driving on in its direction, still travels braking as hard); the others braked before get
+        their own speed back."""
         near, e = self._vehicles(), self.ego_box()
         rows = near.rows
         erad = math.radians(e.yaw)
@@ -578,7 +578,9 @@ class SumoWorld:
 
     def _way_ahead(self, vid: str, ahead: float) -> np.ndarray:
         """The lane centre a SUMO vehicle drives along from its front bumper for `ahead` metres, through the junctions
-        its route takes: (N, 2) points GUARD_STEP_M apart in CARLA's frame; empty when SUMO cannot say."""
+        its route takes: (N, 2) points GUARD_STEP_M apart in CARLA's frame; empty when SUMO cannot say. From inside a
+        junction it ends with the lane after it (SUMO's route index there still names the edge before the junction).
+        """
         ls = self.ls
         try:
             lane, pos = ls.vehicle.getLaneID(vid), ls.vehicle.getLanePosition(vid)
