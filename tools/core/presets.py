@@ -7,8 +7,9 @@
             training seeds evaluated on held-out routes of the generated town and of a real CARLA town: a
             result with intervals (docs/training.md "The medium preset")
     bench2drive  the field's protocol with bin/demo (docs/training.md "The field's protocol"): routes with every
-            scenario type on CARLA's twelve towns, three training seeds the size of medium's, evaluated on
-            Bench2Drive-220 (bin/demo --bench2drive PATH) with Bench2Drive's metrics, the expert beside them
+            scenario type on CARLA's twelve towns, three training seeds of medium's model and batch at four times
+            its steps (4,800 a phase: docs/training.md "Four times the steps"), evaluated on Bench2Drive-220
+            (bin/demo --bench2drive PATH) with Bench2Drive's metrics, the expert beside them
     full    each tool's defaults (what runs without --preset)
 
 The rule (`resolve`): a value given explicitly (a flag, a key=value) wins; else the preset's; else, without
@@ -42,7 +43,7 @@ COLLECT: dict[str, tuple[Any, Any, Any, Any, Any]] = {
 }
 #: train: bin/train pretrain|posttrain preset=NAME (the TrainConfig keys).
 TRAIN: dict[str, tuple[Any, Any, Any, Any, Any]] = {
-    "max_steps": (20, 600, 1200, 1200, 1200),
+    "max_steps": (20, 600, 1200, 4800, 1200),
     "batch_size": (4, 8, 8, 8, 8),
     "warmup_steps": (2, 30, 30, 30, 30),
     "log_every": (5, 50, 50, 50, 10),
