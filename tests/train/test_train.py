@@ -370,6 +370,9 @@ def test_tiny_model_sizes():
 
     assert len(BEV_CLASSES) == 10 and len(TRAIN_CLASSES) == 9  # BEV: pedestrian and obstacle came with scenarios
     cfg = model_config("tiny", CacheSettings(), frame_dt=0.25)
+    # Seeded, as training seeds the initialisation (`seed`): the light head's prior is its bias, and the highest of its
+    # 2,048 places with weights drawn from whatever state the suite left the generator in once came to 0.51.
+    torch.manual_seed(0)
     model = TransFuser(cfg, planner=True)
     batch = {"rgb": torch.zeros(2, 128, 256, 3, dtype=torch.uint8), "lidar_bev": torch.zeros(2, 2, 128, 128,
                                                                                                dtype=torch.uint8),
