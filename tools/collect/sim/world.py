@@ -190,7 +190,7 @@ class SumoWorld:
         self._flow_of: dict[str, str] = {}
         self._yielding_flows: set[str] = set()
         self._held: dict[str, float] = {}
-        self._lane_shapes: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # `_lane_shape`, by lane id
+        self._lane_ways: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]] = {}  # `_lane_way`, by lane
         libsumo.start([
             sumo_binary("sumo"), "-n", str(town.net), "--step-length", f"{self.dt}", "--seed", str(seed),
             "--no-step-log", "true", "--no-warnings", "true", "--collision.action", "none",
@@ -589,7 +589,7 @@ class SumoWorld:
             return np.zeros((0, 2))
         pieces, left = [], ahead
         while lane and left > 0:
-            s, shape = self._lane_shape(lane)
+            s, shape, nexts = self._lane_way(lane)
             end = min(pos + left, float(s[-1]))
             if end > pos:
                 at_s = np.append(np.arange(pos, end, GUARD_STEP_M), end)
@@ -597,10 +597,9 @@ class SumoWorld:
             left -= end - pos
             pos, nxt = 0.0, ""
             following = route[at + 1] if not lane.startswith(":") and at + 1 < len(route) else None
-            for link in ls.lane.getLinks(lane):
-                to, via = link[0], link[4]
-                if lane.startswith(":") or to.rsplit("_", 1)[0] == following:
-                    nxt = via or to
+            for edge, taken in nexts:
+                if lane.startswith(":") or edge == following:
+                    nxt = taken
                     break
             if following is not None and nxt:
                 at += 1
@@ -609,13 +608,16 @@ class SumoWorld:
             return np.zeros((0, 2))
         return self.town.sumo_to_carla(np.concatenate(pieces))
 
-    def _lane_shape(self, lane: str) -> tuple[np.ndarray, np.ndarray]:
-        """A lane's centre in SUMO's frame, (N, 2), with each point's distance along it (asked once a lane)."""
-        if lane not in self._lane_shapes:
+    def _lane_way(self, lane: str) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
+        """A lane's centre in SUMO's frame, (N, 2), with each point's distance along it, and its links as (the edge
+        each leads to, the lane a vehicle takes next: the junction's internal lane, else that edge's); asked of SUMO
+        once a lane (`_way_ahead` runs every tick)."""
+        if lane not in self._lane_ways:
             shape = np.array(self.ls.lane.getShape(lane), dtype=np.float64)[:, :2]
             s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(shape, axis=0).T))])
-            self._lane_shapes[lane] = (s, shape)
-        return self._lane_shapes[lane]
+            nexts = [(link[0].rsplit("_", 1)[0], link[4] or link[0]) for link in self.ls.lane.getLinks(lane)]
+            self._lane_ways[lane] = (s, shape, nexts)
+        return self._lane_ways[lane]
 
     def _retire_shadow(self, vid: str, lane: str) -> None:
         """Take a shadow out of SUMO: first to the far end of its lane, then out of SUMO two steps later. Taken out
